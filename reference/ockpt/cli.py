@@ -1,0 +1,96 @@
+"""The `ockpt` command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any
+
+from .documents.metadata import MetadataDocument
+from .errors import OckptError
+from .layout import Kind, Layout, detect
+
+EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
+
+
+def _layout_json(layout: Layout) -> dict[str, Any]:
+    """A JSON view of a layout (its enums are `str` subclasses and dump as their values)."""
+    out = asdict(layout)
+    out["committed"] = layout.committed
+    return out
+
+
+def _print_layout(layout: Layout, indent: str = "") -> None:
+    print(f"{indent}{layout.path}: {layout.kind.value}")
+    print(f"{indent}  {layout.reason}")
+    for problem in layout.problems:
+        print(f"{indent}  problem: {problem}")
+    for step in layout.steps:
+        state = "committed" if step.committed else "UNFINISHED"
+        print(f"{indent}  step {step.step} ({step.name}): {state}")
+    for name, child in layout.checkpointables.items():
+        print(f"{indent}  item {name!r}:")
+        _print_layout(child, indent + "    ")
+
+
+def _cmd_detect(args: argparse.Namespace) -> int:
+    layouts = [detect(p) for p in args.paths]
+    if args.json:
+        json.dump([_layout_json(x) for x in layouts], sys.stdout, indent=2)
+        print()
+    else:
+        for layout in layouts:
+            _print_layout(layout)
+    return EXIT_OK if all(x.kind is not Kind.NOT_A_CHECKPOINT for x in layouts) else EXIT_INVALID
+
+
+def _cmd_tree(args: argparse.Namespace) -> int:
+    layout = detect(args.path)
+    item = layout.pytree
+    if item is None or item.item is None or not item.item.has_metadata:
+        print(f"ockpt: {args.path}: no pytree item with _METADATA ({layout.reason})",
+              file=sys.stderr)
+        return EXIT_INVALID
+    doc = MetadataDocument.read(f"{item.path}/_METADATA")
+    rows = [{"key_path": [e.key for e in entry.path], "param_name": entry.param_name,
+             "value_type": entry.value.value_type,
+             "write_shape": None if entry.value.write_shape is None
+             else list(entry.value.write_shape)}
+            for entry in doc.entries]
+    if args.json:
+        json.dump(rows, sys.stdout, indent=2)
+        print()
+    else:
+        for row in rows:
+            shape = "" if row["write_shape"] is None else f"  write_shape={row['write_shape']}"
+            print(f"{row['param_name'] or '<root>'}: {row['value_type']}{shape}")
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="ockpt", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("detect", help="say what each path is (item, v1, manager root, ...)")
+    p.add_argument("paths", nargs="+")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_cmd_detect)
+    p = sub.add_parser("tree", help="list the leaves recorded in an item's _METADATA")
+    p.add_argument("path")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_cmd_tree)
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except OckptError as e:
+        print(f"ockpt: {e}", file=sys.stderr)
+        return EXIT_INVALID
+    except OSError as e:
+        print(f"ockpt: {e}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

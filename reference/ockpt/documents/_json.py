@@ -1,0 +1,184 @@
+"""Bounded, strict JSON parsing and typed field access shared by every document model.
+
+Parsing is strict where Python's `json` is lenient: duplicate keys, NaN/Infinity and nesting
+deeper than `MAX_DEPTH` are errors. Field helpers raise `DocumentError` naming file and pointer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+from ..errors import DocumentError
+
+MAX_DOCUMENT_BYTES = 1 << 30  # 1 GiB: a 1M-leaf _METADATA is ~200 MiB
+MAX_DEPTH = 64
+
+T = TypeVar("T")
+
+
+class _Absent:
+    """Marks an optional field that a document lacks (distinct from a JSON null)."""
+
+    _instance: _Absent | None = None
+
+    def __new__(cls) -> _Absent:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "ABSENT"
+
+    def __bool__(self) -> bool:
+        return False
+
+
+ABSENT: Any = _Absent()
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _check_depth(value: Any, file: str) -> None:
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise DocumentError(
+                f"JSON nesting deeper than {MAX_DEPTH}", rule="JSON-003", file=file
+            )
+        if isinstance(node, dict):
+            stack.extend((v, depth + 1) for v in node.values())
+        elif isinstance(node, list):
+            stack.extend((v, depth + 1) for v in node)
+
+
+def parse_json(data: bytes | str, *, file: str, max_bytes: int = MAX_DOCUMENT_BYTES) -> Any:
+    """Parse one JSON document strictly; every failure is a `DocumentError` naming `file`."""
+    if len(data) > max_bytes:
+        raise DocumentError(
+            "document too large", rule="JSON-003", file=file, expected=f"<= {max_bytes} bytes",
+            got=len(data),
+        )
+    try:
+        text = data.decode("utf-8") if isinstance(data, bytes) else data
+        value = json.loads(text, object_pairs_hook=_pairs, parse_constant=_no_constant)
+    except _DuplicateKey as e:
+        raise DocumentError(f"duplicate key {e.key!r}", rule="JSON-002", file=file) from None
+    except UnicodeDecodeError as e:
+        raise DocumentError(f"not UTF-8 at byte {e.start}", rule="JSON-001", file=file) from None
+    except RecursionError:
+        raise DocumentError(
+            f"JSON nesting deeper than {MAX_DEPTH}", rule="JSON-003", file=file
+        ) from None
+    except ValueError as e:  # JSONDecodeError and rejected constants
+        raise DocumentError(f"malformed JSON: {e}", rule="JSON-001", file=file) from None
+    _check_depth(value, file)
+    return value
+
+
+def read_json(path: str | os.PathLike[str], *, max_bytes: int = MAX_DOCUMENT_BYTES) -> Any:
+    """Read and parse a JSON file, refusing files over `max_bytes` before reading them."""
+    file = os.fspath(path)
+    size = os.stat(file).st_size
+    if size > max_bytes:
+        raise DocumentError(
+            "document too large", rule="JSON-003", file=file, expected=f"<= {max_bytes} bytes",
+            got=size,
+        )
+    with open(file, "rb") as f:
+        return parse_json(f.read(max_bytes + 1), file=file, max_bytes=max_bytes)
+
+
+def dump_json(value: Any, *, compact: bool = False) -> bytes:
+    """Serialize as Orbax does: Python's default separators, or none (`compact`) for the
+    documents tensorstore writes."""
+    separators = (",", ":") if compact else None
+    return json.dumps(value, allow_nan=False, separators=separators).encode("utf-8")
+
+
+_TYPE_NAMES = {
+    dict: "object",
+    list: "array",
+    str: "string",
+    bool: "boolean",
+    int: "integer",
+    float: "number",
+    type(None): "null",
+}
+
+
+def type_name(value: Any) -> str:
+    """The JSON type name of a parsed value, for error messages."""
+    return _TYPE_NAMES.get(type(value), type(value).__name__)
+
+
+def expect(value: Any, kind: type[T] | tuple[type, ...], *, file: str, pointer: str,
+           rule: str = "JSON-004") -> T:
+    """Return `value` if it is of `kind` (bool is never an int here), else raise."""
+    ok = isinstance(value, kind)
+    if ok and isinstance(value, bool):
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        ok = bool in kinds
+    if not ok:
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        want = " or ".join(_TYPE_NAMES.get(k, k.__name__) for k in kinds)
+        raise DocumentError(
+            "wrong type", rule=rule, file=file, pointer=pointer, expected=want,
+            got=type_name(value),
+        )
+    return value  # type: ignore[return-value]
+
+
+def expect_object(value: Any, *, file: str, pointer: str, rule: str = "JSON-004") -> dict:
+    return expect(value, dict, file=file, pointer=pointer, rule=rule)
+
+
+def require(obj: Mapping[str, Any], key: str, *, file: str, pointer: str,
+            rule: str = "JSON-005") -> Any:
+    """`obj[key]`, or a `DocumentError` saying the required field is missing."""
+    if key not in obj:
+        raise DocumentError(
+            f"required field {key!r} is missing", rule=rule, file=file, pointer=pointer
+        )
+    return obj[key]
+
+
+def expect_int_list(value: Any, *, file: str, pointer: str, rule: str = "JSON-004",
+                    non_negative: bool = True) -> tuple[int, ...]:
+    """A JSON array of integers (dimension sizes), as a tuple."""
+    items = expect(value, list, file=file, pointer=pointer, rule=rule)
+    out = []
+    for i, item in enumerate(items):
+        n = expect(item, int, file=file, pointer=f"{pointer}/{i}", rule=rule)
+        if non_negative and n < 0:
+            raise DocumentError(
+                "negative size", rule=rule, file=file, pointer=f"{pointer}/{i}",
+                expected=">= 0", got=n,
+            )
+        out.append(n)
+    return tuple(out)
+
+
+def child(pointer: str, key: str | int) -> str:
+    """Extend a JSON pointer by one reference token (escaping `~` and `/`)."""
+    token = str(key).replace("~", "~0").replace("/", "~1")
+    return f"{pointer}/{token}"

@@ -1,0 +1,236 @@
+"""`_METADATA`: the tree of an item, one entry per leaf, plus item-wide storage flags.
+
+Written by Orbax since 0.3.x (default from 0.4.3). No version field: features are told apart by
+the keys present (`use_ocdbt` since 0.11.31, `store_array_data_equal_to_fill_value` since 0.10,
+`write_shape` since 0.11).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import DocumentError
+from ..paths import _INDEX, EmptyNode, KeyEntry, KeyPath, KeyType, param_name, tree_key, unflatten
+from ._json import (
+    ABSENT,
+    child,
+    dump_json,
+    expect,
+    expect_int_list,
+    expect_object,
+    parse_json,
+    read_json,
+    require,
+)
+
+__all__ = [
+    "FILE_NAME",
+    "VALUE_TYPES",
+    "ValueMetadata",
+    "TreeEntry",
+    "MetadataDocument",
+]
+
+FILE_NAME = "_METADATA"
+
+#: value_type strings the spec lists. Leaf kinds first, then empty nodes.
+VALUE_TYPES = frozenset(
+    {"jax.Array", "np.ndarray", "scalar", "string", *(e.value for e in EmptyNode)}
+)
+
+
+
+
+@dataclass(frozen=True, kw_only=True)
+class ValueMetadata:
+    """`value_metadata` of one tree entry."""
+
+    value_type: str
+    skip_deserialize: bool | None = None
+    write_shape: tuple[int, ...] | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def empty_node(self) -> EmptyNode | None:
+        """The empty container (or None) this entry stands for, if it is one."""
+        try:
+            return EmptyNode(self.value_type)
+        except ValueError:
+            return None
+
+    @classmethod
+    def from_json(cls, obj: Any, *, file: str, pointer: str) -> ValueMetadata:
+        obj = expect_object(obj, file=file, pointer=pointer, rule="META-002")
+        rest = dict(obj)
+        value_type = expect(require(rest, "value_type", file=file, pointer=pointer,
+                                    rule="META-002"),
+                            str, file=file, pointer=child(pointer, "value_type"))
+        rest.pop("value_type")
+        skip = None
+        if "skip_deserialize" in rest:
+            skip = expect(rest.pop("skip_deserialize"), bool, file=file,
+                          pointer=child(pointer, "skip_deserialize"))
+        write_shape = None
+        if "write_shape" in rest:
+            raw = rest.pop("write_shape")
+            if raw is not None:
+                write_shape = expect_int_list(raw, file=file,
+                                              pointer=child(pointer, "write_shape"))
+        return cls(value_type=value_type, skip_deserialize=skip, write_shape=write_shape,
+                   extra=rest)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"value_type": self.value_type}
+        if self.skip_deserialize is not None:
+            out["skip_deserialize"] = self.skip_deserialize
+        if self.write_shape is not None:
+            out["write_shape"] = list(self.write_shape)
+        out.update(self.extra)
+        return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class TreeEntry:
+    """One leaf of the item's tree: its key path and value metadata."""
+
+    path: KeyPath
+    value: ValueMetadata
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def tree_key(self) -> str:
+        return tree_key(self.path)
+
+    @property
+    def param_name(self) -> str:
+        return param_name(self.path)
+
+    @classmethod
+    def from_json(cls, key: str, obj: Any, *, file: str) -> TreeEntry:
+        pointer = child("/tree_metadata", key)
+        obj = expect_object(obj, file=file, pointer=pointer, rule="META-002")
+        rest = dict(obj)
+        raw_keys = expect(require(rest, "key_metadata", file=file, pointer=pointer,
+                                  rule="META-002"),
+                          list, file=file, pointer=child(pointer, "key_metadata"))
+        rest.pop("key_metadata")
+        path = tuple(_key_entry(k, file=file, pointer=child(child(pointer, "key_metadata"), i))
+                     for i, k in enumerate(raw_keys))
+        value = ValueMetadata.from_json(
+            require(rest, "value_metadata", file=file, pointer=pointer, rule="META-002"),
+            file=file, pointer=child(pointer, "value_metadata"))
+        rest.pop("value_metadata")
+        if tree_key(path) != key:
+            raise DocumentError("tree key disagrees with its key_metadata", rule="META-003",
+                                file=file, pointer=pointer, expected=tree_key(path), got=key)
+        return cls(path=path, value=value, extra=rest)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "key_metadata": [{"key": e.key, "key_type": int(e.key_type)} for e in self.path],
+            "value_metadata": self.value.to_json(),
+        }
+        out.update(self.extra)
+        return out
+
+
+def _key_entry(obj: Any, *, file: str, pointer: str) -> KeyEntry:
+    obj = expect_object(obj, file=file, pointer=pointer, rule="META-002")
+    key = expect(require(obj, "key", file=file, pointer=pointer, rule="META-002"), str,
+                 file=file, pointer=child(pointer, "key"))
+    raw_type = expect(require(obj, "key_type", file=file, pointer=pointer, rule="META-002"),
+                      int, file=file, pointer=child(pointer, "key_type"))
+    try:
+        key_type = KeyType(raw_type)
+    except ValueError:
+        raise DocumentError("unknown key_type", rule="META-004", file=file,
+                            pointer=child(pointer, "key_type"), expected=[1, 2],
+                            got=raw_type) from None
+    if key_type is KeyType.SEQUENCE and not _INDEX.fullmatch(key):
+        raise DocumentError("sequence index is not a decimal integer", rule="META-005",
+                            file=file, pointer=child(pointer, "key"), got=key)
+    if set(obj) - {"key", "key_type"}:
+        raise DocumentError(f"unknown fields {sorted(set(obj) - {'key', 'key_type'})}",
+                            rule="META-002", file=file, pointer=pointer)
+    return KeyEntry(key, key_type)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MetadataDocument:
+    """The parsed `_METADATA` file of one pytree item.
+
+    Optional fields that the file lacks are `ABSENT` (a JSON null stays None), so `to_json`
+    gives back exactly the keys that were read.
+    """
+
+    entries: tuple[TreeEntry, ...]
+    use_ocdbt: bool | Any = ABSENT
+    use_zarr3: bool | Any = ABSENT
+    store_array_data_equal_to_fill_value: bool | Any = ABSENT
+    custom_metadata: Any = ABSENT
+    value_metadata_tree: str | Any = ABSENT
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    _FLAGS = ("use_ocdbt", "use_zarr3", "store_array_data_equal_to_fill_value")
+
+    @classmethod
+    def from_json(cls, obj: Any, *, file: str = FILE_NAME) -> MetadataDocument:
+        obj = expect_object(obj, file=file, pointer="", rule="META-001")
+        rest = dict(obj)
+        tree = expect_object(require(rest, "tree_metadata", file=file, pointer="",
+                                     rule="META-001"),
+                             file=file, pointer="/tree_metadata", rule="META-001")
+        rest.pop("tree_metadata")
+        entries = tuple(TreeEntry.from_json(k, v, file=file) for k, v in tree.items())
+        flags: dict[str, Any] = {}
+        for name in cls._FLAGS:
+            if name in rest:
+                flags[name] = expect(rest.pop(name), bool, file=file, pointer="/" + name)
+        custom = rest.pop("custom_metadata", ABSENT)
+        if custom is not ABSENT and custom is not None:
+            expect_object(custom, file=file, pointer="/custom_metadata")
+        vmt = rest.pop("value_metadata_tree", ABSENT)
+        if vmt is not ABSENT and vmt is not None:
+            expect(vmt, str, file=file, pointer="/value_metadata_tree")
+        doc = cls(entries=entries, custom_metadata=custom, value_metadata_tree=vmt, extra=rest,
+                  **flags)
+        doc.tree(file=file)  # entries must form one tree (META-006)
+        return doc
+
+    @classmethod
+    def from_bytes(cls, data: bytes, *, file: str = FILE_NAME) -> MetadataDocument:
+        return cls.from_json(parse_json(data, file=file), file=file)
+
+    @classmethod
+    def read(cls, path: str | os.PathLike[str]) -> MetadataDocument:
+        return cls.from_json(read_json(path), file=os.fspath(path))
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"tree_metadata": {e.tree_key: e.to_json() for e in self.entries}}
+        for name in self._FLAGS:
+            value = getattr(self, name)
+            if value is not ABSENT:
+                out[name] = value
+        if self.custom_metadata is not ABSENT:
+            out["custom_metadata"] = self.custom_metadata
+        if self.value_metadata_tree is not ABSENT:
+            out["value_metadata_tree"] = self.value_metadata_tree
+        out.update(self.extra)
+        return out
+
+    def to_bytes(self) -> bytes:
+        return dump_json(self.to_json())
+
+    def by_param_name(self) -> dict[str, TreeEntry]:
+        """Entries keyed by param name (only those that store a value, not empty nodes)."""
+        return {e.param_name: e for e in self.entries if e.value.empty_node is None}
+
+    def tree(self, *, file: str = FILE_NAME) -> Any:
+        """The tree these entries describe: nested dicts/lists with `TreeEntry` leaves and
+        empty containers / None where the entry is an empty node."""
+        return unflatten(
+            ((e.path, e.value.empty_node or e) for e in self.entries), file=file
+        )

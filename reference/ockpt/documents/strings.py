@@ -1,0 +1,100 @@
+"""`_strings.json`: the values of string leaves, addressed by JSON pointer ``"/" + param name``.
+
+Because the pointer is not escaped, a ``/`` inside a param name nests objects. Older releases
+kept the same document at `<first string param name>/_strings.json`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import DocumentError, MissingDataError
+from ..paths import strings_pointer
+from ._json import child, dump_json, expect_object, parse_json, read_json, type_name
+
+__all__ = ["FILE_NAME", "StringsDocument"]
+
+FILE_NAME = "_strings.json"
+
+
+@dataclass(frozen=True)
+class StringsDocument:
+    """The parsed `_strings.json`: the raw object, with lookup by param name."""
+
+    values: Mapping[str, Any]  # nested objects whose leaves are str
+    file: str = FILE_NAME
+
+    @classmethod
+    def from_json(cls, obj: Any, *, file: str = FILE_NAME) -> StringsDocument:
+        obj = expect_object(obj, file=file, pointer="", rule="STR-001")
+        stack: list[tuple[str, Any]] = [("", obj)]
+        while stack:
+            pointer, node = stack.pop()
+            for key, value in node.items():
+                ptr = child(pointer, key)
+                if isinstance(value, dict):
+                    stack.append((ptr, value))
+                elif not isinstance(value, str):
+                    raise DocumentError("string leaf is not a string", rule="STR-001",
+                                        file=file, pointer=ptr, expected="string",
+                                        got=type_name(value))
+        return cls(obj, file)
+
+    @classmethod
+    def from_bytes(cls, data: bytes, *, file: str = FILE_NAME) -> StringsDocument:
+        return cls.from_json(parse_json(data, file=file), file=file)
+
+    @classmethod
+    def read(cls, path: str | os.PathLike[str]) -> StringsDocument:
+        return cls.from_json(read_json(path), file=os.fspath(path))
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, str]) -> StringsDocument:
+        """Build the document for param name -> string, nesting at ``/`` as the format does."""
+        root: dict[str, Any] = {}
+        for name, text in values.items():
+            *parents, last = strings_pointer(name)[1:].split("/")
+            node = root
+            for part in parents:
+                node = node.setdefault(part, {})
+                if not isinstance(node, dict):
+                    raise DocumentError(f"string leaf {name!r} nests under another string leaf",
+                                        rule="PATH-001", file=FILE_NAME, pointer=name)
+            if last in node:
+                raise DocumentError(f"string leaf {name!r} collides with another",
+                                    rule="PATH-001", file=FILE_NAME, pointer=name)
+            node[last] = text
+        return cls(root)
+
+    def to_json(self) -> Mapping[str, Any]:
+        return self.values
+
+    def to_bytes(self) -> bytes:
+        return dump_json(self.values, compact=True)
+
+    def get(self, name: str) -> str:
+        """The string stored for a param name; `MissingDataError` if absent (STR-002)."""
+        node: Any = self.values
+        for part in strings_pointer(name)[1:].split("/"):
+            if not isinstance(node, dict) or part not in node:
+                raise MissingDataError(f"{self.file}: no string at {strings_pointer(name)!r} "
+                                       f"for param {name!r} [STR-002]")
+            node = node[part]
+        if not isinstance(node, str):
+            raise MissingDataError(f"{self.file}: {strings_pointer(name)!r} holds an object, "
+                                   f"not the string of param {name!r} [STR-002]")
+        return node
+
+    def names(self) -> Iterator[str]:
+        """Param names of every string stored (nested keys joined with ``/``)."""
+        stack: list[tuple[tuple[str, ...], Mapping[str, Any]]] = [((), self.values)]
+        while stack:
+            prefix, node = stack.pop()
+            for key, value in node.items():
+                if isinstance(value, dict):
+                    stack.append((prefix + (key,), value))
+                else:
+                    yield "/".join(prefix + (key,))

@@ -1,0 +1,41 @@
+"""Test setup: 8 fake CPU devices for JAX (set before jax is imported anywhere) and fixture paths."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+os.environ["XLA_FLAGS"] = (
+    os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+).strip()
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import pytest  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "fixtures"
+sys.path.insert(0, str(FIXTURES))  # fixtures/_record.py: the expected-content records
+
+
+def fixture_cases(release: str | None = None) -> list[Path]:
+    """Every golden case directory (`fixtures/orbax-<version>/<case>/`)."""
+    pattern = f"orbax-{release}/*/expected.json" if release else "orbax-*/*/expected.json"
+    return sorted(p.parent for p in FIXTURES.glob(pattern))
+
+
+def case_id(path: Path) -> str:
+    return f"{path.parent.name}/{path.name}"
+
+
+@pytest.fixture
+def tmp_copy(tmp_path: Path):
+    """Copy a fixture's checkpoint into tmp_path so a test may damage it."""
+    import shutil
+
+    def copy(case: Path) -> Path:
+        dst = tmp_path / case.name
+        shutil.copytree(case / "checkpoint", dst)
+        return dst
+
+    return copy
