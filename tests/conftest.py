@@ -1,4 +1,4 @@
-"""Test setup: 8 fake CPU devices for JAX (set before jax is imported anywhere) and fixture paths."""
+"""Test setup: 8 fake CPU devices for JAX (set before jax is first imported) and fixture paths."""
 
 from __future__ import annotations
 

@@ -51,15 +51,22 @@ def _cmd_tree(args: argparse.Namespace) -> int:
     layout = detect(args.path)
     item = layout.pytree
     if item is None or item.item is None or not item.item.has_metadata:
-        print(f"ockpt: {args.path}: no pytree item with _METADATA ({layout.reason})",
-              file=sys.stderr)
+        print(
+            f"ockpt: {args.path}: no pytree item with _METADATA ({layout.reason})", file=sys.stderr
+        )
         return EXIT_INVALID
     doc = MetadataDocument.read(f"{item.path}/_METADATA")
-    rows = [{"key_path": [e.key for e in entry.path], "param_name": entry.param_name,
-             "value_type": entry.value.value_type,
-             "write_shape": None if entry.value.write_shape is None
-             else list(entry.value.write_shape)}
-            for entry in doc.entries]
+    rows = [
+        {
+            "key_path": [e.key for e in entry.path],
+            "param_name": entry.param_name,
+            "value_type": entry.value.value_type,
+            "write_shape": None
+            if entry.value.write_shape is None
+            else list(entry.value.write_shape),
+        }
+        for entry in doc.entries
+    ]
     if args.json:
         json.dump(rows, sys.stdout, indent=2)
         print()

@@ -185,21 +185,26 @@ def _detect_dir(p: str, *, depth: int) -> Layout:
     item = _item_format(p, listing)
     if item is not None:
         reason, fmt, problems = item
-        return Layout(p, Kind.PYTREE_ITEM, reason, item=fmt, has_commit_file=commit,
-                      problems=problems)
+        return Layout(
+            p, Kind.PYTREE_ITEM, reason, item=fmt, has_commit_file=commit, problems=problems
+        )
     if V1_MARKER in listing.files or CHECKPOINT_METADATA_FILE in listing.files:
         return _detect_composite(p, listing, depth=depth)
     json_file = _json_item_file(listing) if depth > 0 else None
     if json_file is not None:
-        return Layout(p, Kind.JSON_ITEM, f"holds the JSON file {json_file!r}",
-                      has_commit_file=commit)
+        return Layout(
+            p, Kind.JSON_ITEM, f"holds the JSON file {json_file!r}", has_commit_file=commit
+        )
     if depth == 0:
         root = _detect_manager_root(p, listing)
         if root is not None:
             return root
-    return Layout(p, Kind.NOT_A_CHECKPOINT,
-                  "no _METADATA, checkpoint file, manifest.ocdbt, per-leaf zarr arrays, "
-                  "_CHECKPOINT_METADATA, orbax.checkpoint marker or step directories")
+    return Layout(
+        p,
+        Kind.NOT_A_CHECKPOINT,
+        "no _METADATA, checkpoint file, manifest.ocdbt, per-leaf zarr arrays, "
+        "_CHECKPOINT_METADATA, orbax.checkpoint marker or step directories",
+    )
 
 
 def _json_item_file(listing: _Listing) -> str | None:
@@ -221,8 +226,9 @@ def _has_zarr_metadata(p: str, listing: _Listing, *, depth: int = 0) -> int | No
     for sub in sorted(listing.dirs):
         if _OCDBT_PROCESS_DIR.fullmatch(sub) or sub in ("d", "array_metadatas"):
             continue
-        found = _has_zarr_metadata(os.path.join(p, sub), _list(os.path.join(p, sub)),
-                                   depth=depth + 1)
+        found = _has_zarr_metadata(
+            os.path.join(p, sub), _list(os.path.join(p, sub)), depth=depth + 1
+        )
         if found:
             return found
     return None
@@ -233,8 +239,9 @@ def _item_format(p: str, listing: _Listing) -> tuple[str, ItemFormat, tuple[str,
     has_metadata = METADATA_FILE in listing.files
     has_msgpack = MSGPACK_FILE in listing.files
     root_manifest = MANIFEST_FILE in listing.files
-    processes = tuple(sorted(int(m.group(1)) for d in listing.dirs
-                             if (m := _OCDBT_PROCESS_DIR.fullmatch(d))))
+    processes = tuple(
+        sorted(int(m.group(1)) for d in listing.dirs if (m := _OCDBT_PROCESS_DIR.fullmatch(d)))
+    )
     per_leaf = None if (root_manifest or processes) else _has_zarr_metadata(p, listing)
     if not (has_metadata or has_msgpack or root_manifest or processes or per_leaf):
         return None
@@ -293,13 +300,19 @@ def _detect_composite(p: str, listing: _Listing, *, depth: int) -> Layout:
     if names is not None:
         missing = sorted(set(names) - set(children))
         if missing:
-            problems.append(f"{CHECKPOINT_METADATA_FILE} names items with no directory: "
-                            f"{missing}")
+            problems.append(f"{CHECKPOINT_METADATA_FILE} names items with no directory: {missing}")
     kind = Kind.V1_CHECKPOINT if is_v1 else Kind.STEP
     what = "v1 checkpoint" if is_v1 else "checkpoint-manager step"
     reason = f"{what} with {len(children)} item(s): {', '.join(children) or 'none'}"
-    return Layout(p, kind, reason, checkpointables=children, temporaries=temporaries,
-                  has_commit_file=COMMIT_FILE in listing.files, problems=tuple(problems))
+    return Layout(
+        p,
+        kind,
+        reason,
+        checkpointables=children,
+        temporaries=temporaries,
+        has_commit_file=COMMIT_FILE in listing.files,
+        problems=tuple(problems),
+    )
 
 
 def _looks_like_step(p: str, listing: _Listing) -> bool:
@@ -337,8 +350,9 @@ def _detect_manager_root(p: str, listing: _Listing) -> Layout | None:
         if not _looks_like_step(child_path, child_listing):
             continue
         prefixes.add(prefix)
-        steps.append(Step(number, sub, committed=True,
-                          has_commit_file=COMMIT_FILE in child_listing.files))
+        steps.append(
+            Step(number, sub, committed=True, has_commit_file=COMMIT_FILE in child_listing.files)
+        )
     has_root_metadata = ROOT_METADATA_DIR in listing.dirs
     if not steps and not has_root_metadata:
         return None
@@ -347,7 +361,15 @@ def _detect_manager_root(p: str, listing: _Listing) -> Layout | None:
     if len(prefixes) > 1:
         problems.append(f"step directories use several prefixes: {sorted(map(str, prefixes))}")
     prefix = next(iter(prefixes)) if len(prefixes) == 1 else None
-    reason = (f"checkpoint-manager root with {len(committed)} committed step(s)"
-              + (f" and {len(temporaries)} unfinished" if temporaries else ""))
-    return Layout(p, Kind.MANAGER_ROOT, reason, steps=tuple(sorted(steps, key=lambda s: s.step)),
-                  step_prefix=prefix, temporaries=tuple(temporaries), problems=tuple(problems))
+    reason = f"checkpoint-manager root with {len(committed)} committed step(s)" + (
+        f" and {len(temporaries)} unfinished" if temporaries else ""
+    )
+    return Layout(
+        p,
+        Kind.MANAGER_ROOT,
+        reason,
+        steps=tuple(sorted(steps, key=lambda s: s.step)),
+        step_prefix=prefix,
+        temporaries=tuple(temporaries),
+        problems=tuple(problems),
+    )

@@ -138,7 +138,7 @@ class Placeholder:
 
 
 # --------------------------------------------------------------------------------------------
-# container layer: msgpack syntax -> raw values (_Pairs for maps, ExtType for ext values)
+# container layer: msgpack syntax -> raw values (_Pairs for maps, _Ext for ext values)
 # --------------------------------------------------------------------------------------------
 
 
@@ -146,6 +146,16 @@ class _Pairs(list):
     """A msgpack map as its list of (key, value) pairs (keeps duplicates and any key type)."""
 
     __slots__ = ()
+
+
+class _Ext:
+    """An ext value as found: its type code (-128..127) and payload bytes."""
+
+    __slots__ = ("code", "data")
+
+    def __init__(self, code: int, data: bytes) -> None:
+        self.code = code
+        self.data = data
 
 
 class _Ctx:
@@ -166,7 +176,7 @@ def _pointer(path: tuple[str, ...]) -> str:
 
 
 def _unpack(ctx: _Ctx, data: bytes, path: tuple[str, ...] | None, *, what: str) -> Any:
-    """One msgpack value from ``data``, with maps as `_Pairs` and ext values as ExtType.
+    """One msgpack value from ``data``, with maps as `_Pairs` and ext values as `_Ext`.
 
     ``path`` is None for the file itself (errors then carry byte offsets and the container
     rules MSGPACK-002..005); for an ext payload it is the key path of that ext value and
@@ -180,6 +190,7 @@ def _unpack(ctx: _Ctx, data: bytes, path: tuple[str, ...] | None, *, what: str) 
             use_list=True,
             strict_map_key=False,
             object_pairs_hook=_Pairs,
+            ext_hook=_Ext,
             timestamp=0,
             max_str_len=n,
             max_bin_len=n,
@@ -249,7 +260,7 @@ def _decode_value(ctx: _Ctx, raw: Any, path: tuple[str, ...], depth: int) -> Any
     if t is list:
         _check_depth(ctx, path, depth)
         return [_decode_value(ctx, v, path + (str(i),), depth + 1) for i, v in enumerate(raw)]
-    if t is msgpack.ExtType:
+    if t is _Ext:
         return _decode_ext(ctx, raw, path, depth)
     if t is msgpack.Timestamp:
         raise ctx.error("MSGPACK-008", "unknown ext type code", _pointer(path),
@@ -284,7 +295,7 @@ def _describe(raw: Any) -> str:
         return "map"
     if type(raw) is list:
         return "array"
-    if type(raw) is msgpack.ExtType:
+    if type(raw) is _Ext:
         return f"ext {raw.code}"
     text = repr(raw)
     return f"{type(raw).__name__} {text[:40]}{'...' if len(text) > 40 else ''}"
@@ -297,7 +308,7 @@ def _decode_map(ctx: _Ctx, pairs: _Pairs, path: tuple[str, ...], depth: int) -> 
     return {k: _decode_value(ctx, v, path + (k,), depth + 1) for k, v in items.items()}
 
 
-def _decode_ext(ctx: _Ctx, ext: msgpack.ExtType, path: tuple[str, ...], depth: int) -> Any:
+def _decode_ext(ctx: _Ctx, ext: _Ext, path: tuple[str, ...], depth: int) -> Any:
     code = ext.code
     if code == _EXT_NDARRAY:
         return _decode_array(ctx, ext.data, path, scalar=False)
@@ -449,7 +460,7 @@ def _decode_chunked(ctx: _Ctx, items: Mapping[str, Any], path: tuple[str, ...]) 
     dtype: np.dtype | None = None
     for i, raw in enumerate(chunks_raw):
         cpath = path + ("chunks", str(i))
-        if type(raw) is not msgpack.ExtType or raw.code != _EXT_NDARRAY:
+        if type(raw) is not _Ext or raw.code != _EXT_NDARRAY:
             raise ctx.error("MSGPACK-015", "a chunk must be an ndarray (ext 1)", _pointer(cpath),
                             expected="ext 1", got=_describe(raw))
         piece = _decode_array(ctx, raw.data, cpath, scalar=False)
@@ -495,7 +506,9 @@ def decode_checkpoint(data: bytes, *, file: str = "checkpoint",
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise TypeError(f"data must be bytes-like, got {type(data).__name__}")
     ctx = _Ctx(str(file))
-    size = data.nbytes if isinstance(data, memoryview) else len(data)
+    if isinstance(data, memoryview) and (data.ndim != 1 or data.itemsize != 1):
+        data = data.cast("B") if data.c_contiguous else data.tobytes()
+    size = len(data)
     if size > max_bytes:
         raise ctx.error("MSGPACK-001", "checkpoint file is larger than the size limit", None,
                         expected=f"<= {max_bytes} bytes", got=size)

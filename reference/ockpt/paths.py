@@ -102,17 +102,25 @@ _B64URL = re.compile(r"[A-Za-z0-9_-]*={0,2}")
 def decode_sharding_key(key: str, *, file: str = "_sharding") -> str:
     """Invert `sharding_key`, strictly: canonical padded URL-safe base64 of UTF-8."""
     if not _B64URL.fullmatch(key) or len(key) % 4:
-        raise DocumentError("not padded URL-safe base64", rule="SHARD-001", file=file,
-                            pointer="/" + key)
+        raise DocumentError(
+            "not padded URL-safe base64", rule="SHARD-001", file=file, pointer="/" + key
+        )
     try:
         raw = base64.urlsafe_b64decode(key.encode("ascii"))
         name = raw.decode("utf-8")
     except (binascii.Error, UnicodeDecodeError) as e:
-        raise DocumentError(f"undecodable key: {e}", rule="SHARD-001", file=file,
-                            pointer="/" + key) from None
+        raise DocumentError(
+            f"undecodable key: {e}", rule="SHARD-001", file=file, pointer="/" + key
+        ) from None
     if sharding_key(name) != key:
-        raise DocumentError("non-canonical base64", rule="SHARD-001", file=file,
-                            pointer="/" + key, expected=sharding_key(name), got=key)
+        raise DocumentError(
+            "non-canonical base64",
+            rule="SHARD-001",
+            file=file,
+            pointer="/" + key,
+            expected=sharding_key(name),
+            got=key,
+        )
     return name
 
 
@@ -155,17 +163,22 @@ def check_param_names(paths: Iterable[KeyPath], *, string_leaves: Iterable[KeyPa
     for name, group in by_name.items():
         if len(group) > 1:
             shown = " and ".join(repr(_texts(p)) for p in group[:2])
-            raise FormatError(f"key paths {shown} share the param name {name!r}",
-                              rule="PATH-001", pointer=name)
+            raise FormatError(
+                f"key paths {shown} share the param name {name!r}", rule="PATH-001", pointer=name
+            )
     for a, b in find_collisions(by_name):
         if a != b:
-            raise FormatError(f"param name {b!r} nests inside param name {a!r}",
-                              rule="PATH-001", pointer=b)
+            raise FormatError(
+                f"param name {b!r} nests inside param name {a!r}", rule="PATH-001", pointer=b
+            )
     for path in string_leaves:
         name = param_name(path)
         if "~" in name:
-            raise FormatError(f"string leaf {name!r}: '~' cannot appear in its JSON pointer",
-                              rule="PATH-002", pointer=name)
+            raise FormatError(
+                f"string leaf {name!r}: '~' cannot appear in its JSON pointer",
+                rule="PATH-002",
+                pointer=name,
+            )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -207,8 +220,11 @@ def flatten(tree: Any) -> Iterator[tuple[KeyPath, Any]]:
             for k in node:
                 text = str(k)
                 if text in keyed:
-                    raise FormatError(f"two dict keys both read {text!r}", rule="PATH-001",
-                                      pointer=param_name(_texts(path) + (text,)))
+                    raise FormatError(
+                        f"two dict keys both read {text!r}",
+                        rule="PATH-001",
+                        pointer=param_name(_texts(path) + (text,)),
+                    )
                 keyed[text] = node[k]
             children = [(KeyEntry(t, KeyType.DICT), keyed[t]) for t in _sorted_keys(node)]
         elif _is_namedtuple(node):
@@ -263,26 +279,35 @@ def unflatten(entries: Iterable[tuple[KeyPath, Any]], *, file: str = "_METADATA"
         node = root
         for depth, entry in enumerate(path):
             prefix = texts[:depth]
-            if prefix in leaf_paths:
-                raise DocumentError(f"{param_name(prefix)!r} is both a leaf and a node",
-                                    rule="META-006", file=file, pointer=tree_key(prefix))
             known = kinds.setdefault(prefix, entry.key_type)
             if known is not entry.key_type:
-                raise DocumentError(f"node {tree_key(prefix)} has keys of both key types",
-                                    rule="META-006", file=file, pointer=tree_key(texts))
+                raise DocumentError(
+                    f"node {tree_key(prefix)} has keys of both key types",
+                    rule="META-006",
+                    file=file,
+                    pointer=tree_key(texts),
+                )
             if depth == len(path) - 1:
                 if entry.key in node or texts in kinds:
-                    raise DocumentError(f"key path {tree_key(texts)} appears twice or holds "
-                                        "children", rule="META-006", file=file,
-                                        pointer=tree_key(texts))
+                    raise DocumentError(
+                        f"key path {tree_key(texts)} appears twice or holds children",
+                        rule="META-006",
+                        file=file,
+                        pointer=tree_key(texts),
+                    )
                 node[entry.key] = _leaf(value)
                 leaf_paths.add(texts)
             else:
+                if texts[: depth + 1] in leaf_paths:
+                    raise DocumentError(
+                        f"{param_name(texts[: depth + 1])!r} is both a leaf and a node",
+                        rule="META-006",
+                        file=file,
+                        pointer=tree_key(texts[: depth + 1]),
+                    )
                 node = node.setdefault(entry.key, {})
-                if not isinstance(node, dict):  # pragma: no cover - guarded by leaf_paths
-                    raise DocumentError("inconsistent tree", rule="META-006", file=file)
     if () in leaf_paths:
-        return root[""]
+        return _materialize(root[""], (), kinds, file)
     return _materialize(root, (), kinds, file)
 
 
@@ -297,8 +322,9 @@ class _EmptyMarker:
     node: EmptyNode
 
 
-def _materialize(node: Any, prefix: tuple[str, ...], kinds: Mapping[tuple[str, ...], KeyType],
-                 file: str) -> Any:
+def _materialize(
+    node: Any, prefix: tuple[str, ...], kinds: Mapping[tuple[str, ...], KeyType], file: str
+) -> Any:
     if isinstance(node, _EmptyMarker):
         return _EMPTY_VALUES[node.node]()
     if not isinstance(node, dict) or prefix not in kinds:
@@ -307,6 +333,10 @@ def _materialize(node: Any, prefix: tuple[str, ...], kinds: Mapping[tuple[str, .
         return {k: _materialize(v, prefix + (k,), kinds, file) for k, v in node.items()}
     indices = sorted(int(k) for k in node)
     if indices != list(range(len(indices))):
-        raise DocumentError(f"sequence {tree_key(prefix)} has indices {indices}, not 0..n-1",
-                            rule="META-006", file=file, pointer=tree_key(prefix))
+        raise DocumentError(
+            f"sequence {tree_key(prefix)} has indices {indices}, not 0..n-1",
+            rule="META-006",
+            file=file,
+            pointer=tree_key(prefix),
+        )
     return [_materialize(node[str(i)], prefix + (str(i),), kinds, file) for i in indices]

@@ -33,7 +33,11 @@ def _rules(spec: str, *entries: tuple[str, Severity, str]) -> dict[str, Rule]:
 _ALL: dict[str, Rule] = {
     **_rules(
         "json-documents.md",
-        ("JSON-001", "error", "a JSON document must be well-formed UTF-8 JSON without NaN/Infinity"),
+        (
+            "JSON-001",
+            "error",
+            "a JSON document must be well-formed UTF-8 JSON without NaN/Infinity",
+        ),
         ("JSON-002", "error", "a JSON document must not repeat a key within one object"),
         ("JSON-003", "error", "a JSON document must respect the size and nesting limits"),
         ("JSON-004", "error", "a field must have the type the spec gives it"),
@@ -49,7 +53,11 @@ _ALL: dict[str, Rule] = {
         ("ROOT-001", "error", "_ROOT_METADATA fields must have the spec's types"),
         ("SHARD-001", "error", "a _sharding key must be URL-safe base64 of a UTF-8 param name"),
         ("SHARD-002", "error", "a _sharding value must be a JSON string holding a sharding object"),
-        ("SHARD-003", "error", "a sharding object must be of a known sharding_type with its fields"),
+        (
+            "SHARD-003",
+            "error",
+            "a sharding object must be of a known sharding_type with its fields",
+        ),
         ("ARRM-001", "error", "array_metadatas/process_N must hold a list of array_metadata"),
         ("STR-001", "error", "_strings.json must be an object whose leaves are strings"),
         ("STR-002", "error", "every string leaf must be found at its JSON pointer"),
@@ -72,4 +80,3 @@ RULES: Mapping[str, Rule] = MappingProxyType(_ALL)
 def rule(rule_id: str) -> Rule:
     """The rule with this id; KeyError for an unknown id (a bug in ockpt, not in the input)."""
     return RULES[rule_id]
-

@@ -57,13 +57,16 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-def _check_depth(value: Any, file: str) -> None:
+def _check_depth(value: Any, file: str, pointer: str = "") -> None:
     stack = [(value, 1)]
     while stack:
         node, depth = stack.pop()
         if depth > MAX_DEPTH:
             raise DocumentError(
-                f"JSON nesting deeper than {MAX_DEPTH}", rule="JSON-003", file=file
+                f"JSON nesting deeper than {MAX_DEPTH}",
+                rule="JSON-003",
+                file=file,
+                pointer=pointer,
             )
         if isinstance(node, dict):
             stack.extend((v, depth + 1) for v in node.values())
@@ -71,27 +74,40 @@ def _check_depth(value: Any, file: str) -> None:
             stack.extend((v, depth + 1) for v in node)
 
 
-def parse_json(data: bytes | str, *, file: str, max_bytes: int = MAX_DOCUMENT_BYTES) -> Any:
-    """Parse one JSON document strictly; every failure is a `DocumentError` naming `file`."""
+def parse_json(
+    data: bytes | str, *, file: str, pointer: str = "", max_bytes: int = MAX_DOCUMENT_BYTES
+) -> Any:
+    """Parse one JSON document strictly; every failure is a `DocumentError` naming `file` (and
+    `pointer`, for JSON nested as a string inside another document)."""
     if len(data) > max_bytes:
         raise DocumentError(
-            "document too large", rule="JSON-003", file=file, expected=f"<= {max_bytes} bytes",
+            "document too large",
+            rule="JSON-003",
+            file=file,
+            pointer=pointer,
+            expected=f"<= {max_bytes} bytes",
             got=len(data),
         )
     try:
         text = data.decode("utf-8") if isinstance(data, bytes) else data
         value = json.loads(text, object_pairs_hook=_pairs, parse_constant=_no_constant)
     except _DuplicateKey as e:
-        raise DocumentError(f"duplicate key {e.key!r}", rule="JSON-002", file=file) from None
+        raise DocumentError(
+            f"duplicate key {e.key!r}", rule="JSON-002", file=file, pointer=pointer
+        ) from None
     except UnicodeDecodeError as e:
-        raise DocumentError(f"not UTF-8 at byte {e.start}", rule="JSON-001", file=file) from None
+        raise DocumentError(
+            f"not UTF-8 at byte {e.start}", rule="JSON-001", file=file, pointer=pointer
+        ) from None
     except RecursionError:
         raise DocumentError(
             f"JSON nesting deeper than {MAX_DEPTH}", rule="JSON-003", file=file
         ) from None
     except ValueError as e:  # JSONDecodeError and rejected constants
-        raise DocumentError(f"malformed JSON: {e}", rule="JSON-001", file=file) from None
-    _check_depth(value, file)
+        raise DocumentError(
+            f"malformed JSON: {e}", rule="JSON-001", file=file, pointer=pointer
+        ) from None
+    _check_depth(value, file, pointer)
     return value
 
 
@@ -101,7 +117,10 @@ def read_json(path: str | os.PathLike[str], *, max_bytes: int = MAX_DOCUMENT_BYT
     size = os.stat(file).st_size
     if size > max_bytes:
         raise DocumentError(
-            "document too large", rule="JSON-003", file=file, expected=f"<= {max_bytes} bytes",
+            "document too large",
+            rule="JSON-003",
+            file=file,
+            expected=f"<= {max_bytes} bytes",
             got=size,
         )
     with open(file, "rb") as f:
@@ -131,8 +150,9 @@ def type_name(value: Any) -> str:
     return _TYPE_NAMES.get(type(value), type(value).__name__)
 
 
-def expect(value: Any, kind: type[T] | tuple[type, ...], *, file: str, pointer: str,
-           rule: str = "JSON-004") -> T:
+def expect(
+    value: Any, kind: type[T] | tuple[type, ...], *, file: str, pointer: str, rule: str = "JSON-004"
+) -> T:
     """Return `value` if it is of `kind` (bool is never an int here), else raise."""
     ok = isinstance(value, kind)
     if ok and isinstance(value, bool):
@@ -142,7 +162,11 @@ def expect(value: Any, kind: type[T] | tuple[type, ...], *, file: str, pointer: 
         kinds = kind if isinstance(kind, tuple) else (kind,)
         want = " or ".join(_TYPE_NAMES.get(k, k.__name__) for k in kinds)
         raise DocumentError(
-            "wrong type", rule=rule, file=file, pointer=pointer, expected=want,
+            "wrong type",
+            rule=rule,
+            file=file,
+            pointer=pointer,
+            expected=want,
             got=type_name(value),
         )
     return value  # type: ignore[return-value]
@@ -152,8 +176,9 @@ def expect_object(value: Any, *, file: str, pointer: str, rule: str = "JSON-004"
     return expect(value, dict, file=file, pointer=pointer, rule=rule)
 
 
-def require(obj: Mapping[str, Any], key: str, *, file: str, pointer: str,
-            rule: str = "JSON-005") -> Any:
+def require(
+    obj: Mapping[str, Any], key: str, *, file: str, pointer: str, rule: str = "JSON-005"
+) -> Any:
     """`obj[key]`, or a `DocumentError` saying the required field is missing."""
     if key not in obj:
         raise DocumentError(
@@ -162,8 +187,9 @@ def require(obj: Mapping[str, Any], key: str, *, file: str, pointer: str,
     return obj[key]
 
 
-def expect_int_list(value: Any, *, file: str, pointer: str, rule: str = "JSON-004",
-                    non_negative: bool = True) -> tuple[int, ...]:
+def expect_int_list(
+    value: Any, *, file: str, pointer: str, rule: str = "JSON-004", non_negative: bool = True
+) -> tuple[int, ...]:
     """A JSON array of integers (dimension sizes), as a tuple."""
     items = expect(value, list, file=file, pointer=pointer, rule=rule)
     out = []
@@ -171,8 +197,12 @@ def expect_int_list(value: Any, *, file: str, pointer: str, rule: str = "JSON-00
         n = expect(item, int, file=file, pointer=f"{pointer}/{i}", rule=rule)
         if non_negative and n < 0:
             raise DocumentError(
-                "negative size", rule=rule, file=file, pointer=f"{pointer}/{i}",
-                expected=">= 0", got=n,
+                "negative size",
+                rule=rule,
+                file=file,
+                pointer=f"{pointer}/{i}",
+                expected=">= 0",
+                got=n,
             )
         out.append(n)
     return tuple(out)

@@ -53,18 +53,25 @@ class ArrayMetadata:
     @classmethod
     def from_json(cls, obj: Any, *, file: str, pointer: str) -> ArrayMetadata:
         rest = dict(expect_object(obj, file=file, pointer=pointer, rule="ARRM-001"))
-        name = expect(require(rest, "param_name", file=file, pointer=pointer, rule="ARRM-001"),
-                      str, file=file, pointer=child(pointer, "param_name"), rule="ARRM-001")
+        name = expect(
+            require(rest, "param_name", file=file, pointer=pointer, rule="ARRM-001"),
+            str,
+            file=file,
+            pointer=child(pointer, "param_name"),
+            rule="ARRM-001",
+        )
         rest.pop("param_name")
         shapes = {}
         for key in ("write_shape", "chunk_shape"):
             value = rest.pop(key, None)
-            shapes[key] = None if value is None else expect_int_list(
-                value, file=file, pointer=child(pointer, key), rule="ARRM-001")
+            shapes[key] = (
+                None
+                if value is None
+                else expect_int_list(value, file=file, pointer=child(pointer, key), rule="ARRM-001")
+            )
         ext = rest.pop("ext_metadata", None)
         if ext is not None:
-            expect_object(ext, file=file, pointer=child(pointer, "ext_metadata"),
-                          rule="ARRM-001")
+            expect_object(ext, file=file, pointer=child(pointer, "ext_metadata"), rule="ARRM-001")
         return cls(param_name=name, ext_metadata=ext, extra=rest, **shapes)
 
     def to_json(self) -> dict[str, Any]:
@@ -88,19 +95,32 @@ class ArrayMetadatas:
     @classmethod
     def from_json(cls, obj: Any, *, file: str = DIRECTORY) -> ArrayMetadatas:
         rest = dict(expect_object(obj, file=file, pointer="", rule="ARRM-001"))
-        items = expect(require(rest, "array_metadatas", file=file, pointer="", rule="ARRM-001"),
-                       list, file=file, pointer="/array_metadatas", rule="ARRM-001")
+        items = expect(
+            require(rest, "array_metadatas", file=file, pointer="", rule="ARRM-001"),
+            list,
+            file=file,
+            pointer="/array_metadatas",
+            rule="ARRM-001",
+        )
         rest.pop("array_metadatas")
         arrays = []
         for i, item in enumerate(items):
             ptr = child("/array_metadatas", i)
             wrapper = expect_object(item, file=file, pointer=ptr, rule="ARRM-001")
             if set(wrapper) != {"array_metadata"}:
-                raise DocumentError("entry must hold exactly 'array_metadata'", rule="ARRM-001",
-                                    file=file, pointer=ptr, expected=["array_metadata"],
-                                    got=sorted(wrapper))
-            arrays.append(ArrayMetadata.from_json(wrapper["array_metadata"], file=file,
-                                                  pointer=child(ptr, "array_metadata")))
+                raise DocumentError(
+                    "entry must hold exactly 'array_metadata'",
+                    rule="ARRM-001",
+                    file=file,
+                    pointer=ptr,
+                    expected=["array_metadata"],
+                    got=sorted(wrapper),
+                )
+            arrays.append(
+                ArrayMetadata.from_json(
+                    wrapper["array_metadata"], file=file, pointer=child(ptr, "array_metadata")
+                )
+            )
         return cls(arrays=tuple(arrays), extra=rest)
 
     @classmethod
@@ -112,8 +132,9 @@ class ArrayMetadatas:
         return cls.from_json(read_json(path), file=os.fspath(path))
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"array_metadatas": [{"array_metadata": a.to_json()}
-                                                   for a in self.arrays]}
+        out: dict[str, Any] = {
+            "array_metadatas": [{"array_metadata": a.to_json()} for a in self.arrays]
+        }
         out.update(self.extra)
         return out
 

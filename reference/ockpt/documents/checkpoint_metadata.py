@@ -19,8 +19,9 @@ CHECKPOINT_METADATA_FILE = "_CHECKPOINT_METADATA"
 ROOT_METADATA_FILE = "metadata/_ROOT_METADATA"
 
 
-def _optional(rest: dict[str, Any], key: str, kind: type | tuple[type, ...], *, file: str,
-              rule: str) -> Any:
+def _optional(
+    rest: dict[str, Any], key: str, kind: type | tuple[type, ...], *, file: str, rule: str
+) -> Any:
     """Pop an optional field, checking its type unless it is absent or null."""
     value = rest.pop(key, ABSENT)
     if value is not ABSENT and value is not None:
@@ -53,8 +54,14 @@ class CheckpointMetadata:
     custom_metadata: Mapping[str, Any] | None | Any = ABSENT
     extra: Mapping[str, Any] = field(default_factory=dict)
 
-    _FIELDS = ("item_handlers", "metrics", "performance_metrics", "init_timestamp_nsecs",
-               "commit_timestamp_nsecs", "custom_metadata")
+    _FIELDS = (
+        "item_handlers",
+        "metrics",
+        "performance_metrics",
+        "init_timestamp_nsecs",
+        "commit_timestamp_nsecs",
+        "custom_metadata",
+    )
 
     @classmethod
     def from_json(cls, obj: Any, *, file: str = CHECKPOINT_METADATA_FILE) -> CheckpointMetadata:
@@ -63,25 +70,31 @@ class CheckpointMetadata:
         if isinstance(handlers, dict):
             for name, value in handlers.items():
                 if value is not None:
-                    expect(value, str, file=file, pointer=child("/item_handlers", name),
-                           rule="CKPT-001")
+                    expect(
+                        value,
+                        str,
+                        file=file,
+                        pointer=child("/item_handlers", name),
+                        rule="CKPT-001",
+                    )
         values = {
             "item_handlers": handlers,
             "metrics": _optional(rest, "metrics", dict, file=file, rule="CKPT-001"),
-            "performance_metrics": _optional(rest, "performance_metrics", dict, file=file,
-                                             rule="CKPT-001"),
-            "init_timestamp_nsecs": _optional(rest, "init_timestamp_nsecs", int, file=file,
-                                              rule="CKPT-001"),
-            "commit_timestamp_nsecs": _optional(rest, "commit_timestamp_nsecs", int, file=file,
-                                                rule="CKPT-001"),
-            "custom_metadata": _optional(rest, "custom_metadata", dict, file=file,
-                                         rule="CKPT-001"),
+            "performance_metrics": _optional(
+                rest, "performance_metrics", dict, file=file, rule="CKPT-001"
+            ),
+            "init_timestamp_nsecs": _optional(
+                rest, "init_timestamp_nsecs", int, file=file, rule="CKPT-001"
+            ),
+            "commit_timestamp_nsecs": _optional(
+                rest, "commit_timestamp_nsecs", int, file=file, rule="CKPT-001"
+            ),
+            "custom_metadata": _optional(rest, "custom_metadata", dict, file=file, rule="CKPT-001"),
         }
         return cls(**values, extra=rest)
 
     @classmethod
-    def from_bytes(cls, data: bytes, *, file: str = CHECKPOINT_METADATA_FILE
-                   ) -> CheckpointMetadata:
+    def from_bytes(cls, data: bytes, *, file: str = CHECKPOINT_METADATA_FILE) -> CheckpointMetadata:
         return cls.from_json(parse_json(data, file=file), file=file)
 
     @classmethod
@@ -115,8 +128,9 @@ class RootMetadata:
     @classmethod
     def from_json(cls, obj: Any, *, file: str = ROOT_METADATA_FILE) -> RootMetadata:
         rest = dict(expect_object(obj, file=file, pointer="", rule="ROOT-001"))
-        values = {name: _optional(rest, name, dict, file=file, rule="ROOT-001")
-                  for name in cls._FIELDS}
+        values = {
+            name: _optional(rest, name, dict, file=file, rule="ROOT-001") for name in cls._FIELDS
+        }
         return cls(**values, extra=rest)
 
     @classmethod

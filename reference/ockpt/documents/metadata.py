@@ -42,8 +42,6 @@ VALUE_TYPES = frozenset(
 )
 
 
-
-
 @dataclass(frozen=True, kw_only=True)
 class ValueMetadata:
     """`value_metadata` of one tree entry."""
@@ -65,22 +63,29 @@ class ValueMetadata:
     def from_json(cls, obj: Any, *, file: str, pointer: str) -> ValueMetadata:
         obj = expect_object(obj, file=file, pointer=pointer, rule="META-002")
         rest = dict(obj)
-        value_type = expect(require(rest, "value_type", file=file, pointer=pointer,
-                                    rule="META-002"),
-                            str, file=file, pointer=child(pointer, "value_type"))
+        value_type = expect(
+            require(rest, "value_type", file=file, pointer=pointer, rule="META-002"),
+            str,
+            file=file,
+            pointer=child(pointer, "value_type"),
+        )
         rest.pop("value_type")
         skip = None
         if "skip_deserialize" in rest:
-            skip = expect(rest.pop("skip_deserialize"), bool, file=file,
-                          pointer=child(pointer, "skip_deserialize"))
+            skip = expect(
+                rest.pop("skip_deserialize"),
+                bool,
+                file=file,
+                pointer=child(pointer, "skip_deserialize"),
+            )
         write_shape = None
         if "write_shape" in rest:
             raw = rest.pop("write_shape")
             if raw is not None:
-                write_shape = expect_int_list(raw, file=file,
-                                              pointer=child(pointer, "write_shape"))
-        return cls(value_type=value_type, skip_deserialize=skip, write_shape=write_shape,
-                   extra=rest)
+                write_shape = expect_int_list(raw, file=file, pointer=child(pointer, "write_shape"))
+        return cls(
+            value_type=value_type, skip_deserialize=skip, write_shape=write_shape, extra=rest
+        )
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"value_type": self.value_type}
@@ -113,19 +118,32 @@ class TreeEntry:
         pointer = child("/tree_metadata", key)
         obj = expect_object(obj, file=file, pointer=pointer, rule="META-002")
         rest = dict(obj)
-        raw_keys = expect(require(rest, "key_metadata", file=file, pointer=pointer,
-                                  rule="META-002"),
-                          list, file=file, pointer=child(pointer, "key_metadata"))
+        raw_keys = expect(
+            require(rest, "key_metadata", file=file, pointer=pointer, rule="META-002"),
+            list,
+            file=file,
+            pointer=child(pointer, "key_metadata"),
+        )
         rest.pop("key_metadata")
-        path = tuple(_key_entry(k, file=file, pointer=child(child(pointer, "key_metadata"), i))
-                     for i, k in enumerate(raw_keys))
+        path = tuple(
+            _key_entry(k, file=file, pointer=child(child(pointer, "key_metadata"), i))
+            for i, k in enumerate(raw_keys)
+        )
         value = ValueMetadata.from_json(
             require(rest, "value_metadata", file=file, pointer=pointer, rule="META-002"),
-            file=file, pointer=child(pointer, "value_metadata"))
+            file=file,
+            pointer=child(pointer, "value_metadata"),
+        )
         rest.pop("value_metadata")
         if tree_key(path) != key:
-            raise DocumentError("tree key disagrees with its key_metadata", rule="META-003",
-                                file=file, pointer=pointer, expected=tree_key(path), got=key)
+            raise DocumentError(
+                "tree key disagrees with its key_metadata",
+                rule="META-003",
+                file=file,
+                pointer=pointer,
+                expected=tree_key(path),
+                got=key,
+            )
         return cls(path=path, value=value, extra=rest)
 
     def to_json(self) -> dict[str, Any]:
@@ -139,22 +157,44 @@ class TreeEntry:
 
 def _key_entry(obj: Any, *, file: str, pointer: str) -> KeyEntry:
     obj = expect_object(obj, file=file, pointer=pointer, rule="META-002")
-    key = expect(require(obj, "key", file=file, pointer=pointer, rule="META-002"), str,
-                 file=file, pointer=child(pointer, "key"))
-    raw_type = expect(require(obj, "key_type", file=file, pointer=pointer, rule="META-002"),
-                      int, file=file, pointer=child(pointer, "key_type"))
+    key = expect(
+        require(obj, "key", file=file, pointer=pointer, rule="META-002"),
+        str,
+        file=file,
+        pointer=child(pointer, "key"),
+    )
+    raw_type = expect(
+        require(obj, "key_type", file=file, pointer=pointer, rule="META-002"),
+        int,
+        file=file,
+        pointer=child(pointer, "key_type"),
+    )
     try:
         key_type = KeyType(raw_type)
     except ValueError:
-        raise DocumentError("unknown key_type", rule="META-004", file=file,
-                            pointer=child(pointer, "key_type"), expected=[1, 2],
-                            got=raw_type) from None
+        raise DocumentError(
+            "unknown key_type",
+            rule="META-004",
+            file=file,
+            pointer=child(pointer, "key_type"),
+            expected=[1, 2],
+            got=raw_type,
+        ) from None
     if key_type is KeyType.SEQUENCE and not _INDEX.fullmatch(key):
-        raise DocumentError("sequence index is not a decimal integer", rule="META-005",
-                            file=file, pointer=child(pointer, "key"), got=key)
+        raise DocumentError(
+            "sequence index is not a decimal integer",
+            rule="META-005",
+            file=file,
+            pointer=child(pointer, "key"),
+            got=key,
+        )
     if set(obj) - {"key", "key_type"}:
-        raise DocumentError(f"unknown fields {sorted(set(obj) - {'key', 'key_type'})}",
-                            rule="META-002", file=file, pointer=pointer)
+        raise DocumentError(
+            f"unknown fields {sorted(set(obj) - {'key', 'key_type'})}",
+            rule="META-002",
+            file=file,
+            pointer=pointer,
+        )
     return KeyEntry(key, key_type)
 
 
@@ -180,9 +220,12 @@ class MetadataDocument:
     def from_json(cls, obj: Any, *, file: str = FILE_NAME) -> MetadataDocument:
         obj = expect_object(obj, file=file, pointer="", rule="META-001")
         rest = dict(obj)
-        tree = expect_object(require(rest, "tree_metadata", file=file, pointer="",
-                                     rule="META-001"),
-                             file=file, pointer="/tree_metadata", rule="META-001")
+        tree = expect_object(
+            require(rest, "tree_metadata", file=file, pointer="", rule="META-001"),
+            file=file,
+            pointer="/tree_metadata",
+            rule="META-001",
+        )
         rest.pop("tree_metadata")
         entries = tuple(TreeEntry.from_json(k, v, file=file) for k, v in tree.items())
         flags: dict[str, Any] = {}
@@ -195,8 +238,9 @@ class MetadataDocument:
         vmt = rest.pop("value_metadata_tree", ABSENT)
         if vmt is not ABSENT and vmt is not None:
             expect(vmt, str, file=file, pointer="/value_metadata_tree")
-        doc = cls(entries=entries, custom_metadata=custom, value_metadata_tree=vmt, extra=rest,
-                  **flags)
+        doc = cls(
+            entries=entries, custom_metadata=custom, value_metadata_tree=vmt, extra=rest, **flags
+        )
         doc.tree(file=file)  # entries must form one tree (META-006)
         return doc
 
@@ -231,6 +275,4 @@ class MetadataDocument:
     def tree(self, *, file: str = FILE_NAME) -> Any:
         """The tree these entries describe: nested dicts/lists with `TreeEntry` leaves and
         empty containers / None where the entry is an empty node."""
-        return unflatten(
-            ((e.path, e.value.empty_node or e) for e in self.entries), file=file
-        )
+        return unflatten(((e.path, e.value.empty_node or e) for e in self.entries), file=file)

@@ -11,7 +11,7 @@ import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 from ..errors import DocumentError
 from ..paths import decode_sharding_key, sharding_key
@@ -38,7 +38,7 @@ __all__ = [
 FILE_NAME = "_sharding"
 
 #: One partition-spec entry: unsharded (None), one mesh axis, or several mesh axes.
-AxisSpec = Union[None, str, tuple[str, ...]]
+AxisSpec = None | str | tuple[str, ...]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,43 +64,79 @@ class NamedShardingSpec:
             rest.pop(key)
             return value
 
-        mesh_shape = expect_int_list(take("shape"), file=file, pointer=child(pointer, "shape"),
-                                     rule="SHARD-003")
-        names = expect(take("axis_names"), list, file=file,
-                       pointer=child(pointer, "axis_names"), rule="SHARD-003")
-        axis_names = tuple(expect(n, str, file=file, pointer=child(pointer, "axis_names"),
-                                  rule="SHARD-003") for n in names)
+        mesh_shape = expect_int_list(
+            take("shape"), file=file, pointer=child(pointer, "shape"), rule="SHARD-003"
+        )
+        names = expect(
+            take("axis_names"),
+            list,
+            file=file,
+            pointer=child(pointer, "axis_names"),
+            rule="SHARD-003",
+        )
+        axis_names = tuple(
+            expect(n, str, file=file, pointer=child(pointer, "axis_names"), rule="SHARD-003")
+            for n in names
+        )
         if len(axis_names) != len(mesh_shape):
-            raise DocumentError("axis_names and shape differ in length", rule="SHARD-003",
-                                file=file, pointer=pointer, expected=len(mesh_shape),
-                                got=len(axis_names))
+            raise DocumentError(
+                "axis_names and shape differ in length",
+                rule="SHARD-003",
+                file=file,
+                pointer=pointer,
+                expected=len(mesh_shape),
+                got=len(axis_names),
+            )
         axis_types = None
         if "axis_types" in rest:
-            raw = expect(rest.pop("axis_types"), list, file=file,
-                         pointer=child(pointer, "axis_types"), rule="SHARD-003")
-            axis_types = tuple(expect(t, str, file=file, pointer=child(pointer, "axis_types"),
-                                      rule="SHARD-003") for t in raw)
+            raw = expect(
+                rest.pop("axis_types"),
+                list,
+                file=file,
+                pointer=child(pointer, "axis_types"),
+                rule="SHARD-003",
+            )
+            axis_types = tuple(
+                expect(t, str, file=file, pointer=child(pointer, "axis_types"), rule="SHARD-003")
+                for t in raw
+            )
         spec_ptr = child(pointer, "partition_spec")
-        spec = tuple(_axis_spec(e, axis_names, file=file, pointer=child(spec_ptr, i))
-                     for i, e in enumerate(expect(take("partition_spec"), list, file=file,
-                                                  pointer=spec_ptr, rule="SHARD-003")))
+        spec = tuple(
+            _axis_spec(e, axis_names, file=file, pointer=child(spec_ptr, i))
+            for i, e in enumerate(
+                expect(take("partition_spec"), list, file=file, pointer=spec_ptr, rule="SHARD-003")
+            )
+        )
         mesh_ptr = child(pointer, "device_mesh")
-        device_mesh = expect_object(take("device_mesh"), file=file, pointer=mesh_ptr,
-                                    rule="SHARD-003")
-        ids = _device_ids(require(device_mesh, "mesh", file=file, pointer=mesh_ptr,
-                                  rule="SHARD-003"),
-                          mesh_shape, file=file, pointer=child(mesh_ptr, "mesh"))
-        return cls(mesh_shape=mesh_shape, axis_names=axis_names, partition_spec=spec,
-                   device_ids=ids, axis_types=axis_types, extra=rest)
+        device_mesh = expect_object(
+            take("device_mesh"), file=file, pointer=mesh_ptr, rule="SHARD-003"
+        )
+        ids = _device_ids(
+            require(device_mesh, "mesh", file=file, pointer=mesh_ptr, rule="SHARD-003"),
+            mesh_shape,
+            file=file,
+            pointer=child(mesh_ptr, "mesh"),
+        )
+        return cls(
+            mesh_shape=mesh_shape,
+            axis_names=axis_names,
+            partition_spec=spec,
+            device_ids=ids,
+            axis_types=axis_types,
+            extra=rest,
+        )
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"sharding_type": self.sharding_type,
-                               "shape": list(self.mesh_shape),
-                               "axis_names": list(self.axis_names)}
+        out: dict[str, Any] = {
+            "sharding_type": self.sharding_type,
+            "shape": list(self.mesh_shape),
+            "axis_names": list(self.axis_names),
+        }
         if self.axis_types is not None:
             out["axis_types"] = list(self.axis_types)
-        out["partition_spec"] = [list(e) if isinstance(e, tuple) else e
-                                 for e in self.partition_spec]
+        out["partition_spec"] = [
+            list(e) if isinstance(e, tuple) else e for e in self.partition_spec
+        ]
         out["device_mesh"] = {"mesh": _nest(self.device_ids, self.mesh_shape)}
         out.update(self.extra)
         return out
@@ -116,13 +152,16 @@ class SingleDeviceShardingSpec:
     sharding_type = "SingleDeviceSharding"
 
     @classmethod
-    def from_json(cls, obj: dict[str, Any], *, file: str, pointer: str
-                  ) -> SingleDeviceShardingSpec:
+    def from_json(cls, obj: dict[str, Any], *, file: str, pointer: str) -> SingleDeviceShardingSpec:
         rest = dict(obj)
         rest.pop("sharding_type")
-        device = expect(require(rest, "device_str", file=file, pointer=pointer,
-                                rule="SHARD-003"),
-                        str, file=file, pointer=child(pointer, "device_str"), rule="SHARD-003")
+        device = expect(
+            require(rest, "device_str", file=file, pointer=pointer, rule="SHARD-003"),
+            str,
+            file=file,
+            pointer=child(pointer, "device_str"),
+            rule="SHARD-003",
+        )
         rest.pop("device_str")
         return cls(device_str=device, extra=rest)
 
@@ -130,7 +169,7 @@ class SingleDeviceShardingSpec:
         return {"sharding_type": self.sharding_type, "device_str": self.device_str, **self.extra}
 
 
-ShardingSpec = Union[NamedShardingSpec, SingleDeviceShardingSpec]
+ShardingSpec = NamedShardingSpec | SingleDeviceShardingSpec
 
 _KINDS: dict[str, Any] = {
     "NamedSharding": NamedShardingSpec,
@@ -146,17 +185,21 @@ def _axis_spec(entry: Any, axis_names: tuple[str, ...], *, file: str, pointer: s
         names = (entry,)
     else:
         items = expect(entry, list, file=file, pointer=pointer, rule="SHARD-003")
-        names = tuple(expect(n, str, file=file, pointer=pointer, rule="SHARD-003")
-                      for n in items)
+        names = tuple(expect(n, str, file=file, pointer=pointer, rule="SHARD-003") for n in items)
     for name in names:
         if name not in axis_names:
-            raise DocumentError("partition_spec names an axis the mesh lacks", rule="SHARD-003",
-                                file=file, pointer=pointer, expected=list(axis_names), got=name)
+            raise DocumentError(
+                "partition_spec names an axis the mesh lacks",
+                rule="SHARD-003",
+                file=file,
+                pointer=pointer,
+                expected=list(axis_names),
+                got=name,
+            )
     return names[0] if isinstance(entry, str) else names
 
 
-def _device_ids(mesh: Any, shape: tuple[int, ...], *, file: str, pointer: str
-                ) -> tuple[int, ...]:
+def _device_ids(mesh: Any, shape: tuple[int, ...], *, file: str, pointer: str) -> tuple[int, ...]:
     """Flatten the nested `[[{"id": n}, ...], ...]` mesh, checking it has `shape`."""
     ids: list[int] = []
 
@@ -168,16 +211,26 @@ def _device_ids(mesh: Any, shape: tuple[int, ...], *, file: str, pointer: str
             return
         items = expect(node, list, file=file, pointer=ptr, rule="SHARD-003")
         if len(items) != shape[depth]:
-            raise DocumentError("device mesh does not have the declared shape",
-                                rule="SHARD-003", file=file, pointer=ptr,
-                                expected=shape[depth], got=len(items))
+            raise DocumentError(
+                "device mesh does not have the declared shape",
+                rule="SHARD-003",
+                file=file,
+                pointer=ptr,
+                expected=shape[depth],
+                got=len(items),
+            )
         for i, item in enumerate(items):
             walk(item, depth + 1, child(ptr, i))
 
     if math.prod(shape) > 1 << 24:
-        raise DocumentError("device mesh too large", rule="SHARD-003", file=file,
-                            pointer=pointer, expected=f"<= {1 << 24} devices",
-                            got=math.prod(shape))
+        raise DocumentError(
+            "device mesh too large",
+            rule="SHARD-003",
+            file=file,
+            pointer=pointer,
+            expected=f"<= {1 << 24} devices",
+            got=math.prod(shape),
+        )
     walk(mesh, 0, pointer)
     return tuple(ids)
 
@@ -186,20 +239,31 @@ def _nest(ids: tuple[int, ...], shape: tuple[int, ...]) -> Any:
     if not shape:
         return {"id": ids[0]}
     step = len(ids) // shape[0] if shape[0] else 0
-    return [_nest(ids[i * step:(i + 1) * step], shape[1:]) for i in range(shape[0])]
+    return [_nest(ids[i * step : (i + 1) * step], shape[1:]) for i in range(shape[0])]
 
 
 def parse_sharding(text: Any, *, file: str = FILE_NAME, pointer: str = "") -> ShardingSpec:
     """Parse one value of `_sharding`: a JSON string holding a sharding object."""
     text = expect(text, str, file=file, pointer=pointer, rule="SHARD-002")
-    obj = expect_object(parse_json(text, file=f"{file}{pointer}"), file=file, pointer=pointer,
-                        rule="SHARD-002")
-    kind = expect(require(obj, "sharding_type", file=file, pointer=pointer, rule="SHARD-003"),
-                  str, file=file, pointer=child(pointer, "sharding_type"), rule="SHARD-003")
+    obj = expect_object(
+        parse_json(text, file=file, pointer=pointer), file=file, pointer=pointer, rule="SHARD-002"
+    )
+    kind = expect(
+        require(obj, "sharding_type", file=file, pointer=pointer, rule="SHARD-003"),
+        str,
+        file=file,
+        pointer=child(pointer, "sharding_type"),
+        rule="SHARD-003",
+    )
     if kind not in _KINDS:
-        raise DocumentError("unknown sharding_type", rule="SHARD-003", file=file,
-                            pointer=child(pointer, "sharding_type"), expected=sorted(_KINDS),
-                            got=kind)
+        raise DocumentError(
+            "unknown sharding_type",
+            rule="SHARD-003",
+            file=file,
+            pointer=child(pointer, "sharding_type"),
+            expected=sorted(_KINDS),
+            got=kind,
+        )
     return _KINDS[kind].from_json(obj, file=file, pointer=pointer)
 
 
@@ -227,8 +291,10 @@ class ShardingDocument:
         return cls.from_json(read_json(path), file=os.fspath(path))
 
     def to_json(self) -> dict[str, str]:
-        return {sharding_key(name): dump_json(spec.to_json()).decode("utf-8")
-                for name, spec in self.shardings.items()}
+        return {
+            sharding_key(name): dump_json(spec.to_json()).decode("utf-8")
+            for name, spec in self.shardings.items()
+        }
 
     def to_bytes(self) -> bytes:
         """Orbax writes the outer map compactly (no spaces) and the inner strings with them."""

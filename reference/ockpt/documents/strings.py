@@ -38,9 +38,14 @@ class StringsDocument:
                 if isinstance(value, dict):
                     stack.append((ptr, value))
                 elif not isinstance(value, str):
-                    raise DocumentError("string leaf is not a string", rule="STR-001",
-                                        file=file, pointer=ptr, expected="string",
-                                        got=type_name(value))
+                    raise DocumentError(
+                        "string leaf is not a string",
+                        rule="STR-001",
+                        file=file,
+                        pointer=ptr,
+                        expected="string",
+                        got=type_name(value),
+                    )
         return cls(obj, file)
 
     @classmethod
@@ -61,11 +66,19 @@ class StringsDocument:
             for part in parents:
                 node = node.setdefault(part, {})
                 if not isinstance(node, dict):
-                    raise DocumentError(f"string leaf {name!r} nests under another string leaf",
-                                        rule="PATH-001", file=FILE_NAME, pointer=name)
+                    raise DocumentError(
+                        f"string leaf {name!r} nests under another string leaf",
+                        rule="PATH-001",
+                        file=FILE_NAME,
+                        pointer=name,
+                    )
             if last in node:
-                raise DocumentError(f"string leaf {name!r} collides with another",
-                                    rule="PATH-001", file=FILE_NAME, pointer=name)
+                raise DocumentError(
+                    f"string leaf {name!r} collides with another",
+                    rule="PATH-001",
+                    file=FILE_NAME,
+                    pointer=name,
+                )
             node[last] = text
         return cls(root)
 
@@ -80,12 +93,16 @@ class StringsDocument:
         node: Any = self.values
         for part in strings_pointer(name)[1:].split("/"):
             if not isinstance(node, dict) or part not in node:
-                raise MissingDataError(f"{self.file}: no string at {strings_pointer(name)!r} "
-                                       f"for param {name!r} [STR-002]")
+                raise MissingDataError(
+                    f"{self.file}: no string at {strings_pointer(name)!r} "
+                    f"for param {name!r} [STR-002]"
+                )
             node = node[part]
         if not isinstance(node, str):
-            raise MissingDataError(f"{self.file}: {strings_pointer(name)!r} holds an object, "
-                                   f"not the string of param {name!r} [STR-002]")
+            raise MissingDataError(
+                f"{self.file}: {strings_pointer(name)!r} holds an object, "
+                f"not the string of param {name!r} [STR-002]"
+            )
         return node
 
     def names(self) -> Iterator[str]:

@@ -1,0 +1,151 @@
+"""Layout detection on every real fixture and on arbitrary directories."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import ockpt
+from conftest import case_id, fixture_cases
+from ockpt.layout import Kind, Storage, is_temporary_name, parse_step_name
+
+CASES = fixture_cases()
+
+
+def expected_of(case: Path) -> dict:
+    from _record import load_expected
+
+    return load_expected(case)
+
+
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+def test_detects_every_fixture(case):
+    expected = expected_of(case)
+    want = expected["layout"]
+    layout = ockpt.detect(case / "checkpoint")
+    assert layout.problems == ()
+    kind = {"item": Kind.PYTREE_ITEM, "v1": Kind.V1_CHECKPOINT, "manager": Kind.MANAGER_ROOT}[
+        want["kind"]
+    ]
+    assert layout.kind is kind, layout.reason
+    for rel in expected["items"]:
+        item = _find(layout, case / "checkpoint", rel)
+        assert item.kind is Kind.PYTREE_ITEM, (rel, item.reason)
+        assert item.problems == ()
+        fmt = item.item
+        if "ocdbt" in want:
+            assert (fmt.storage is Storage.OCDBT) == want["ocdbt"], rel
+        if "zarr_version" in want and fmt.storage is not Storage.INLINE:
+            assert fmt.zarr_version == want["zarr_version"], rel
+    if layout.kind is Kind.V1_CHECKPOINT:
+        assert layout.pytree is not None
+    if layout.kind is Kind.MANAGER_ROOT and "steps" in expected:
+        assert [s.step for s in layout.steps if s.committed] == expected["steps"]
+        assert layout.latest_step.step == max(expected["steps"])
+
+
+def _find(layout, root: Path, rel: str):
+    """The detected layout of the item at `rel` under `root` (walking steps and items)."""
+    if rel == "":
+        return layout
+    node = layout
+    parts = rel.split("/")
+    for i, part in enumerate(parts):
+        if node.kind is Kind.MANAGER_ROOT:
+            node = ockpt.detect(root.joinpath(*parts[: i + 1]))
+        else:
+            node = node.checkpointables[part]
+    return node
+
+
+def test_temporary_directories(tmp_path):
+    tmp = tmp_path / "7.orbax-checkpoint-tmp-1712"
+    (tmp / "default").mkdir(parents=True)
+    assert ockpt.detect(tmp).kind is Kind.TEMPORARY
+    assert not ockpt.detect(tmp).committed
+    (tmp_path / "3" / "default").mkdir(parents=True)
+    (tmp_path / "3" / "default" / "_METADATA").write_text('{"tree_metadata": {}}')
+    root = ockpt.detect(tmp_path)
+    assert root.kind is Kind.MANAGER_ROOT
+    assert [(s.step, s.committed) for s in root.steps] == [(3, True), (7, False)]
+    assert root.latest_step.step == 3 and root.temporaries == (tmp.name,)
+    assert is_temporary_name("state.orbax-checkpoint-tmp")
+    assert parse_step_name("run_0012") == ("run", 12) and parse_step_name("x") is None
+
+
+def test_not_a_checkpoint(tmp_path):
+    assert ockpt.detect(tmp_path / "missing").kind is Kind.NOT_A_CHECKPOINT
+    (tmp_path / "file").write_text("x")
+    assert ockpt.detect(tmp_path / "file").reason == "not a directory"
+    (tmp_path / "empty").mkdir()
+    assert ockpt.detect(tmp_path / "empty").kind is Kind.NOT_A_CHECKPOINT
+    (tmp_path / "2024" / "photos").mkdir(parents=True)
+    assert ockpt.detect(tmp_path).kind is Kind.NOT_A_CHECKPOINT
+
+
+def test_malformed_metadata_is_reported_not_raised(tmp_path):
+    (tmp_path / "_METADATA").write_text("{oops")
+    layout = ockpt.detect(tmp_path)
+    assert layout.kind is Kind.PYTREE_ITEM
+    assert len(layout.problems) == 1 and "JSON-001" in layout.problems[0]
+
+
+def test_symlink_loop_and_unreadable(tmp_path):
+    os.symlink(tmp_path / "loop", tmp_path / "loop")
+    assert ockpt.detect(tmp_path / "loop").kind is Kind.NOT_A_CHECKPOINT
+    (tmp_path / "d").mkdir()
+    os.symlink(tmp_path / "d", tmp_path / "d" / "self")
+    assert ockpt.detect(tmp_path / "d").kind is Kind.NOT_A_CHECKPOINT
+
+
+names = st.sampled_from(
+    [
+        "_METADATA",
+        "_CHECKPOINT_METADATA",
+        "checkpoint",
+        "manifest.ocdbt",
+        "orbax.checkpoint",
+        "commit_success.txt",
+        "metadata",
+        "d",
+        "0",
+        "12",
+        "x.orbax-checkpoint-tmp",
+        "ocdbt.process_0",
+        ".zarray",
+        "zarr.json",
+        "state",
+        "default",
+        "run_3",
+        "array_metadatas",
+    ]
+)
+trees = st.recursive(
+    st.sampled_from(["", "{}", "not json", '{"tree_metadata": 5}']),
+    lambda c: st.dictionaries(names, c, max_size=4),
+    max_leaves=15,
+)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(tree=st.dictionaries(names, trees, max_size=5))
+def test_detect_never_raises(tmp_path_factory, tree):
+    root = tmp_path_factory.mktemp("arb")
+    _materialize(root, tree)
+    layout = ockpt.detect(root)
+    assert isinstance(layout.kind, Kind) and layout.reason
+
+
+def _materialize(path: Path, tree: dict) -> None:
+    for name, value in tree.items():
+        if isinstance(value, dict):
+            (path / name).mkdir()
+            _materialize(path / name, value)
+        else:
+            (path / name).write_text(value)
