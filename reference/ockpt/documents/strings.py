@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import DocumentError, MissingDataError
@@ -25,7 +25,7 @@ class StringsDocument:
     """The parsed `_strings.json`: the raw object, with lookup by param name."""
 
     values: Mapping[str, Any]  # nested objects whose leaves are str
-    file: str = FILE_NAME
+    file: str = field(default=FILE_NAME, compare=False)  # where it was read, for errors
 
     @classmethod
     def from_json(cls, obj: Any, *, file: str = FILE_NAME) -> StringsDocument:
