@@ -46,15 +46,23 @@ except ImportError:  # pragma: no cover
 # --------------------------------------------------------------------------------------------
 
 
-def nd(array: np.ndarray, *, code: int = 1, name: str | None = None, shape=None,
-       data: bytes | None = None) -> msgpack.ExtType:
+def nd(
+    array: np.ndarray,
+    *,
+    code: int = 1,
+    name: str | None = None,
+    shape=None,
+    data: bytes | None = None,
+) -> msgpack.ExtType:
     """An ndarray (ext 1) or numpy scalar (ext 3) value."""
     array = np.asarray(array)
-    payload = msgpack.packb([
-        list(array.shape) if shape is None else shape,
-        array.dtype.name if name is None else name,
-        array.tobytes() if data is None else data,
-    ])
+    payload = msgpack.packb(
+        [
+            list(array.shape) if shape is None else shape,
+            array.dtype.name if name is None else name,
+            array.tobytes() if data is None else data,
+        ]
+    )
     return msgpack.ExtType(code, payload)
 
 
@@ -69,7 +77,7 @@ def cplx(z: complex) -> msgpack.ExtType:
 def chunked(array: np.ndarray, per_chunk: int) -> dict:
     """The chunked-array map, as Orbax 0.5.15 writes it (observed with a lowered chunk limit)."""
     flat = np.ascontiguousarray(array).reshape(-1)
-    pieces = [flat[i:i + per_chunk] for i in range(0, flat.size, per_chunk)]
+    pieces = [flat[i : i + per_chunk] for i in range(0, flat.size, per_chunk)]
     return {
         "__msgpack_chunked_array__": True,
         "shape": {str(i): d for i, d in enumerate(array.shape)},
@@ -81,8 +89,9 @@ def pack(tree) -> bytes:
     return msgpack.packb(tree)
 
 
-def expect_error(data: bytes, rule: str, pointer: str | None = None, *, file: str = "ckpt/x",
-                 **kw) -> MsgpackError:
+def expect_error(
+    data: bytes, rule: str, pointer: str | None = None, *, file: str = "ckpt/x", **kw
+) -> MsgpackError:
     with pytest.raises(MsgpackError) as info:
         decode_checkpoint(data, file=file, **kw)
     err = info.value
@@ -108,9 +117,6 @@ def _cases() -> list[str]:
     return sorted(p.parent.parent.name for p in FIXTURES.glob("msgpack_*/checkpoint/checkpoint"))
 
 
-needs_fixtures = pytest.mark.skipif(not _cases(), reason="fixtures/orbax-0.5.15 not generated")
-
-
 def _case(name: str) -> Path:
     case = FIXTURES / name
     if not (case / "checkpoint" / "checkpoint").is_file():
@@ -122,108 +128,167 @@ def _real_bytes(name: str) -> bytes:
     return (_case(name) / "checkpoint" / "checkpoint").read_bytes()
 
 
-def _same(got, want, path="") -> None:
-    """Compare a decoded tree with the tree Orbax was given, allowing the writer's conversions.
+def _sorted_items(node: dict) -> list[tuple[str, dict]]:
+    """A dict node's items in the order the writer flattens them (jax sorts dict keys)."""
+    key_types = node.get("key_types", {})
+    keys = [(int(k) if key_types.get(k) == "int" else k) for k in node["items"]]
+    return [(str(k), node["items"][str(k)]) for k in sorted(keys)]
 
-    Orbax 0.5.15 writes tuples as msgpack arrays and named tuples as maps; numpy values must
-    match in dtype, shape and bits.
+
+def _expected_placeholders(node: dict, path: tuple[str, ...] = ()) -> object:
+    """What 0.5.15 writes in `checkpoint` for a plain save, from the record of the saved tree.
+
+    Observed: every leaf, None, empty dict and empty list becomes ``PLACEHOLDER://<param
+    name>``; an empty tuple becomes nil; tuples become arrays and NamedTuples maps.
     """
-    if isinstance(want, tuple) and hasattr(type(want), "_fields"):
-        assert isinstance(got, dict) and list(got) == list(want._fields), path
-        for k in want._fields:
-            _same(got[k], getattr(want, k), f"{path}/{k}")
-    elif isinstance(want, dict):
-        assert isinstance(got, dict), path
-        assert list(got) == sorted(str(k) for k in want), path
-        for k, v in want.items():
-            _same(got[str(k)], v, f"{path}/{k}")
+    t = node["type"]
+    here = Placeholder(".".join(path), "PLACEHOLDER")
+    if t == "dict":
+        items = _sorted_items(node)
+        return {k: _expected_placeholders(v, path + (k,)) for k, v in items} if items else here
+    if t in ("list", "tuple"):
+        if not node["items"]:
+            return here if t == "list" else None
+        return [_expected_placeholders(v, path + (str(i),)) for i, v in enumerate(node["items"])]
+    if t == "namedtuple":
+        return {k: _expected_placeholders(v, path + (k,)) for k, v in node["fields"].items()}
+    return here
+
+
+def _expected_inline(node: dict, case: Path) -> object:
+    """What 0.5.15 writes in `checkpoint` for a save with aggregate=True, from the record.
+
+    Observed: values inline; tuples become arrays, NamedTuples maps; an empty tuple, a Python
+    complex and numpy bool / bfloat16 scalars become nil (the case lists them in
+    ``restored_as_none``).
+    """
+    t = node["type"]
+    if t == "dict":
+        return {k: _expected_inline(v, case) for k, v in _sorted_items(node)}
+    if t == "namedtuple":
+        return {k: _expected_inline(v, case) for k, v in node["fields"].items()}
+    if t in ("list", "tuple"):
+        if t == "tuple" and not node["items"]:
+            return None
+        return [_expected_inline(v, case) for v in node["items"]]
+    if t == "scalar" and (
+        node["py_type"] == "complex"
+        or node.get("dtype") in ("bool", "bfloat16")
+        and node["py_type"] == "numpy"
+    ):
+        return None
+    return _record.decode_tree(node, case)
+
+
+def _same(got, want, path="") -> None:
+    """Equal with exact types, dtypes and bits (nan equals nan)."""
+    if isinstance(want, dict):
+        assert isinstance(got, dict) and list(got) == list(want), (path, got)
+        for k in want:
+            _same(got[k], want[k], f"{path}/{k}")
     elif isinstance(want, (list, tuple)):
-        assert isinstance(got, (list, tuple)) and len(got) == len(want), path
-        for i, (g, w) in enumerate(zip(got, want)):
+        assert type(got) is type(want) and len(got) == len(want), (path, got)
+        for i, (g, w) in enumerate(zip(got, want, strict=True)):
             _same(g, w, f"{path}/{i}")
-    elif isinstance(want, np.ndarray):
-        assert isinstance(got, np.ndarray), path
-        assert got.dtype == want.dtype and got.shape == want.shape, path
-        assert got.tobytes() == want.tobytes(), path
-    elif isinstance(want, np.generic):
-        assert isinstance(got, np.generic) and got.dtype == want.dtype, path
-        assert got.tobytes() == want.tobytes(), path
+    elif isinstance(want, (np.ndarray, np.generic)):
+        assert type(got) is type(want), (path, type(got), type(want))
+        assert got.dtype == want.dtype and got.shape == want.shape, (path, got, want)
+        assert got.tobytes() == want.tobytes(), (path, got, want)
+    elif isinstance(want, float):
+        assert type(got) is float, (path, got)
+        assert got == want or (math.isnan(got) and math.isnan(want)), (path, got, want)
     else:
         assert type(got) is type(want) and got == want, (path, got, want)
 
 
-@needs_fixtures
+def _top_level_nils(tree: dict) -> set[str]:
+    return {k for k, v in tree.items() if v is None}
+
+
 def test_fixture_cases_present():
-    assert {"msgpack_placeholders", "msgpack_aggregated"} <= set(_cases())
+    if not FIXTURES.is_dir():
+        pytest.skip("fixtures/orbax-0.5.15 not generated")
+    assert {
+        "msgpack_placeholders",
+        "msgpack_aggregated",
+        "msgpack_lossy",
+        "msgpack_chunked",
+    } <= set(_cases())
 
 
 def test_placeholders_fixture():
     case = _case("msgpack_placeholders")
     record = _record.load_expected(case)
+    assert record["versions"]["orbax-checkpoint"] == "0.5.15"
+    node = record["items"][""]
     tree = read_checkpoint_file(case / "checkpoint" / "checkpoint")
-    want = _record.decode_tree(record["tree"], case)
+    _same(tree, _expected_placeholders(node))
     found = placeholders(tree)
-    # every leaf of the saved tree (None and empty containers included) is a placeholder
-    # named by its param name
-    leaves = {"/".join(p): n for p, n in _record.iter_nodes(record["tree"])
-              if n["type"] not in ("dict", "list", "tuple", "namedtuple") or not _has_items(n)}
-    assert sorted(found) == sorted(".".join(p.split("/")) for p in leaves)
     assert all(p.scheme == "PLACEHOLDER" for p in found.values())
-    _same_structure(tree, want)
-
-
-def _has_items(node: dict) -> bool:
-    return bool(node.get("items") or node.get("fields"))
-
-
-def _same_structure(got, want, path=()):
-    """Placeholders stand where leaves (or empty containers / None) were saved."""
-    if isinstance(want, dict) and want:
-        assert list(got) == sorted(str(k) for k in want)
-        for k, v in want.items():
-            _same_structure(got[str(k)], v, path + (str(k),))
-    elif isinstance(want, (list, tuple)) and want and not hasattr(type(want), "_fields"):
-        assert isinstance(got, list) and len(got) == len(want)
-        for i, v in enumerate(want):
-            _same_structure(got[i], v, path + (str(i),))
-    else:
-        assert got == Placeholder(".".join(path), "PLACEHOLDER"), (path, got)
+    # every array / scalar / string / None / empty container of the tree has one
+    assert "empty_dict" in found and "empty_list" in found and "none" in found
+    assert "layers.1" in found and "point.y" in found and "sharded" in found
+    assert _top_level_nils(tree) == set(record["restored_as_none"]) == {"empty_tuple"}
+    view = to_json_view(tree)
+    assert view["params"]["w"] == {
+        "__placeholder__": {"scheme": "PLACEHOLDER", "param_name": "params.w"}
+    }
+    json.dumps(view, allow_nan=False)
 
 
 def test_aggregated_fixture():
     case = _case("msgpack_aggregated")
     record = _record.load_expected(case)
+    node = record["items"][""]
     tree = read_checkpoint_file(case / "checkpoint" / "checkpoint")
-    want = _record.decode_tree(record["tree"], case)
+    _same(tree, _expected_inline(node, case))
     assert placeholders(tree) == {}
-    _same(tree, _as_written(want))
-    json.dumps(to_json_view(tree), allow_nan=False)
+    assert _top_level_nils(tree) == set()
+    # the dtypes the fixture promises really are inline, with their names
+    view = to_json_view(tree)
+    assert view["bfloat16"] == {"__ndarray__": {"dtype": "bfloat16", "shape": [2, 2]}}
+    assert view["int4"] == {"__ndarray__": {"dtype": "int4", "shape": [4]}}
+    assert view["float64_0d"] == {"__ndarray__": {"dtype": "float64", "shape": []}}
+    assert view["np_complex64"] == {"__npscalar__": {"dtype": "complex64"}}
+    assert isinstance(tree["tuple"], list) and isinstance(tree["point"], dict)
+    json.dumps(view, allow_nan=False)
 
 
-def _as_written(want):
-    """What Orbax 0.5.15 puts in the msgpack file for a tree saved with aggregate=True.
-
-    Observed (see the report in msgpack_legacy's tests): tuples become arrays, named tuples
-    maps, and Python complex and numpy bool scalars become nil. Empty tuples become nil too.
-    """
-    if isinstance(want, tuple) and hasattr(type(want), "_fields"):
-        return {k: _as_written(getattr(want, k)) for k in want._fields}
-    if isinstance(want, dict):
-        return {k: _as_written(v) for k, v in want.items()}
-    if isinstance(want, tuple) and not want:
-        return None
-    if isinstance(want, (list, tuple)):
-        return [_as_written(v) for v in want]
-    if isinstance(want, complex) or isinstance(want, np.bool_):
-        return None
-    return want
+def test_lossy_fixture():
+    case = _case("msgpack_lossy")
+    record = _record.load_expected(case)
+    tree = read_checkpoint_file(case / "checkpoint" / "checkpoint")
+    _same(tree, _expected_inline(record["items"][""], case))
+    assert _top_level_nils(tree) == set(record["restored_as_none"])
+    assert tree["kept"] == np.int32(1) and tree["kept"].dtype == np.int32
 
 
 def test_chunked_fixture():
     case = _case("msgpack_chunked")
     record = _record.load_expected(case)
-    tree = read_checkpoint_file(case / "checkpoint" / "checkpoint")
-    _same(tree, _as_written(_record.decode_tree(record["tree"], case)))
+    data = _real_bytes("msgpack_chunked")
+    assert data.count(b"__msgpack_chunked_array__") == 2  # 'big' and 'bf16', not 'small'
+    tree = decode_checkpoint(data)
+    _same(tree, _expected_inline(record["items"][""], case))
+    # the hand-made `chunked` helper used by the tests below builds exactly Orbax's layout
+    limit = record["options"]["msgpack_max_chunk_size"]
+    raw = msgpack.unpackb(data, ext_hook=msgpack.ExtType)
+    for name in ("big", "bf16"):
+        assert raw[name] == chunked(tree[name], limit // tree[name].dtype.itemsize)
+        assert pack({name: raw[name]}) == pack(
+            {name: chunked(tree[name], limit // tree[name].dtype.itemsize)}
+        )
+
+
+def test_chunked_fixture_corruptions():
+    data = _real_bytes("msgpack_chunked")
+    raw = msgpack.unpackb(data, ext_hook=msgpack.ExtType)
+    bad = dict(raw, big=dict(raw["big"], chunks=dict(raw["big"]["chunks"])))
+    del bad["big"]["chunks"]["2"]  # 3 chunks of 16 int32 + ... : drop one
+    bad["big"]["chunks"] = {str(i): c for i, c in enumerate(bad["big"]["chunks"].values())}
+    expect_error(pack(bad), "MSGPACK-015", "/big/chunks")
+    bad = dict(raw, bf16=dict(raw["bf16"], shape={"0": 34}))
+    expect_error(pack(bad), "MSGPACK-015", "/bf16/chunks")
 
 
 def _ext_spans(data: bytes) -> list[tuple[int, int, int]]:
@@ -252,7 +317,7 @@ def _key_before(data: bytes, offset: int) -> str:
     """The fixstr map key right before ``offset`` (how the fixture's top-level keys look)."""
     for n in range(1, 32):
         if offset - n - 1 >= 0 and data[offset - n - 1] == 0xA0 | n:
-            return data[offset - n:offset].decode()
+            return data[offset - n : offset].decode()
     raise AssertionError("no key before offset")
 
 
@@ -273,17 +338,21 @@ class TestRealCorruption:
         head, start, length = _first_array_ext(real)
         key = _key_before(real, head)
         # shorten the ext by one byte: the payload's bin now ends early
-        bad = real[:head] + bytes([0xC7, length - 1, 1]) + real[start:start + length - 1] \
-            + real[start + length:]
+        bad = (
+            real[:head]
+            + bytes([0xC7, length - 1, 1])
+            + real[start : start + length - 1]
+            + real[start + length :]
+        )
         expect_error(bad, "MSGPACK-009", f"/{key}")
 
     def test_wrong_dtype_name(self, real):
         head, start, length = _first_array_ext(real)
         key = _key_before(real, head)
-        payload = msgpack.unpackb(real[start:start + length])
+        payload = msgpack.unpackb(real[start : start + length])
         name = payload[1].encode()
         at = real.index(name, start)
-        bad = real[:at] + b"O" * len(name) + real[at + len(name):]
+        bad = real[:at] + b"O" * len(name) + real[at + len(name) :]
         err = expect_error(bad, "MSGPACK-010", f"/{key}")
         assert err.got == "O" * len(name)
 
@@ -321,8 +390,13 @@ def test_rules_table():
 
 
 def test_plain_values_and_placeholders():
-    data = pack({"a": "PLACEHOLDER://a", "b": {"c": "AGGREGATED://b.c", "d": [1, -2, 3.5, True,
-                 None, "s", b"by"]}, "": "PLACEHOLDER://"})
+    data = pack(
+        {
+            "a": "PLACEHOLDER://a",
+            "b": {"c": "AGGREGATED://b.c", "d": [1, -2, 3.5, True, None, "s", b"by"]},
+            "": "PLACEHOLDER://",
+        }
+    )
     tree = decode_checkpoint(data)
     assert tree == {
         "a": Placeholder("a", "PLACEHOLDER"),
@@ -330,23 +404,50 @@ def test_plain_values_and_placeholders():
         "": Placeholder("", "PLACEHOLDER"),
     }
     assert list(tree) == ["a", "b", ""]  # file order kept
-    assert placeholders(tree) == {"a": Placeholder("a", "PLACEHOLDER"),
-                                  "b.c": Placeholder("b.c", "AGGREGATED"),
-                                  "": Placeholder("", "PLACEHOLDER")}
+    assert placeholders(tree) == {
+        "a": Placeholder("a", "PLACEHOLDER"),
+        "b.c": Placeholder("b.c", "AGGREGATED"),
+        "": Placeholder("", "PLACEHOLDER"),
+    }
     assert Placeholder("b.c", "AGGREGATED").uri == "AGGREGATED://b.c"
 
 
-DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-          "float16", "float32", "float64", "complex64", "complex128"]
-ML_DTYPES = ["bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e4m3b11fnuz", "float8_e4m3fnuz",
-             "float8_e5m2fnuz", "int4", "uint4"]
+DTYPES = [
+    "bool",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "float32",
+    "float64",
+    "complex64",
+    "complex128",
+]
+ML_DTYPES = [
+    "bfloat16",
+    "float8_e4m3fn",
+    "float8_e5m2",
+    "float8_e4m3b11fnuz",
+    "float8_e4m3fnuz",
+    "float8_e5m2fnuz",
+    "int4",
+    "uint4",
+]
 
 
 @pytest.mark.parametrize("name", DTYPES + ML_DTYPES)
 def test_ndarray_and_scalar_dtypes(name):
     dtype = _record.numpy_dtype(name)
-    array = np.arange(6).reshape(2, 3).astype(dtype) if name != "bool" else \
-        np.array([[True, False, True], [False, False, True]])
+    array = (
+        np.arange(6).reshape(2, 3).astype(dtype)
+        if name != "bool"
+        else np.array([[True, False, True], [False, False, True]])
+    )
     scalar = array.reshape(-1)[1]
     tree = decode_checkpoint(pack({"x": nd(array), "s": nd(scalar, code=3), "z": nd(array[0, 0])}))
     assert tree["x"].dtype == dtype and tree["x"].shape == (2, 3)
@@ -355,9 +456,11 @@ def test_ndarray_and_scalar_dtypes(name):
     assert isinstance(tree["s"], np.generic) and tree["s"].dtype == dtype
     assert tree["s"].tobytes() == scalar.tobytes()
     assert isinstance(tree["z"], np.ndarray) and tree["z"].shape == ()
-    assert to_json_view(tree) == {"x": {"__ndarray__": {"dtype": name, "shape": [2, 3]}},
-                                  "s": {"__npscalar__": {"dtype": name}},
-                                  "z": {"__ndarray__": {"dtype": name, "shape": []}}}
+    assert to_json_view(tree) == {
+        "x": {"__ndarray__": {"dtype": name, "shape": [2, 3]}},
+        "s": {"__npscalar__": {"dtype": name}},
+        "z": {"__ndarray__": {"dtype": name, "shape": []}},
+    }
 
 
 def test_int4_bytes_as_orbax_writes_them():
@@ -378,8 +481,20 @@ def test_tuple_and_complex_ext():
     tree = decode_checkpoint(data)
     assert tree == {"t": (1, (), ((1 - 2j), {"k": np.int8(3)}))}
     assert isinstance(tree["t"][2][0], complex)
-    assert to_json_view(tree) == {"t": {"__tuple__": [1, {"__tuple__": []}, {"__tuple__": [
-        {"__complex__": [1.0, -2.0]}, {"k": {"__npscalar__": {"dtype": "int8"}}}]}]}}
+    assert to_json_view(tree) == {
+        "t": {
+            "__tuple__": [
+                1,
+                {"__tuple__": []},
+                {
+                    "__tuple__": [
+                        {"__complex__": [1.0, -2.0]},
+                        {"k": {"__npscalar__": {"dtype": "int8"}}},
+                    ]
+                },
+            ]
+        }
+    }
 
 
 def test_chunked_array_reassembled():
@@ -399,16 +514,27 @@ def test_chunked_bfloat16_single_chunk():
 
 
 def test_json_view_escapes_and_special_floats():
-    tree = decode_checkpoint(pack({"a": {"__tuple__": 1}, "f": [math.inf, -math.inf],
-                                   "c": cplx(complex(math.nan, 1.0)), "b": b"abc"}))
+    tree = decode_checkpoint(
+        pack(
+            {
+                "a": {"__tuple__": 1},
+                "f": [math.inf, -math.inf],
+                "c": cplx(complex(math.nan, 1.0)),
+                "b": b"abc",
+            }
+        )
+    )
     view = to_json_view(tree)
-    assert view == {"a": {"__dict__": {"__tuple__": 1}},
-                    "f": [{"__float__": "inf"}, {"__float__": "-inf"}],
-                    "c": {"__complex__": ["nan", 1.0]},
-                    "b": {"__bytes__": {"length": 3}}}
+    assert view == {
+        "a": {"__dict__": {"__tuple__": 1}},
+        "f": [{"__float__": "inf"}, {"__float__": "-inf"}],
+        "c": {"__complex__": ["nan", 1.0]},
+        "b": {"__bytes__": {"length": 3}},
+    }
     json.dumps(view, allow_nan=False)
     assert to_json_view(Placeholder("x.y", "PLACEHOLDER")) == {
-        "__placeholder__": {"scheme": "PLACEHOLDER", "param_name": "x.y"}}
+        "__placeholder__": {"scheme": "PLACEHOLDER", "param_name": "x.y"}
+    }
 
 
 def test_read_checkpoint_file(tmp_path):
@@ -505,22 +631,27 @@ def test_008_timestamp_ext():
     expect_error(data, "MSGPACK-008", "/t")
 
 
-@pytest.mark.parametrize("payload", [
-    msgpack.packb([[2], "int8"]),                    # 2 fields
-    msgpack.packb({"shape": [2]}),                   # a map
-    msgpack.packb([2, "int8", b"\x00\x00"]),         # shape not an array
-    msgpack.packb([[2], 7, b"\x00\x00"]),            # dtype not a str
-    msgpack.packb([[2], "int8", "xx"]),              # data str, not bin
-    msgpack.packb([[2], "int8", b"\x00\x00"]) + b"\x00",  # trailing byte in payload
-    msgpack.packb([[2], "int8", b"\x00\x00"])[:-1],  # payload ends early
-    b"\xc1",
-])
+@pytest.mark.parametrize(
+    "payload",
+    [
+        msgpack.packb([[2], "int8"]),  # 2 fields
+        msgpack.packb({"shape": [2]}),  # a map
+        msgpack.packb([2, "int8", b"\x00\x00"]),  # shape not an array
+        msgpack.packb([[2], 7, b"\x00\x00"]),  # dtype not a str
+        msgpack.packb([[2], "int8", "xx"]),  # data str, not bin
+        msgpack.packb([[2], "int8", b"\x00\x00"]) + b"\x00",  # trailing byte in payload
+        msgpack.packb([[2], "int8", b"\x00\x00"])[:-1],  # payload ends early
+        b"\xc1",
+    ],
+)
 def test_009_bad_ndarray_payload(payload):
     expect_error(pack({"x": {"y": msgpack.ExtType(1, payload)}}), "MSGPACK-009", "/x/y")
 
 
-@pytest.mark.parametrize("payload", [msgpack.packb([1.0]), msgpack.packb([1, 2]),
-                                     msgpack.packb([1.0, "a"]), msgpack.packb(1.0)])
+@pytest.mark.parametrize(
+    "payload",
+    [msgpack.packb([1.0]), msgpack.packb([1, 2]), msgpack.packb([1.0, "a"]), msgpack.packb(1.0)],
+)
 def test_009_bad_complex_payload(payload):
     expect_error(pack([msgpack.ExtType(2, payload)]), "MSGPACK-009", "/0")
 
@@ -530,17 +661,47 @@ def test_009_bad_tuple_payload():
     expect_error(pack({"t": msgpack.ExtType(4, b"\x92\x01")}), "MSGPACK-009", "/t")
 
 
-@pytest.mark.parametrize("name", ["object", "O", "|O", "<U1", "str32", "V8", "void64",
-                                  "[('a','<i4')]", "float128", "datetime64", "int", "Float32",
-                                  "bfloat16 ", ""])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "object",
+        "O",
+        "|O",
+        "<U1",
+        "str32",
+        "V8",
+        "void64",
+        "[('a','<i4')]",
+        "float128",
+        "datetime64",
+        "int",
+        "Float32",
+        "bfloat16 ",
+        "",
+    ],
+)
 def test_010_dtype_allow_list(name):
-    err = expect_error(pack({"x": nd(np.zeros(8, np.uint8), name=name, shape=[1])}),
-                       "MSGPACK-010", "/x")
+    err = expect_error(
+        pack({"x": nd(np.zeros(8, np.uint8), name=name, shape=[1])}), "MSGPACK-010", "/x"
+    )
     assert err.got == name
 
 
-@pytest.mark.parametrize("shape", [[-1], [2, -3], [1.0], [True], ["2"], [None], [[2]],
-                                   [1] * 65, [2**62, 2**62, 0], [2**64 - 1, 0]])
+@pytest.mark.parametrize(
+    "shape",
+    [
+        [-1],
+        [2, -3],
+        [1.0],
+        [True],
+        ["2"],
+        [None],
+        [[2]],
+        [1] * 65,
+        [2**62, 2**62, 0],
+        [2**64 - 1, 0],
+    ],
+)
 def test_011_bad_shape(shape):
     expect_error(pack({"x": nd(np.zeros(0, np.float32), shape=shape)}), "MSGPACK-011", "/x")
 
@@ -550,11 +711,15 @@ def test_011_shape_at_limits():
     assert tree["x"].shape == (1,) * 63 + (0,)
 
 
-@pytest.mark.parametrize("shape,size", [([2, 3], 23), ([2, 3], 25), ([], 0), ([0], 1),
-                                        ([2**40], 8)])
+@pytest.mark.parametrize(
+    "shape,size", [([2, 3], 23), ([2, 3], 25), ([], 0), ([0], 1), ([2**40], 8)]
+)
 def test_012_byte_count(shape, size):
-    err = expect_error(pack({"w": nd(np.zeros(1, np.float32), shape=shape, data=b"\x00" * size)}),
-                       "MSGPACK-012", "/w")
+    err = expect_error(
+        pack({"w": nd(np.zeros(1, np.float32), shape=shape, data=b"\x00" * size)}),
+        "MSGPACK-012",
+        "/w",
+    )
     assert err.expected == math.prod(shape) * 4 and err.got == size
 
 
@@ -562,17 +727,20 @@ def test_013_scalar_shape():
     expect_error(pack({"s": nd(np.zeros(2, np.int32), code=3)}), "MSGPACK-013", "/s")
 
 
-@pytest.mark.parametrize("mutate", [
-    lambda c: c.pop("shape"),
-    lambda c: c.update(extra=1),
-    lambda c: c.update(__msgpack_chunked_array__=1),
-    lambda c: c.update(__msgpack_chunked_array__=False),
-    lambda c: c.update(shape=[3, 10]),
-    lambda c: c.update(shape={"0": 3, "2": 10}),
-    lambda c: c.update(shape={"0": 3, "01": 10}),
-    lambda c: c.update(chunks=[1]),
-    lambda c: c.update(chunks={"1": c["chunks"]["0"]}),
-])
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        lambda c: c.pop("shape"),
+        lambda c: c.update(extra=1),
+        lambda c: c.update(__msgpack_chunked_array__=1),
+        lambda c: c.update(__msgpack_chunked_array__=False),
+        lambda c: c.update(shape=[3, 10]),
+        lambda c: c.update(shape={"0": 3, "2": 10}),
+        lambda c: c.update(shape={"0": 3, "01": 10}),
+        lambda c: c.update(chunks=[1]),
+        lambda c: c.update(chunks={"1": c["chunks"]["0"]}),
+    ],
+)
 def test_014_chunked_marker(mutate):
     c = chunked(np.arange(30, dtype=np.int32).reshape(3, 10), 8)
     mutate(c)
@@ -585,16 +753,21 @@ def test_014_chunked_key_rules_apply():
     expect_error(bad, "MSGPACK-007", "/w/chunks/0")
 
 
-@pytest.mark.parametrize("mutate,pointer", [
-    (lambda c: c["chunks"].update({"0": 5}), "/w/chunks/0"),
-    (lambda c: c["chunks"].update({"0": nd(np.int32(1), code=3)}), "/w/chunks/0"),
-    (lambda c: c["chunks"].update({"1": nd(np.arange(8, dtype=np.int64))}), "/w/chunks/1"),
-    (lambda c: c["chunks"].update({"1": nd(np.arange(8, dtype=np.int32).reshape(2, 4))}),
-     "/w/chunks/1"),
-    (lambda c: c["chunks"].update({"3": nd(np.arange(1, dtype=np.int32))}), "/w/chunks"),
-    (lambda c: c["chunks"].update({"3": nd(np.arange(0, dtype=np.int32))}), "/w/chunks/3"),
-    (lambda c: c.update(chunks={}), "/w/chunks"),
-])
+@pytest.mark.parametrize(
+    "mutate,pointer",
+    [
+        (lambda c: c["chunks"].update({"0": 5}), "/w/chunks/0"),
+        (lambda c: c["chunks"].update({"0": nd(np.int32(1), code=3)}), "/w/chunks/0"),
+        (lambda c: c["chunks"].update({"1": nd(np.arange(8, dtype=np.int64))}), "/w/chunks/1"),
+        (
+            lambda c: c["chunks"].update({"1": nd(np.arange(8, dtype=np.int32).reshape(2, 4))}),
+            "/w/chunks/1",
+        ),
+        (lambda c: c["chunks"].update({"3": nd(np.arange(1, dtype=np.int32))}), "/w/chunks"),
+        (lambda c: c["chunks"].update({"3": nd(np.arange(0, dtype=np.int32))}), "/w/chunks/3"),
+        (lambda c: c.update(chunks={}), "/w/chunks"),
+    ],
+)
 def test_015_chunks(mutate, pointer):
     c = chunked(np.arange(24, dtype=np.int32).reshape(3, 8), 8)
     mutate(c)
@@ -608,8 +781,9 @@ def test_015_chunk_payload_rules_apply():
 
 
 def test_016_bool_bytes():
-    err = expect_error(pack({"b": nd(np.zeros(3, bool), data=b"\x01\x00\x02")}),
-                       "MSGPACK-016", "/b")
+    err = expect_error(
+        pack({"b": nd(np.zeros(3, bool), data=b"\x01\x00\x02")}), "MSGPACK-016", "/b"
+    )
     assert err.got == 2
     expect_error(pack({"b": nd(np.bool_(True), code=3, data=b"\xff")}), "MSGPACK-016", "/b")
 
@@ -660,12 +834,16 @@ def test_fuzz_random_bytes(data):
 
 
 def _seed_inputs() -> list[bytes]:
-    seeds = [pack({
-        "a": nd(np.arange(6, dtype=np.int32).reshape(2, 3)),
-        "b": {"c": nd(np.float32(2.5), code=3), "d": [1, 2.0, "PLACEHOLDER://b.d.2", None]},
-        "t": tup(cplx(1j), nd(np.array([True, False]))),
-        "w": chunked(np.arange(6, dtype=np.int16), 4),
-    })]
+    seeds = [
+        pack(
+            {
+                "a": nd(np.arange(6, dtype=np.int32).reshape(2, 3)),
+                "b": {"c": nd(np.float32(2.5), code=3), "d": [1, 2.0, "PLACEHOLDER://b.d.2", None]},
+                "t": tup(cplx(1j), nd(np.array([True, False]))),
+                "w": chunked(np.arange(6, dtype=np.int16), 4),
+            }
+        )
+    ]
     for name in ("msgpack_aggregated", "msgpack_placeholders"):
         path = FIXTURES / name / "checkpoint" / "checkpoint"
         if path.is_file():
@@ -677,9 +855,12 @@ SEEDS = _seed_inputs()
 
 
 @FUZZ
-@given(st.sampled_from(SEEDS),
-       st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), min_size=1, max_size=6),
-       st.integers(0, 10**6), st.booleans())
+@given(
+    st.sampled_from(SEEDS),
+    st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), min_size=1, max_size=6),
+    st.integers(0, 10**6),
+    st.booleans(),
+)
 def test_fuzz_mutated_valid_bytes(seed, edits, cut, do_cut):
     data = bytearray(seed)
     for at, value in edits:
@@ -690,24 +871,36 @@ def test_fuzz_mutated_valid_bytes(seed, edits, cut, do_cut):
 
 
 _leaf = st.one_of(
-    st.none(), st.booleans(), st.integers(-(2**63), 2**64 - 1), st.floats(), st.text(max_size=8),
-    st.binary(max_size=8), st.sampled_from(["PLACEHOLDER://x", "AGGREGATED://y.0"]),
-    st.builds(lambda code, data: msgpack.ExtType(code, data), st.integers(0, 127),
-              st.binary(max_size=24)),
-    st.builds(lambda shape, name, data: msgpack.ExtType(1, msgpack.packb([shape, name, data])),
-              st.lists(st.integers(-2, 2**64 - 1), max_size=3),
-              st.sampled_from(["int8", "float32", "bfloat16", "bool", "O", "int4"]),
-              st.binary(max_size=16)),
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**63), 2**64 - 1),
+    st.floats(),
+    st.text(max_size=8),
+    st.binary(max_size=8),
+    st.sampled_from(["PLACEHOLDER://x", "AGGREGATED://y.0"]),
+    st.builds(
+        lambda code, data: msgpack.ExtType(code, data), st.integers(0, 127), st.binary(max_size=24)
+    ),
+    st.builds(
+        lambda shape, name, data: msgpack.ExtType(1, msgpack.packb([shape, name, data])),
+        st.lists(st.integers(-2, 2**64 - 1), max_size=3),
+        st.sampled_from(["int8", "float32", "bfloat16", "bool", "O", "int4"]),
+        st.binary(max_size=16),
+    ),
 )
 _tree = st.recursive(
     _leaf,
     lambda kids: st.one_of(
         st.lists(kids, max_size=4),
-        st.dictionaries(st.one_of(st.text(max_size=4), st.integers()), kids, max_size=4),
+        st.dictionaries(
+            st.one_of(st.text(max_size=4), st.integers(-(2**63), 2**63 - 1)), kids, max_size=4
+        ),
         st.builds(lambda xs: msgpack.ExtType(4, msgpack.packb(xs)), st.lists(kids, max_size=3)),
-        st.builds(lambda shape, n: chunked(np.arange(n, dtype=np.int8), 3) | {"shape": shape},
-                  st.dictionaries(st.sampled_from(["0", "1"]), st.integers(-1, 5)),
-                  st.integers(0, 7)),
+        st.builds(
+            lambda shape, n: chunked(np.arange(n, dtype=np.int8), 3) | {"shape": shape},
+            st.dictionaries(st.sampled_from(["0", "1"]), st.integers(-1, 5)),
+            st.integers(0, 7),
+        ),
     ),
     max_leaves=12,
 )

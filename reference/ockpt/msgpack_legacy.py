@@ -26,6 +26,14 @@ mirrors the saved tree:
   "chunks": {"0": <ext 1, 1-D>, "1": <ext 1, 1-D>, ...}}``: the C-order flattened array cut
   into consecutive 1-D pieces.
 
+What Orbax 0.5.15 puts there (observed): a plain save writes a placeholder for every leaf,
+including None, empty dicts and empty lists, but nil for an empty tuple. With
+``SaveArgs(aggregate=True)`` tuples become arrays and named tuples maps (ext 4 is never written
+by a checkpointer, though Orbax's reader accepts it), numpy scalars become ext 3, and a Python
+complex, a numpy bool scalar and an ml_dtypes scalar (e.g. bfloat16) become nil: their value
+is lost. Ext 2 is read by Orbax but was not seen written. Integer dict keys are written as
+strings.
+
 `decode_checkpoint` is pure (bytes in, tree out). It uses the ``msgpack`` package for the
 container syntax only and checks every value it turns into a Python object; every failure is a
 `MsgpackError` naming the file, the key path inside the tree (a JSON pointer such as
@@ -57,6 +65,8 @@ __all__ = [
     "DEFAULT_MAX_BYTES",
     "MAX_DEPTH",
     "MAX_NDIM",
+    "PLACEHOLDER_SCHEMES",
+    "CHUNKED_MARKER",
     "Placeholder",
     "decode_checkpoint",
     "read_checkpoint_file",
@@ -65,21 +75,21 @@ __all__ = [
 ]
 
 RULES: dict[str, str] = {
-    "MSGPACK-001": "the checkpoint file must not exceed the reader's size limit (checked before reading)",
-    "MSGPACK-002": "the file must be one well-formed msgpack value (valid type bytes, UTF-8 strings)",
+    "MSGPACK-001": "the file must not exceed the reader's size limit (checked before reading)",
+    "MSGPACK-002": "the file must be one well-formed msgpack value (valid type bytes, UTF-8)",
     "MSGPACK-003": "the file must not end before its msgpack value is complete",
     "MSGPACK-004": "no bytes may follow the single top-level msgpack value",
     "MSGPACK-005": "maps, arrays and tuples must not nest deeper than MAX_DEPTH (64)",
     "MSGPACK-006": "every map key must be a string",
     "MSGPACK-007": "a map must not repeat a key",
     "MSGPACK-008": "ext type codes must be 1 (ndarray), 2 (complex), 3 (numpy scalar) or 4 (tuple)",
-    "MSGPACK-009": "an ext payload must be exactly one msgpack value of the layout its code defines",
+    "MSGPACK-009": "an ext payload must be one msgpack value of the layout its code defines",
     "MSGPACK-010": "an array dtype name must be one of the allowed numpy / ml_dtypes names",
-    "MSGPACK-011": "an array shape must be at most MAX_NDIM non-negative ints whose size fits int64",
+    "MSGPACK-011": "a shape must be at most MAX_NDIM non-negative ints whose size fits int64",
     "MSGPACK-012": "array data must be exactly prod(shape) * itemsize bytes",
     "MSGPACK-013": "a numpy scalar (ext 3) must have shape []",
-    "MSGPACK-014": "a chunked array map must hold exactly the marker true, shape {'0'..} and chunks {'0'..}",
-    "MSGPACK-015": "chunks must be non-empty 1-D ext-1 arrays of one dtype totalling prod(shape) elements",
+    "MSGPACK-014": "a chunked array map must hold exactly: marker true, shape and chunks maps",
+    "MSGPACK-015": "chunks must be non-empty 1-D ext 1 arrays of one dtype, prod(shape) in all",
     "MSGPACK-016": "bool array data bytes must be 0 or 1",
     "MSGPACK-017": "two placeholders must not name the same param name",
 }
@@ -105,20 +115,44 @@ _EXT_TUPLE = 4
 # dtype names (numpy's ``dtype.name``) a checkpoint may use. Names are looked up in these sets
 # before any dtype is built, so ``np.dtype`` never sees a string from the file ('O', structured
 # and string dtypes are therefore refused).
-_NUMPY_DTYPES = frozenset({
-    "bool",
-    "int8", "int16", "int32", "int64",
-    "uint8", "uint16", "uint32", "uint64",
-    "float16", "float32", "float64",
-    "complex64", "complex128",
-})
-_ML_DTYPES = frozenset({
-    "bfloat16",
-    "float8_e4m3fn", "float8_e5m2", "float8_e4m3b11fnuz", "float8_e4m3fnuz", "float8_e5m2fnuz",
-    "float8_e3m4", "float8_e4m3", "float8_e8m0fnu",
-    "float4_e2m1fn", "float6_e2m3fn", "float6_e3m2fn",
-    "int2", "int4", "uint2", "uint4",
-})
+_NUMPY_DTYPES = frozenset(
+    {
+        "bool",
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "uint8",
+        "uint16",
+        "uint32",
+        "uint64",
+        "float16",
+        "float32",
+        "float64",
+        "complex64",
+        "complex128",
+    }
+)
+_ML_DTYPES = frozenset(
+    {
+        "bfloat16",
+        "float8_e4m3fn",
+        "float8_e5m2",
+        "float8_e4m3b11fnuz",
+        "float8_e4m3fnuz",
+        "float8_e5m2fnuz",
+        "float8_e3m4",
+        "float8_e4m3",
+        "float8_e8m0fnu",
+        "float4_e2m1fn",
+        "float6_e2m3fn",
+        "float6_e3m2fn",
+        "int2",
+        "int4",
+        "uint2",
+        "uint4",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -201,42 +235,79 @@ def _unpack(ctx: _Ctx, data: bytes, path: tuple[str, ...] | None, *, what: str) 
     except msgpack.ExtraData as e:
         offset = n - len(e.extra)
         if path is None:
-            raise ctx.error("MSGPACK-004", "extra bytes after the top-level msgpack value",
-                            f"@{offset}", expected=offset, got=n) from None
-        raise ctx.error("MSGPACK-009", f"{what}: extra bytes after the payload value",
-                        _pointer(path), expected=offset, got=n) from None
+            raise ctx.error(
+                "MSGPACK-004",
+                "extra bytes after the top-level msgpack value",
+                f"@{offset}",
+                expected=f"{offset} bytes",
+                got=f"{n} bytes",
+            ) from None
+        raise ctx.error(
+            "MSGPACK-009",
+            f"{what}: extra bytes after the payload value",
+            _pointer(path),
+            expected=f"{offset} bytes",
+            got=f"{n} bytes",
+        ) from None
     except msgpack.StackError:
-        raise ctx.error("MSGPACK-005", f"{what}: msgpack nesting exceeds the unpacker's stack",
-                        None if path is None else _pointer(path),
-                        expected=f"depth <= {MAX_DEPTH}") from None
+        raise ctx.error(
+            "MSGPACK-005",
+            f"{what}: msgpack nesting exceeds the unpacker's stack",
+            None if path is None else _pointer(path),
+            expected=f"depth <= {MAX_DEPTH}",
+        ) from None
     except msgpack.OutOfData:
         return _raise_truncated(ctx, n, path, what)
     except RecursionError:  # the pure-Python msgpack fallback recurses on nesting
-        raise ctx.error("MSGPACK-005", f"{what}: nesting too deep",
-                        None if path is None else _pointer(path),
-                        expected=f"depth <= {MAX_DEPTH}") from None
+        raise ctx.error(
+            "MSGPACK-005",
+            f"{what}: nesting too deep",
+            None if path is None else _pointer(path),
+            expected=f"depth <= {MAX_DEPTH}",
+        ) from None
     except UnicodeDecodeError as e:
         rule = "MSGPACK-002" if path is None else "MSGPACK-009"
-        raise ctx.error(rule, f"{what}: a string is not valid UTF-8 ({e.reason})",
-                        None if path is None else _pointer(path)) from None
+        raise ctx.error(
+            rule,
+            f"{what}: a string is not valid UTF-8 ({e.reason})",
+            None if path is None else _pointer(path),
+        ) from None
     except ValueError as e:
-        if "incomplete" in str(e):
+        # "exceeds max_*_len": a length header larger than the whole input (the limits are set
+        # to len(data)), so the value cannot be complete either.
+        if "incomplete" in str(e) or "exceeds max_" in str(e):
             return _raise_truncated(ctx, n, path, what)
         rule = "MSGPACK-002" if path is None else "MSGPACK-009"
-        raise ctx.error(rule, f"{what}: not well-formed msgpack ({type(e).__name__}: {e})",
-                        None if path is None else _pointer(path)) from None
+        raise ctx.error(
+            rule,
+            f"{what}: not well-formed msgpack ({type(e).__name__}: {e})",
+            None if path is None else _pointer(path),
+        ) from None
     except Exception as e:  # anything else msgpack may raise on hostile bytes
         rule = "MSGPACK-002" if path is None else "MSGPACK-009"
-        raise ctx.error(rule, f"{what}: not well-formed msgpack ({type(e).__name__}: {e})",
-                        None if path is None else _pointer(path)) from None
+        raise ctx.error(
+            rule,
+            f"{what}: not well-formed msgpack ({type(e).__name__}: {e})",
+            None if path is None else _pointer(path),
+        ) from None
 
 
 def _raise_truncated(ctx: _Ctx, n: int, path: tuple[str, ...] | None, what: str) -> Any:
     if path is None:
-        raise ctx.error("MSGPACK-003", "data ends inside the msgpack value", f"@{n}",
-                        expected="more bytes", got=f"{n} bytes")
-    raise ctx.error("MSGPACK-009", f"{what}: payload ends inside its msgpack value",
-                    _pointer(path), expected="more bytes", got=f"{n} bytes")
+        raise ctx.error(
+            "MSGPACK-003",
+            "data ends inside the msgpack value",
+            f"@{n}",
+            expected="more bytes",
+            got=f"{n} bytes",
+        )
+    raise ctx.error(
+        "MSGPACK-009",
+        f"{what}: payload ends inside its msgpack value",
+        _pointer(path),
+        expected="more bytes",
+        got=f"{n} bytes",
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -250,7 +321,7 @@ def _decode_value(ctx: _Ctx, raw: Any, path: tuple[str, ...], depth: int) -> Any
         for scheme in PLACEHOLDER_SCHEMES:
             prefix = scheme + "://"
             if raw.startswith(prefix):
-                return Placeholder(param_name=raw[len(prefix):], scheme=scheme)
+                return Placeholder(param_name=raw[len(prefix) :], scheme=scheme)
         return raw
     if raw is None or t in (bool, int, float, bytes):
         return raw
@@ -263,17 +334,22 @@ def _decode_value(ctx: _Ctx, raw: Any, path: tuple[str, ...], depth: int) -> Any
     if t is _Ext:
         return _decode_ext(ctx, raw, path, depth)
     if t is msgpack.Timestamp:
-        raise ctx.error("MSGPACK-008", "unknown ext type code", _pointer(path),
-                        expected=[1, 2, 3, 4], got=-1)
+        raise ctx.error(
+            "MSGPACK-008", "unknown ext type code", _pointer(path), expected=[1, 2, 3, 4], got=-1
+        )
     # unreachable with the unpackb options above; kept so nothing unexpected slips through
-    raise ctx.error("MSGPACK-002", f"unexpected msgpack value of type {t.__name__}",
-                    _pointer(path))
+    raise ctx.error("MSGPACK-002", f"unexpected msgpack value of type {t.__name__}", _pointer(path))
 
 
 def _check_depth(ctx: _Ctx, path: tuple[str, ...], depth: int) -> None:
     if depth >= MAX_DEPTH:
-        raise ctx.error("MSGPACK-005", "containers nest too deep", _pointer(path),
-                        expected=f"depth < {MAX_DEPTH}", got=depth)
+        raise ctx.error(
+            "MSGPACK-005",
+            "containers nest too deep",
+            _pointer(path),
+            expected=f"depth < {MAX_DEPTH}",
+            got=depth,
+        )
 
 
 def _map_items(ctx: _Ctx, pairs: _Pairs, path: tuple[str, ...]) -> dict[str, Any]:
@@ -281,11 +357,17 @@ def _map_items(ctx: _Ctx, pairs: _Pairs, path: tuple[str, ...]) -> dict[str, Any
     out: dict[str, Any] = {}
     for key, value in pairs:
         if type(key) is not str:
-            raise ctx.error("MSGPACK-006", "map key is not a string", _pointer(path),
-                            expected="str", got=_describe(key))
+            raise ctx.error(
+                "MSGPACK-006",
+                "map key is not a string",
+                _pointer(path),
+                expected="str",
+                got=_describe(key),
+            )
         if key in out:
-            raise ctx.error("MSGPACK-007", f"map key {key!r} appears twice",
-                            _pointer(path + (key,)))
+            raise ctx.error(
+                "MSGPACK-007", f"map key {key!r} appears twice", _pointer(path + (key,))
+            )
         out[key] = value
     return out
 
@@ -320,38 +402,63 @@ def _decode_ext(ctx: _Ctx, ext: _Ext, path: tuple[str, ...], depth: int) -> Any:
         _check_depth(ctx, path, depth)
         items = _unpack(ctx, ext.data, path, what="tuple (ext 4) payload")
         if type(items) is not list:
-            raise ctx.error("MSGPACK-009", "tuple (ext 4) payload must be a msgpack array",
-                            _pointer(path), expected="array", got=_describe(items))
-        return tuple(_decode_value(ctx, v, path + (str(i),), depth + 1)
-                     for i, v in enumerate(items))
-    raise ctx.error("MSGPACK-008", "unknown ext type code", _pointer(path),
-                    expected=[1, 2, 3, 4], got=code)
+            raise ctx.error(
+                "MSGPACK-009",
+                "tuple (ext 4) payload must be a msgpack array",
+                _pointer(path),
+                expected="array",
+                got=_describe(items),
+            )
+        return tuple(
+            _decode_value(ctx, v, path + (str(i),), depth + 1) for i, v in enumerate(items)
+        )
+    raise ctx.error(
+        "MSGPACK-008", "unknown ext type code", _pointer(path), expected=[1, 2, 3, 4], got=code
+    )
 
 
 def _decode_complex(ctx: _Ctx, data: bytes, path: tuple[str, ...]) -> complex:
     parts = _unpack(ctx, data, path, what="complex (ext 2) payload")
     if type(parts) is not list or len(parts) != 2 or any(type(p) is not float for p in parts):
-        raise ctx.error("MSGPACK-009", "complex (ext 2) payload must be [real, imag] floats",
-                        _pointer(path), expected="[float, float]", got=_describe(parts))
+        raise ctx.error(
+            "MSGPACK-009",
+            "complex (ext 2) payload must be [real, imag] floats",
+            _pointer(path),
+            expected="[float, float]",
+            got=_describe(parts),
+        )
     return complex(parts[0], parts[1])
 
 
 def _resolve_dtype(ctx: _Ctx, name: Any, path: tuple[str, ...], what: str) -> np.dtype:
     if type(name) is not str:
-        raise ctx.error("MSGPACK-009", f"{what}: dtype name must be a string", _pointer(path),
-                        expected="str", got=_describe(name))
+        raise ctx.error(
+            "MSGPACK-009",
+            f"{what}: dtype name must be a string",
+            _pointer(path),
+            expected="str",
+            got=_describe(name),
+        )
     if name in _NUMPY_DTYPES:
         return np.dtype(name).newbyteorder("<")
     if name in _ML_DTYPES:
         scalar_type = getattr(_ml_dtypes, name, None) if _ml_dtypes is not None else None
         if scalar_type is None:
-            raise ctx.error("MSGPACK-010", f"{what}: dtype {name!r} needs a newer ml_dtypes "
-                            "package than the one installed", _pointer(path), got=name)
+            raise ctx.error(
+                "MSGPACK-010",
+                f"{what}: dtype {name!r} needs a newer ml_dtypes package than the one installed",
+                _pointer(path),
+                got=name,
+            )
         return np.dtype(scalar_type)
     shown = name if len(name) <= 40 else name[:40] + "..."
-    raise ctx.error("MSGPACK-010", f"{what}: dtype name is not allowed", _pointer(path),
-                    expected="a numpy or ml_dtypes name such as 'float32' or 'bfloat16'",
-                    got=shown)
+    raise ctx.error(
+        "MSGPACK-010",
+        f"{what}: dtype name is not allowed",
+        _pointer(path),
+        expected="a numpy or ml_dtypes name such as 'float32' or 'bfloat16'",
+        got=shown,
+    )
 
 
 def _decode_array(ctx: _Ctx, data: bytes, path: tuple[str, ...], *, scalar: bool) -> Any:
@@ -359,57 +466,103 @@ def _decode_array(ctx: _Ctx, data: bytes, path: tuple[str, ...], *, scalar: bool
     fields = _unpack(ctx, data, path, what=f"{what} payload")
     if type(fields) is not list or len(fields) != 3:
         got = f"array of {len(fields)}" if type(fields) is list else _describe(fields)
-        raise ctx.error("MSGPACK-009", f"{what} payload must be [shape, dtype name, data]",
-                        _pointer(path), expected="array of 3", got=got)
+        raise ctx.error(
+            "MSGPACK-009",
+            f"{what} payload must be [shape, dtype name, data]",
+            _pointer(path),
+            expected="array of 3",
+            got=got,
+        )
     shape_raw, name, buf = fields
     if type(shape_raw) is not list:
-        raise ctx.error("MSGPACK-009", f"{what}: shape must be a msgpack array", _pointer(path),
-                        expected="array", got=_describe(shape_raw))
+        raise ctx.error(
+            "MSGPACK-009",
+            f"{what}: shape must be a msgpack array",
+            _pointer(path),
+            expected="array",
+            got=_describe(shape_raw),
+        )
     if type(buf) is not bytes:
-        raise ctx.error("MSGPACK-009", f"{what}: data must be msgpack bin", _pointer(path),
-                        expected="bin", got=_describe(buf))
+        raise ctx.error(
+            "MSGPACK-009",
+            f"{what}: data must be msgpack bin",
+            _pointer(path),
+            expected="bin",
+            got=_describe(buf),
+        )
     dtype = _resolve_dtype(ctx, name, path, what)
     shape = _check_shape(ctx, shape_raw, dtype.itemsize, path, what)
     if scalar and shape:
-        raise ctx.error("MSGPACK-013", "numpy scalar (ext 3) must have shape []", _pointer(path),
-                        expected=[], got=list(shape))
+        raise ctx.error(
+            "MSGPACK-013",
+            "numpy scalar (ext 3) must have shape []",
+            _pointer(path),
+            expected=[],
+            got=list(shape),
+        )
     array = _array_from_bytes(ctx, buf, dtype, shape, path, what)
     return array[()] if scalar else array
 
 
-def _check_shape(ctx: _Ctx, shape: list, itemsize: int, path: tuple[str, ...],
-                 what: str) -> tuple[int, ...]:
+def _check_shape(
+    ctx: _Ctx, shape: list, itemsize: int, path: tuple[str, ...], what: str
+) -> tuple[int, ...]:
     if len(shape) > MAX_NDIM:
-        raise ctx.error("MSGPACK-011", f"{what}: too many dimensions", _pointer(path),
-                        expected=f"<= {MAX_NDIM}", got=len(shape))
+        raise ctx.error(
+            "MSGPACK-011",
+            f"{what}: too many dimensions",
+            _pointer(path),
+            expected=f"<= {MAX_NDIM}",
+            got=len(shape),
+        )
     for d in shape:
         if type(d) is not int or d < 0:
-            raise ctx.error("MSGPACK-011", f"{what}: shape entries must be non-negative ints",
-                            _pointer(path), expected="uint", got=_describe(d))
+            raise ctx.error(
+                "MSGPACK-011",
+                f"{what}: shape entries must be non-negative ints",
+                _pointer(path),
+                expected="uint",
+                got=_describe(d),
+            )
     # Python ints cannot overflow: compute the nominal size exactly, then bound it by what numpy
     # can address (numpy refuses shapes whose non-zero extents overflow intp, even when empty).
     nominal = itemsize
     for d in shape:
         nominal *= max(d, 1)
         if nominal > _INT64_MAX:
-            raise ctx.error("MSGPACK-011", f"{what}: shape too large", _pointer(path),
-                            expected=f"size * itemsize <= {_INT64_MAX}", got=list(shape))
+            raise ctx.error(
+                "MSGPACK-011",
+                f"{what}: shape too large",
+                _pointer(path),
+                expected=f"size * itemsize <= {_INT64_MAX}",
+                got=list(shape),
+            )
     return tuple(shape)
 
 
-def _array_from_bytes(ctx: _Ctx, buf: bytes, dtype: np.dtype, shape: tuple[int, ...],
-                      path: tuple[str, ...], what: str) -> np.ndarray:
+def _array_from_bytes(
+    ctx: _Ctx, buf: bytes, dtype: np.dtype, shape: tuple[int, ...], path: tuple[str, ...], what: str
+) -> np.ndarray:
     expected = math.prod(shape) * dtype.itemsize
     if expected != len(buf):
-        raise ctx.error("MSGPACK-012", f"{what}: data size does not match shape and dtype "
-                        f"{list(shape)} {dtype.name}", _pointer(path),
-                        expected=expected, got=len(buf))
+        raise ctx.error(
+            "MSGPACK-012",
+            f"{what}: data size does not match shape and dtype {list(shape)} {dtype.name}",
+            _pointer(path),
+            expected=expected,
+            got=len(buf),
+        )
     if dtype.kind == "b":
         raw = np.frombuffer(buf, dtype=np.uint8)
         if raw.size and int(raw.max()) > 1:
             bad = int(np.argmax(raw > 1))
-            raise ctx.error("MSGPACK-016", f"{what}: bool data byte {bad} is not 0 or 1",
-                            _pointer(path), expected="0 or 1", got=int(raw[bad]))
+            raise ctx.error(
+                "MSGPACK-016",
+                f"{what}: bool data byte {bad} is not 0 or 1",
+                _pointer(path),
+                expected="0 or 1",
+                got=int(raw[bad]),
+            )
     try:
         if dtype.itemsize > 1 and dtype.byteorder not in "<|" and sys.byteorder != "little":
             # ml_dtypes types are native-order only: swap through an unsigned view
@@ -420,8 +573,12 @@ def _array_from_bytes(ctx: _Ctx, buf: bytes, dtype: np.dtype, shape: tuple[int, 
         else:
             array = np.frombuffer(buf, dtype=dtype).reshape(shape)
     except (ValueError, TypeError, MemoryError) as e:  # pragma: no cover - guarded above
-        raise ctx.error("MSGPACK-011", f"{what}: numpy cannot represent this array ({e})",
-                        _pointer(path), got=list(shape)) from None
+        raise ctx.error(
+            "MSGPACK-011",
+            f"{what}: numpy cannot represent this array ({e})",
+            _pointer(path),
+            got=list(shape),
+        ) from None
     array.flags.writeable = False
     return array
 
@@ -429,14 +586,24 @@ def _array_from_bytes(ctx: _Ctx, buf: bytes, dtype: np.dtype, shape: tuple[int, 
 def _index_keys(ctx: _Ctx, raw: Any, path: tuple[str, ...], field: str) -> list[Any]:
     """Values of a ``{"0": v0, "1": v1, ...}`` map in index order (chunked arrays)."""
     if type(raw) is not _Pairs:
-        raise ctx.error("MSGPACK-014", f"chunked array {field!r} must be a map",
-                        _pointer(path + (field,)), expected="map", got=_describe(raw))
+        raise ctx.error(
+            "MSGPACK-014",
+            f"chunked array {field!r} must be a map",
+            _pointer(path + (field,)),
+            expected="map",
+            got=_describe(raw),
+        )
     items = _map_items(ctx, raw, path + (field,))
     expected = [str(i) for i in range(len(items))]
     if sorted(items, key=lambda k: (len(k), k)) != expected:
         shown = list(items)[:8]
-        raise ctx.error("MSGPACK-014", f"chunked array {field!r} keys must be '0'..'n-1'",
-                        _pointer(path + (field,)), expected=expected[:8], got=shown)
+        raise ctx.error(
+            "MSGPACK-014",
+            f"chunked array {field!r} keys must be '0'..'n-1'",
+            _pointer(path + (field,)),
+            expected=expected[:8],
+            got=shown,
+        )
     return [items[k] for k in expected]
 
 
@@ -444,42 +611,75 @@ def _decode_chunked(ctx: _Ctx, items: Mapping[str, Any], path: tuple[str, ...]) 
     keys = set(items)
     wanted = {CHUNKED_MARKER, "shape", "chunks"}
     if keys != wanted:
-        raise ctx.error("MSGPACK-014", "chunked array map has wrong keys", _pointer(path),
-                        expected=sorted(wanted), got=sorted(keys)[:8])
+        raise ctx.error(
+            "MSGPACK-014",
+            "chunked array map has wrong keys",
+            _pointer(path),
+            expected=sorted(wanted),
+            got=sorted(keys)[:8],
+        )
     if items[CHUNKED_MARKER] is not True:
-        raise ctx.error("MSGPACK-014", "chunked array marker must be true",
-                        _pointer(path + (CHUNKED_MARKER,)), expected=True,
-                        got=_describe(items[CHUNKED_MARKER]))
+        raise ctx.error(
+            "MSGPACK-014",
+            "chunked array marker must be true",
+            _pointer(path + (CHUNKED_MARKER,)),
+            expected=True,
+            got=_describe(items[CHUNKED_MARKER]),
+        )
     what = "chunked array"
     shape_raw = _index_keys(ctx, items["shape"], path, "shape")
     chunks_raw = _index_keys(ctx, items["chunks"], path, "chunks")
     if not chunks_raw:
-        raise ctx.error("MSGPACK-015", "chunked array has no chunks", _pointer(path + ("chunks",)),
-                        expected=">= 1 chunk", got=0)
+        raise ctx.error(
+            "MSGPACK-015",
+            "chunked array has no chunks",
+            _pointer(path + ("chunks",)),
+            expected=">= 1 chunk",
+            got=0,
+        )
     pieces: list[np.ndarray] = []
     dtype: np.dtype | None = None
     for i, raw in enumerate(chunks_raw):
         cpath = path + ("chunks", str(i))
         if type(raw) is not _Ext or raw.code != _EXT_NDARRAY:
-            raise ctx.error("MSGPACK-015", "a chunk must be an ndarray (ext 1)", _pointer(cpath),
-                            expected="ext 1", got=_describe(raw))
+            raise ctx.error(
+                "MSGPACK-015",
+                "a chunk must be an ndarray (ext 1)",
+                _pointer(cpath),
+                expected="ext 1",
+                got=_describe(raw),
+            )
         piece = _decode_array(ctx, raw.data, cpath, scalar=False)
         if piece.ndim != 1 or piece.size == 0:
-            raise ctx.error("MSGPACK-015", "a chunk must be a non-empty 1-D array",
-                            _pointer(cpath), expected="shape [n], n >= 1", got=list(piece.shape))
+            raise ctx.error(
+                "MSGPACK-015",
+                "a chunk must be a non-empty 1-D array",
+                _pointer(cpath),
+                expected="shape [n], n >= 1",
+                got=list(piece.shape),
+            )
         if dtype is None:
             dtype = piece.dtype
         elif piece.dtype != dtype:
-            raise ctx.error("MSGPACK-015", "chunks must share one dtype", _pointer(cpath),
-                            expected=dtype.name, got=piece.dtype.name)
+            raise ctx.error(
+                "MSGPACK-015",
+                "chunks must share one dtype",
+                _pointer(cpath),
+                expected=dtype.name,
+                got=piece.dtype.name,
+            )
         pieces.append(piece)
     assert dtype is not None
     shape = _check_shape(ctx, shape_raw, dtype.itemsize, path + ("shape",), what)
     total = sum(p.size for p in pieces)
     if total != math.prod(shape):
-        raise ctx.error("MSGPACK-015", f"chunks hold {total} elements, shape {list(shape)} needs "
-                        f"{math.prod(shape)}", _pointer(path + ("chunks",)),
-                        expected=math.prod(shape), got=total)
+        raise ctx.error(
+            "MSGPACK-015",
+            f"chunks hold {total} elements, shape {list(shape)} needs {math.prod(shape)}",
+            _pointer(path + ("chunks",)),
+            expected=math.prod(shape),
+            got=total,
+        )
     array = np.concatenate(pieces).reshape(shape)
     array.flags.writeable = False
     return array
@@ -490,8 +690,9 @@ def _decode_chunked(ctx: _Ctx, items: Mapping[str, Any], path: tuple[str, ...]) 
 # --------------------------------------------------------------------------------------------
 
 
-def decode_checkpoint(data: bytes, *, file: str = "checkpoint",
-                      max_bytes: int = DEFAULT_MAX_BYTES) -> object:
+def decode_checkpoint(
+    data: bytes, *, file: str = "checkpoint", max_bytes: int = DEFAULT_MAX_BYTES
+) -> object:
     """Decode the bytes of a legacy msgpack ``checkpoint`` file into a tree.
 
     The tree is made of: ``dict`` (str keys, file order), ``list``, ``tuple`` (ext 4),
@@ -510,14 +711,18 @@ def decode_checkpoint(data: bytes, *, file: str = "checkpoint",
         data = data.cast("B") if data.c_contiguous else data.tobytes()
     size = len(data)
     if size > max_bytes:
-        raise ctx.error("MSGPACK-001", "checkpoint file is larger than the size limit", None,
-                        expected=f"<= {max_bytes} bytes", got=size)
+        raise ctx.error(
+            "MSGPACK-001",
+            "checkpoint file is larger than the size limit",
+            None,
+            expected=f"<= {max_bytes} bytes",
+            got=size,
+        )
     raw = _unpack(ctx, data, None, what="checkpoint")
     return _decode_value(ctx, raw, (), 0)
 
 
-def read_checkpoint_file(path: str | os.PathLike, *,
-                         max_bytes: int = DEFAULT_MAX_BYTES) -> object:
+def read_checkpoint_file(path: str | os.PathLike, *, max_bytes: int = DEFAULT_MAX_BYTES) -> object:
     """Read and decode a ``checkpoint`` file, refusing it by size before reading.
 
     Raises `NotACheckpointError` when the file is missing or not a regular file, and
@@ -527,22 +732,36 @@ def read_checkpoint_file(path: str | os.PathLike, *,
     try:
         st = os.stat(name)
     except OSError as e:
-        raise NotACheckpointError(f"{name}: cannot stat the msgpack checkpoint file ({e.strerror})") \
-            from None
+        raise NotACheckpointError(
+            f"{name}: cannot stat the msgpack checkpoint file ({e.strerror})"
+        ) from None
     if not stat.S_ISREG(st.st_mode):
         raise NotACheckpointError(f"{name}: not a regular file")
     if st.st_size > max_bytes:
-        raise MsgpackError("checkpoint file is larger than the size limit", rule="MSGPACK-001",
-                           file=name, expected=f"<= {max_bytes} bytes", got=st.st_size)
+        raise MsgpackError(
+            "checkpoint file is larger than the size limit",
+            rule="MSGPACK-001",
+            file=name,
+            expected=f"<= {max_bytes} bytes",
+            got=st.st_size,
+        )
     with open(name, "rb") as f:
         data = f.read(max_bytes + 1)  # the file may have grown since stat
     return decode_checkpoint(data, file=name, max_bytes=max_bytes)
 
 
-_VIEW_TAGS = frozenset({
-    "__ndarray__", "__npscalar__", "__placeholder__", "__tuple__", "__complex__", "__float__",
-    "__bytes__", "__dict__",
-})
+_VIEW_TAGS = frozenset(
+    {
+        "__ndarray__",
+        "__npscalar__",
+        "__placeholder__",
+        "__tuple__",
+        "__complex__",
+        "__float__",
+        "__bytes__",
+        "__dict__",
+    }
+)
 
 
 def _json_float(x: float) -> Any:
@@ -626,9 +845,13 @@ def placeholders(tree: object, *, file: str = "checkpoint") -> dict[str, Placeho
     for path, leaf in _walk(tree, (), 0):
         if isinstance(leaf, Placeholder):
             if leaf.param_name in found:
-                raise MsgpackError(f"param name {leaf.param_name!r} is also used at "
-                                   f"{_pointer(where[leaf.param_name])!r}", rule="MSGPACK-017",
-                                   file=str(file), pointer=_pointer(path))
+                raise MsgpackError(
+                    f"param name {leaf.param_name!r} is also used at "
+                    f"{_pointer(where[leaf.param_name])!r}",
+                    rule="MSGPACK-017",
+                    file=str(file),
+                    pointer=_pointer(path),
+                )
             found[leaf.param_name] = leaf
             where[leaf.param_name] = path
     return found
