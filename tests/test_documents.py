@@ -79,7 +79,10 @@ def test_metadata_tree_matches_expected_structure(case):
         if not meta.exists():
             continue
         tree = MetadataDocument.read(meta).tree()
-        assert _shape(tree) == _expected_shape(node), rel
+        want = _expected_shape(node)
+        for key in expected.get("restored_as_none", ()):  # written as nil by that release
+            want[key] = None
+        assert _shape(tree) == want, rel
 
 
 def _shape(tree):
@@ -114,6 +117,9 @@ def test_sharding_documents_decode_saved_meshes():
     ]
     assert named, "the sharded fixture must hold NamedShardings"
     for spec in named:
+        if spec.device_ids is None:  # Orbax 0.5.x wrote no device_mesh
+            assert "device_mesh" not in spec.to_json()
+            continue
         assert len(spec.device_ids) == len(set(spec.device_ids))
         assert spec.to_json()["device_mesh"]["mesh"]
 
