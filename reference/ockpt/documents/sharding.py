@@ -48,7 +48,7 @@ class NamedShardingSpec:
     mesh_shape: tuple[int, ...]
     axis_names: tuple[str, ...]
     partition_spec: tuple[AxisSpec, ...]
-    device_ids: tuple[int, ...]  # the mesh's device ids in C order
+    device_ids: tuple[int, ...] | None = None  # mesh device ids in C order (absent before 0.6)
     axis_types: tuple[str, ...] | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 
@@ -108,15 +108,17 @@ class NamedShardingSpec:
             )
         )
         mesh_ptr = child(pointer, "device_mesh")
-        device_mesh = expect_object(
-            take("device_mesh"), file=file, pointer=mesh_ptr, rule="SHARD-003"
-        )
-        ids = _device_ids(
-            require(device_mesh, "mesh", file=file, pointer=mesh_ptr, rule="SHARD-003"),
-            mesh_shape,
-            file=file,
-            pointer=child(mesh_ptr, "mesh"),
-        )
+        ids = None
+        if "device_mesh" in rest:  # Orbax 0.5.x wrote no device_mesh
+            device_mesh = expect_object(
+                take("device_mesh"), file=file, pointer=mesh_ptr, rule="SHARD-003"
+            )
+            ids = _device_ids(
+                require(device_mesh, "mesh", file=file, pointer=mesh_ptr, rule="SHARD-003"),
+                mesh_shape,
+                file=file,
+                pointer=child(mesh_ptr, "mesh"),
+            )
         return cls(
             mesh_shape=mesh_shape,
             axis_names=axis_names,
@@ -137,7 +139,8 @@ class NamedShardingSpec:
         out["partition_spec"] = [
             list(e) if isinstance(e, tuple) else e for e in self.partition_spec
         ]
-        out["device_mesh"] = {"mesh": _nest(self.device_ids, self.mesh_shape)}
+        if self.device_ids is not None:
+            out["device_mesh"] = {"mesh": _nest(self.device_ids, self.mesh_shape)}
         out.update(self.extra)
         return out
 
