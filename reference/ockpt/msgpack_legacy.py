@@ -37,7 +37,7 @@ strings.
 `decode_checkpoint` is pure (bytes in, tree out). It uses the ``msgpack`` package for the
 container syntax only and checks every value it turns into a Python object; every failure is a
 `MsgpackError` naming the file, the key path inside the tree (a JSON pointer such as
-``/b/f/0``) or the byte offset, and the rule broken (ids in `RULES`).
+``/b/f/0``) or the byte offset, and the rule broken (``MSGPACK-*`` ids of `ockpt.rules.RULES`).
 """
 
 from __future__ import annotations
@@ -61,7 +61,6 @@ except ImportError:  # pragma: no cover - ml_dtypes ships with every supported n
     _ml_dtypes = None
 
 __all__ = [
-    "RULES",
     "DEFAULT_MAX_BYTES",
     "MAX_DEPTH",
     "MAX_NDIM",
@@ -73,26 +72,6 @@ __all__ = [
     "to_json_view",
     "placeholders",
 ]
-
-RULES: dict[str, str] = {
-    "MSGPACK-001": "the file must not exceed the reader's size limit (checked before reading)",
-    "MSGPACK-002": "the file must be one well-formed msgpack value (valid type bytes, UTF-8)",
-    "MSGPACK-003": "the file must not end before its msgpack value is complete",
-    "MSGPACK-004": "no bytes may follow the single top-level msgpack value",
-    "MSGPACK-005": "maps, arrays and tuples must not nest deeper than MAX_DEPTH (64)",
-    "MSGPACK-006": "every map key must be a string",
-    "MSGPACK-007": "a map must not repeat a key",
-    "MSGPACK-008": "ext type codes must be 1 (ndarray), 2 (complex), 3 (numpy scalar) or 4 (tuple)",
-    "MSGPACK-009": "an ext payload must be one msgpack value of the layout its code defines",
-    "MSGPACK-010": "an array dtype name must be one of the allowed numpy / ml_dtypes names",
-    "MSGPACK-011": "a shape must be at most MAX_NDIM non-negative ints whose size fits int64",
-    "MSGPACK-012": "array data must be exactly prod(shape) * itemsize bytes",
-    "MSGPACK-013": "a numpy scalar (ext 3) must have shape []",
-    "MSGPACK-014": "a chunked array map must hold exactly: marker true, shape and chunks maps",
-    "MSGPACK-015": "chunks must be non-empty 1-D ext 1 arrays of one dtype, prod(shape) in all",
-    "MSGPACK-016": "bool array data bytes must be 0 or 1",
-    "MSGPACK-017": "two placeholders must not name the same param name",
-}
 
 DEFAULT_MAX_BYTES = 2**34
 """Default size limit of a ``checkpoint`` file (16 GiB)."""
@@ -701,8 +680,8 @@ def decode_checkpoint(
     ``None``, ``str``, ``bytes`` and `Placeholder` (for ``PLACEHOLDER://`` / ``AGGREGATED://``
     strings; an inline string value with one of those prefixes cannot be told apart).
 
-    Raises `MsgpackError` (and only that, for any bytes) when the input breaks a rule of
-    `RULES`; ``data`` longer than ``max_bytes`` is refused before decoding (MSGPACK-001).
+    Raises `MsgpackError` (and only that, for any bytes) when the input breaks one of the
+    ``MSGPACK-*`` rules; ``data`` over ``max_bytes`` is refused before decoding (MSGPACK-001).
     """
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise TypeError(f"data must be bytes-like, got {type(data).__name__}")
