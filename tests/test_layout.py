@@ -150,3 +150,43 @@ def _materialize(path: Path, tree: dict) -> None:
             _materialize(path / name, value)
         else:
             (path / name).write_text(value)
+
+
+NO_OCDBT_SAVES = """
+import sys
+import numpy as np
+import orbax.checkpoint as ocp
+
+root = sys.argv[1]
+tree = {"a": np.arange(4.0), "b": {"c": np.arange(3, dtype=np.int32)}}
+saving = ocp.v1.options.ArrayOptions.Saving(use_ocdbt=False)
+with ocp.v1.Context(array_options=ocp.v1.options.ArrayOptions(saving=saving)):
+    ocp.v1.save(root + "/v1", tree)
+mgr = ocp.CheckpointManager(root + "/mgr",
+                            item_handlers=ocp.PyTreeCheckpointHandler(use_ocdbt=False))
+mgr.save(5, args=ocp.args.PyTreeSave(tree))
+mgr.wait_until_finished()
+"""
+
+
+def test_per_leaf_items_inside_v1_and_steps(tmp_path):
+    """Real Orbax: a v1 root and a step whose items keep per-leaf zarr directories are
+    composites, not items (their leaves' array directories sit one level down)."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("orbax.checkpoint")
+    subprocess.run(
+        [sys.executable, "-c", NO_OCDBT_SAVES, str(tmp_path)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    v1 = ockpt.detect(tmp_path / "v1")
+    assert v1.kind is Kind.V1_CHECKPOINT
+    assert v1.pytree.item.storage is Storage.PER_LEAF_ZARR and v1.pytree.item.zarr_version == 3
+    step = ockpt.detect(tmp_path / "mgr" / "5")
+    assert step.kind is Kind.STEP
+    item = step.checkpointables["default"]
+    assert item.item.storage is Storage.PER_LEAF_ZARR and item.item.zarr_version == 2
+    assert [s.step for s in ockpt.detect(tmp_path / "mgr").steps] == [5]

@@ -42,6 +42,17 @@ _OCDBT_PROCESS_DIR = re.compile(r"ocdbt\.process_(0|[1-9][0-9]*)")
 _STEP_NAME = re.compile(r"(?:(?P<prefix>.+)_)?(?P<step>[0-9]+)")
 #: v1 names of the pytree checkpointable, newest first.
 PYTREE_CHECKPOINTABLES = ("state", "pytree")
+#: Files that mark a directory as an item, step or v1 checkpoint (never a leaf's array).
+_ITEM_OR_STEP_FILES = frozenset(
+    {
+        "_METADATA",
+        "checkpoint",
+        "manifest.ocdbt",
+        "_CHECKPOINT_METADATA",
+        "orbax.checkpoint",
+        "commit_success.txt",
+    }
+)
 #: The largest `_METADATA` / `_CHECKPOINT_METADATA` that detection reads.
 _MAX_PEEK_BYTES = 64 << 20
 
@@ -182,13 +193,15 @@ def _detect_dir(p: str, *, depth: int) -> Layout:
         return Layout(p, Kind.TEMPORARY, f"name contains {TMP_MARKER!r}: an unfinished save")
     listing = _list(p)
     commit = COMMIT_FILE in listing.files
+    if V1_MARKER in listing.files:
+        return _detect_composite(p, listing, depth=depth)
     item = _item_format(p, listing)
     if item is not None:
         reason, fmt, problems = item
         return Layout(
             p, Kind.PYTREE_ITEM, reason, item=fmt, has_commit_file=commit, problems=problems
         )
-    if V1_MARKER in listing.files or CHECKPOINT_METADATA_FILE in listing.files:
+    if CHECKPOINT_METADATA_FILE in listing.files:
         return _detect_composite(p, listing, depth=depth)
     json_file = _json_item_file(listing) if depth > 0 else None
     if json_file is not None:
@@ -226,9 +239,10 @@ def _has_zarr_metadata(p: str, listing: _Listing, *, depth: int = 0) -> int | No
     for sub in sorted(listing.dirs):
         if _OCDBT_PROCESS_DIR.fullmatch(sub) or sub in ("d", "array_metadatas"):
             continue
-        found = _has_zarr_metadata(
-            os.path.join(p, sub), _list(os.path.join(p, sub)), depth=depth + 1
-        )
+        sub_listing = _list(os.path.join(p, sub))
+        if sub_listing.files & _ITEM_OR_STEP_FILES:
+            continue  # an item (or step) of its own, not one leaf's array directory
+        found = _has_zarr_metadata(os.path.join(p, sub), sub_listing, depth=depth + 1)
         if found:
             return found
     return None
@@ -300,7 +314,9 @@ def _detect_composite(p: str, listing: _Listing, *, depth: int) -> Layout:
     if names is not None:
         missing = sorted(set(names) - set(children))
         if missing:
-            problems.append(f"{CHECKPOINT_METADATA_FILE} names items with no directory: {missing}")
+            problems.append(
+                f"{CHECKPOINT_METADATA_FILE} names items with no directory: {missing} [LAYOUT-003]"
+            )
     kind = Kind.V1_CHECKPOINT if is_v1 else Kind.STEP
     what = "v1 checkpoint" if is_v1 else "checkpoint-manager step"
     reason = f"{what} with {len(children)} item(s): {', '.join(children) or 'none'}"
@@ -359,7 +375,9 @@ def _detect_manager_root(p: str, listing: _Listing) -> Layout | None:
     committed = [s for s in steps if s.committed]
     problems = []
     if len(prefixes) > 1:
-        problems.append(f"step directories use several prefixes: {sorted(map(str, prefixes))}")
+        problems.append(
+            f"step directories use several prefixes: {sorted(map(str, prefixes))} [LAYOUT-004]"
+        )
     prefix = next(iter(prefixes)) if len(prefixes) == 1 else None
     reason = f"checkpoint-manager root with {len(committed)} committed step(s)" + (
         f" and {len(temporaries)} unfinished" if temporaries else ""
