@@ -1,0 +1,274 @@
+"""The JSON Schemas of the format's documents, and checks that report rule ids.
+
+The schemas ship inside the package (``ockpt/schemas/*.json``, JSON Schema draft 2020-12) and are
+loaded with `importlib.resources`, so an installed ockpt carries them. Each constrained subschema
+has a ``"$comment"`` holding a rule id; a schema failure is reported under the id of the nearest
+``$comment`` on the path from the schema root to the failing keyword.
+
+* `validate_document(kind, obj)`: the schema alone, on an already parsed document (plus, for
+  ``sharding``, each decoded inner sharding document against ``sharding-spec``).
+* `check_document(kind, data)`: everything a strict reader checks on one document: strict
+  parsing of the bytes (JSON-001..003), the schema, then the rules a schema cannot express
+  (tree keys, tree shape, canonical base64, mesh shape), via the document models.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+from collections.abc import Iterator, Mapping
+from importlib import resources
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import ValidationError
+from referencing import Registry, Resource
+
+from .errors import FormatError, MsgpackError
+from .findings import Finding
+from .rules import RULES
+
+__all__ = [
+    "SCHEMA_FILES",
+    "load_schema",
+    "schema_kinds",
+    "validate_document",
+    "check_document",
+    "kind_for_path",
+]
+
+#: Document kind -> schema file name inside ``ockpt/schemas``.
+SCHEMA_FILES: Mapping[str, str] = {
+    "metadata": "metadata.schema.json",
+    "checkpoint-metadata": "checkpoint-metadata.schema.json",
+    "root-metadata": "root-metadata.schema.json",
+    "sharding": "sharding.schema.json",
+    "sharding-spec": "sharding-spec.schema.json",
+    "array-metadatas": "array-metadatas.schema.json",
+    "strings": "strings.schema.json",
+    "msgpack-view": "msgpack-view.schema.json",
+}
+
+_RULE_ID = re.compile(r"[A-Z]+(?:-[A-Z]+)*-[0-9]{3}")
+_PROCESS_FILE = re.compile(r"process_(0|[1-9][0-9]*)")
+
+
+def schema_kinds() -> tuple[str, ...]:
+    """The document kinds that have a schema."""
+    return tuple(SCHEMA_FILES)
+
+
+@functools.cache
+def _load(name: str) -> dict[str, Any]:
+    text = resources.files("ockpt").joinpath("schemas", name).read_text(encoding="utf-8")
+    return json.loads(text)
+
+
+def load_schema(kind: str) -> dict[str, Any]:
+    """The schema of a document kind (a fresh copy the caller may change)."""
+    if kind not in SCHEMA_FILES:
+        raise KeyError(f"no schema for document kind {kind!r}; kinds: {sorted(SCHEMA_FILES)}")
+    return json.loads(json.dumps(_load(SCHEMA_FILES[kind])))
+
+
+@functools.cache
+def _registry() -> Registry:
+    resources_ = [
+        (schema["$id"], Resource.from_contents(schema))
+        for schema in (_load(name) for name in SCHEMA_FILES.values())
+    ]
+    return Registry().with_resources(resources_)
+
+
+@functools.cache
+def _validator(kind: str) -> Draft202012Validator:
+    return Draft202012Validator(_load(SCHEMA_FILES[kind]), registry=_registry())
+
+
+def _resolve(ref: str, base: dict[str, Any], root: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """Follow a ``$ref`` (local ``#...`` or another schema's ``$id``): (target, its root)."""
+    uri, _, fragment = ref.partition("#")
+    if uri:
+        root = _registry().contents(uri)
+    node: Any = root
+    for token in fragment.split("/")[1:] if fragment else ():
+        token = token.replace("~1", "/").replace("~0", "~")
+        node = node[int(token)] if isinstance(node, list) else node[token]
+    return node, root
+
+
+def _rule_for(error: ValidationError, root: dict[str, Any]) -> str:
+    """The rule id of the nearest ``$comment`` on the way to the failing keyword."""
+    rule = "JSON-004"
+    node: Any = root
+
+    def note(n: Any) -> None:
+        nonlocal rule
+        if isinstance(n, dict):
+            comment = n.get("$comment")
+            if isinstance(comment, str) and _RULE_ID.fullmatch(comment) and comment in RULES:
+                rule = comment
+
+    note(node)
+    for step in error.absolute_schema_path:
+        # jsonschema leaves `$ref` hops out of the path: follow them when the step is not here.
+        hops = 0
+        while isinstance(node, dict) and step not in node and "$ref" in node and hops < 32:
+            node, root = _resolve(node["$ref"], node, root)
+            note(node)
+            hops += 1
+        try:
+            node = node[step]
+        except (KeyError, IndexError, TypeError):
+            break
+        note(node)
+    return rule
+
+
+def _pointer(parts: Any, prefix: str = "") -> str:
+    return prefix + "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+def _schema_findings(
+    kind: str, obj: Any, *, file: str | None, prefix: str = ""
+) -> Iterator[Finding]:
+    validator = _validator(kind)
+    root = _load(SCHEMA_FILES[kind])
+    errors = sorted(validator.iter_errors(obj), key=lambda e: list(map(str, e.absolute_path)))
+    for error in errors:
+        parts = list(error.absolute_path)
+        if "propertyNames" in error.absolute_schema_path and isinstance(error.instance, str):
+            parts.append(error.instance)  # the offending key itself
+        yield Finding.of(
+            _rule_for(error, root),
+            error.message if len(error.message) <= 300 else error.message[:300] + "...",
+            file=file,
+            pointer=_pointer(parts, prefix),
+        )
+
+
+def validate_document(kind: str, obj: Any, *, file: str | None = None) -> list[Finding]:
+    """Check a parsed document against the schema of `kind`; one finding per failure.
+
+    For ``sharding`` the inner documents (JSON strings) are decoded, strictly, and checked
+    against ``sharding-spec`` too; their findings carry pointers into the outer document.
+    """
+    if kind not in SCHEMA_FILES:
+        raise KeyError(f"no schema for document kind {kind!r}; kinds: {sorted(SCHEMA_FILES)}")
+    findings = list(_schema_findings(kind, obj, file=file))
+    if kind == "sharding" and isinstance(obj, dict):
+        from .documents._json import child, parse_json
+
+        for key, value in obj.items():
+            if not isinstance(value, str):
+                continue  # already reported (SHARD-002)
+            pointer = child("", key)
+            try:
+                inner = parse_json(value, file=file or "_sharding", pointer=pointer)
+            except FormatError as e:
+                findings.append(Finding.from_error(e, file=file))
+                continue
+            findings.extend(_schema_findings("sharding-spec", inner, file=file, prefix=pointer))
+    return findings
+
+
+def _semantic(kind: str, obj: Any, *, file: str) -> list[Finding]:
+    """The rules a schema cannot state, checked by parsing with the document model."""
+    from .documents import (
+        ArrayMetadatas,
+        CheckpointMetadata,
+        MetadataDocument,
+        RootMetadata,
+        ShardingDocument,
+        StringsDocument,
+    )
+    from .documents.sharding import parse_sharding
+
+    models: dict[str, Any] = {
+        "metadata": MetadataDocument,
+        "checkpoint-metadata": CheckpointMetadata,
+        "root-metadata": RootMetadata,
+        "sharding": ShardingDocument,
+        "array-metadatas": ArrayMetadatas,
+        "strings": StringsDocument,
+    }
+    try:
+        if kind == "sharding-spec":
+            parse_sharding(json.dumps(obj), file=file)
+        elif kind in models:
+            models[kind].from_json(obj, file=file)
+    except FormatError as e:
+        return [Finding.from_error(e, file=file)]
+    return []
+
+
+def check_document(kind: str, data: bytes | str | Any, *, file: str | None = None) -> list[Finding]:
+    """Every check a strict reader makes on one document.
+
+    `data` is the raw bytes (or text) of the file; for ``msgpack-view`` it is the bytes of the
+    legacy msgpack ``checkpoint`` file, which is decoded, turned into its JSON view and checked.
+    Parsed objects (not bytes/str) skip the parsing step. Schema failures come first; the rules
+    only the models check are looked at when the schema found no error.
+    """
+    name = file or kind
+    if kind == "msgpack-view":
+        return _check_msgpack(data, file=name)
+    if isinstance(data, (bytes, bytearray, str)):
+        from .documents._json import parse_json
+
+        try:
+            obj = parse_json(bytes(data) if isinstance(data, bytearray) else data, file=name)
+        except FormatError as e:
+            return [Finding.from_error(e, file=name)]
+    else:
+        obj = data
+    findings = validate_document(kind, obj, file=name)
+    if not any(f.is_error for f in findings):
+        findings.extend(_semantic(kind, obj, file=name))
+    return findings
+
+
+def _check_msgpack(data: Any, *, file: str) -> list[Finding]:
+    from .msgpack_legacy import decode_checkpoint, placeholders, to_json_view
+
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        try:
+            tree = decode_checkpoint(bytes(data), file=file)
+        except MsgpackError as e:
+            return [Finding.from_error(e, file=file)]
+        view = to_json_view(tree)
+    else:
+        tree, view = None, data
+    findings = validate_document("msgpack-view", view, file=file)
+    if tree is not None:
+        try:
+            placeholders(tree, file=file)
+        except MsgpackError as e:
+            findings.append(Finding.from_error(e, file=file))
+    return findings
+
+
+def kind_for_path(path: str | os.PathLike[str]) -> str | None:
+    """The document kind of a checkpoint file, from its name (None: no schema applies).
+
+    ``_METADATA``, ``_CHECKPOINT_METADATA``, ``_ROOT_METADATA``, ``_sharding``,
+    ``_strings.json``, ``array_metadatas/process_<N>`` and the legacy msgpack ``checkpoint``.
+    """
+    p = os.fspath(path)
+    name = os.path.basename(p)
+    parent = os.path.basename(os.path.dirname(p))
+    fixed = {
+        "_METADATA": "metadata",
+        "_CHECKPOINT_METADATA": "checkpoint-metadata",
+        "_ROOT_METADATA": "root-metadata",
+        "_sharding": "sharding",
+        "_strings.json": "strings",
+        "checkpoint": "msgpack-view",
+    }
+    if name in fixed:
+        return fixed[name]
+    if parent == "array_metadatas" and _PROCESS_FILE.fullmatch(name):
+        return "array-metadatas"
+    return None

@@ -1,0 +1,346 @@
+"""JSON Schemas: valid against the 2020-12 metaschema, shipped as package data, accept every
+document of every real-Orbax fixture, and reject hand-made invalid documents for the stated rule.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from importlib import resources
+from pathlib import Path
+
+import msgpack
+import numpy as np
+import pytest
+from jsonschema import Draft202012Validator
+
+from conftest import fixture_cases
+from ockpt import msgpack_legacy, schema
+from ockpt.findings import Finding
+from ockpt.rules import RULES
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = Path(__file__).parent / "documents"
+INVALID = DOCS / "invalid"  # shared with test_documents.py (the models)
+SCHEMA_INVALID = DOCS / "schema-invalid"  # added for the schemas
+SPEC_SCHEMAS = ROOT / "spec" / "schemas"
+RULE_ID = re.compile(r"[A-Z]+(?:-[A-Z]+)*-[0-9]{3}")
+
+
+# ---------------------------------------------------------------------------------------------
+# the schemas themselves
+
+
+@pytest.mark.parametrize("kind", schema.schema_kinds())
+def test_schema_passes_the_metaschema(kind):
+    doc = schema.load_schema(kind)
+    Draft202012Validator.check_schema(doc)
+    assert doc["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    assert doc["$id"] == f"https://ockpt.dev/schemas/{schema.SCHEMA_FILES[kind]}"
+
+
+@pytest.mark.parametrize("kind", schema.schema_kinds())
+def test_schema_ships_inside_the_package(kind):
+    """Loaded through importlib.resources, as an installed package would load it."""
+    res = resources.files("ockpt").joinpath("schemas", schema.SCHEMA_FILES[kind])
+    assert res.is_file()
+    assert json.loads(res.read_text(encoding="utf-8")) == schema.load_schema(kind)
+
+
+def _comments(node):
+    if isinstance(node, dict):
+        if "$comment" in node:
+            yield node["$comment"]
+        for value in node.values():
+            yield from _comments(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _comments(value)
+
+
+@pytest.mark.parametrize("kind", schema.schema_kinds())
+def test_schema_comments_are_registered_rule_ids(kind):
+    comments = list(_comments(schema.load_schema(kind)))
+    assert comments, "every schema carries rule ids"
+    for comment in comments:
+        assert RULE_ID.fullmatch(comment) and comment in RULES, comment
+
+
+def test_spec_schemas_directory_is_a_pointer():
+    """spec/schemas holds no diverging copies; its README lists every schema file."""
+    readme = (SPEC_SCHEMAS / "README.md").read_text(encoding="utf-8")
+    for name in schema.SCHEMA_FILES.values():
+        assert f"`{name}`" in readme, name
+    package = resources.files("ockpt").joinpath("schemas")
+    for copy in SPEC_SCHEMAS.glob("*.json"):
+        assert copy.read_bytes() == package.joinpath(copy.name).read_bytes(), copy.name
+
+
+def test_msgpack_view_dtypes_match_the_decoder():
+    view = schema.load_schema("msgpack-view")
+    names = set(view["$defs"]["dtype"]["enum"])
+    assert names == set(msgpack_legacy._NUMPY_DTYPES) | set(msgpack_legacy._ML_DTYPES)
+
+
+def test_unknown_kind_is_refused():
+    with pytest.raises(KeyError):
+        schema.validate_document("zarray-nope", {})
+
+
+# ---------------------------------------------------------------------------------------------
+# every document of every real-Orbax fixture validates
+
+
+def _fixture_documents():
+    found = []
+    for case in fixture_cases():
+        for path in sorted((case / "checkpoint").rglob("*")):
+            kind = schema.kind_for_path(path) if path.is_file() else None
+            if kind is not None:
+                found.append((path, kind))
+    return found
+
+
+FIXTURE_DOCUMENTS = _fixture_documents()
+
+
+def test_fixtures_cover_every_document_kind():
+    kinds = {kind for _, kind in FIXTURE_DOCUMENTS}
+    expected = {"metadata", "checkpoint-metadata", "root-metadata", "sharding"}
+    expected |= {"array-metadatas", "strings"}
+    assert expected <= kinds, sorted(expected - kinds)
+
+
+@pytest.mark.parametrize(
+    "path, kind",
+    FIXTURE_DOCUMENTS,
+    ids=[
+        str(p.relative_to(p.parents[3])) if len(p.parents) > 3 else str(p)
+        for p, _ in FIXTURE_DOCUMENTS
+    ],
+)
+def test_fixture_document_validates(path, kind):
+    findings = schema.check_document(kind, path.read_bytes(), file=str(path))
+    assert findings == [], [str(f) for f in findings]
+
+
+def test_sharding_inner_documents_are_checked():
+    """A fixture's inner sharding documents each validate against sharding-spec."""
+    docs = [p for p, k in FIXTURE_DOCUMENTS if k == "sharding"]
+    assert docs
+    for path in docs:
+        for value in json.loads(path.read_bytes()).values():
+            inner = json.loads(value)
+            assert schema.validate_document("sharding-spec", inner) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# msgpack files and their JSON view
+
+
+def _ext(code: int, payload) -> msgpack.ExtType:
+    return msgpack.ExtType(code, msgpack.packb(payload, use_bin_type=True))
+
+
+def test_msgpack_view_of_a_decoded_file_validates():
+    tree = {
+        "a": _ext(1, [[4], "float32", np.arange(4, dtype="<f4").tobytes()]),
+        "b": [_ext(3, [[], "int32", b"\x03\x00\x00\x00"]), 2.5],
+        "c": _ext(2, [1.0, float("nan")]),
+        "t": _ext(4, [1, "x"]),
+        "p": "PLACEHOLDER://p",
+        "q": "AGGREGATED://q",
+        "raw": b"ab",
+        "inf": float("inf"),
+        "tagged": {"__tuple__": 1},
+    }
+    data = msgpack.packb(tree, use_bin_type=True)
+    assert schema.check_document("msgpack-view", data, file="checkpoint") == []
+    view = msgpack_legacy.to_json_view(msgpack_legacy.decode_checkpoint(data))
+    assert schema.validate_document("msgpack-view", view) == []
+    assert view["a"] == {"__ndarray__": {"dtype": "float32", "shape": [4]}}
+
+
+def test_msgpack_file_errors_become_findings():
+    bad = msgpack.packb({"a": msgpack.ExtType(9, b"")}, use_bin_type=True)
+    (finding,) = schema.check_document("msgpack-view", bad, file="checkpoint")
+    assert finding.rule == "MSGPACK-008" and finding.file == "checkpoint"
+    twice = msgpack.packb({"a": "PLACEHOLDER://x", "b": "PLACEHOLDER://x"})
+    assert [f.rule for f in schema.check_document("msgpack-view", twice)] == ["MSGPACK-017"]
+
+
+MSGPACK_FILES = [
+    p for case in fixture_cases() for p in sorted((case / "checkpoint").rglob("checkpoint"))
+]
+
+
+@pytest.mark.parametrize(
+    "path", MSGPACK_FILES, ids=[str(p.relative_to(p.parents[3])) for p in MSGPACK_FILES]
+)
+def test_fixture_msgpack_files_validate(path):
+    if not path.is_file():
+        pytest.skip("a directory named checkpoint")
+    assert schema.check_document("msgpack-view", path.read_bytes(), file=str(path)) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# hand-made invalid documents: file -> (kind, rule, pointer fragment)
+
+INVALID_TABLE: dict[str, tuple[str, str, str]] = {
+    # tests/documents/invalid (shared with the model tests)
+    "invalid/metadata-not-json.json": ("metadata", "JSON-001", ""),
+    "invalid/metadata-duplicate-key.json": ("metadata", "JSON-002", ""),
+    "invalid/metadata-nan.json": ("metadata", "JSON-001", ""),
+    "invalid/metadata-no-tree.json": ("metadata", "META-001", ""),
+    "invalid/metadata-tree-not-object.json": ("metadata", "META-001", "/tree_metadata"),
+    "invalid/metadata-entry-no-value.json": ("metadata", "META-002", "/tree_metadata/('a',)"),
+    "invalid/metadata-key-mismatch.json": ("metadata", "META-003", "('b',)"),
+    "invalid/metadata-bad-key-type.json": ("metadata", "META-004", "/key_type"),
+    "invalid/metadata-bad-index.json": ("metadata", "META-005", "/key_metadata/0/key"),
+    "invalid/metadata-leaf-and-node.json": ("metadata", "META-006", "('a',)"),
+    "invalid/metadata-flag-type.json": ("metadata", "JSON-004", "/use_ocdbt"),
+    "invalid/metadata-write-shape-negative.json": ("metadata", "JSON-004", "/write_shape/1"),
+    "invalid/metadata-too-deep.json": ("metadata", "JSON-003", ""),
+    "invalid/checkpoint-metadata-handlers-type.json": (
+        "checkpoint-metadata",
+        "CKPT-001",
+        "/item_handlers",
+    ),
+    "invalid/checkpoint-metadata-timestamp-type.json": (
+        "checkpoint-metadata",
+        "CKPT-001",
+        "/init_timestamp_nsecs",
+    ),
+    "invalid/checkpoint-metadata-not-object.json": ("checkpoint-metadata", "CKPT-001", ""),
+    "invalid/root-metadata-custom-type.json": ("root-metadata", "ROOT-001", "/custom_metadata"),
+    "invalid/sharding-bad-key.json": ("sharding", "SHARD-001", "/YQ"),
+    "invalid/sharding-value-not-string.json": ("sharding", "SHARD-002", "/YQ=="),
+    "invalid/sharding-inner-not-json.json": ("sharding", "JSON-001", "/YQ=="),
+    "invalid/sharding-unknown-type.json": ("sharding", "SHARD-003", "/YQ==/sharding_type"),
+    "invalid/sharding-mesh-shape.json": ("sharding", "SHARD-003", "/YQ==/device_mesh/mesh"),
+    "invalid/sharding-unknown-axis.json": ("sharding", "SHARD-003", "/YQ==/partition_spec/0"),
+    "invalid/sharding-missing-device-str.json": ("sharding", "SHARD-003", "/YQ=="),
+    "invalid/array-metadatas-not-list.json": ("array-metadatas", "ARRM-001", "/array_metadatas"),
+    "invalid/array-metadatas-wrapper.json": ("array-metadatas", "ARRM-001", "/array_metadatas/0"),
+    "invalid/array-metadatas-chunk-shape.json": ("array-metadatas", "ARRM-001", "chunk_shape/0"),
+    "invalid/array-metadatas-no-name.json": ("array-metadatas", "ARRM-001", "/array_metadata"),
+    "invalid/strings-not-string.json": ("strings", "STR-001", "/a/b"),
+    "invalid/strings-not-object.json": ("strings", "STR-001", ""),
+    "invalid/strings-not-utf8.json": ("strings", "JSON-001", ""),
+    # tests/documents/schema-invalid (added for the schemas)
+    "schema-invalid/metadata-unknown-value-type.json": ("metadata", "META-007", "/value_type"),
+    "schema-invalid/metadata-key-extra-field.json": ("metadata", "META-002", "/key_metadata/0"),
+    "schema-invalid/metadata-key-type-string.json": ("metadata", "JSON-004", "/key_type"),
+    "schema-invalid/metadata-no-value-type.json": ("metadata", "META-002", "/value_metadata"),
+    "schema-invalid/metadata-sequence-hole.json": ("metadata", "META-006", "()"),
+    "schema-invalid/metadata-index-leading-zero.json": ("metadata", "META-005", "/key"),
+    "schema-invalid/metadata-custom-not-object.json": ("metadata", "JSON-004", "/custom_metadata"),
+    "schema-invalid/checkpoint-metadata-handler-value.json": (
+        "checkpoint-metadata",
+        "CKPT-001",
+        "/item_handlers/state",
+    ),
+    "schema-invalid/checkpoint-metadata-metrics-type.json": (
+        "checkpoint-metadata",
+        "CKPT-001",
+        "/metrics",
+    ),
+    "schema-invalid/checkpoint-metadata-timestamp-float.json": (
+        "checkpoint-metadata",
+        "CKPT-001",
+        "/init_timestamp_nsecs",
+    ),
+    "schema-invalid/root-metadata-internal-type.json": (
+        "root-metadata",
+        "ROOT-001",
+        "/internal_metadata",
+    ),
+    "schema-invalid/sharding-noncanonical-key.json": ("sharding", "SHARD-001", "/YR=="),
+    "schema-invalid/sharding-inner-not-object.json": ("sharding", "SHARD-002", "/YQ=="),
+    "schema-invalid/sharding-inner-duplicate-key.json": ("sharding", "JSON-002", "/YQ=="),
+    "schema-invalid/sharding-named-no-partition-spec.json": ("sharding", "SHARD-003", "/YQ=="),
+    "schema-invalid/sharding-axis-names-length.json": ("sharding", "SHARD-003", "/YQ=="),
+    "schema-invalid/sharding-mesh-negative-id.json": ("sharding", "SHARD-003", "/device_mesh"),
+    "schema-invalid/array-metadatas-ext-type.json": (
+        "array-metadatas",
+        "ARRM-001",
+        "/ext_metadata",
+    ),
+    "schema-invalid/array-metadatas-name-type.json": ("array-metadatas", "ARRM-001", "/param_name"),
+    "schema-invalid/strings-array-leaf.json": ("strings", "STR-001", "/a"),
+    "schema-invalid/strings-null-leaf.json": ("strings", "STR-001", "/a/b"),
+    "schema-invalid/msgpack-view-bad-dtype.json": ("msgpack-view", "MSGPACK-010", "/dtype"),
+    "schema-invalid/msgpack-view-negative-shape.json": ("msgpack-view", "MSGPACK-011", "/shape/0"),
+    "schema-invalid/msgpack-view-placeholder-no-name.json": (
+        "msgpack-view",
+        "JSON-005",
+        "/a/__placeholder__",
+    ),
+    "schema-invalid/msgpack-view-bad-scheme.json": ("msgpack-view", "JSON-004", "/scheme"),
+    "schema-invalid/msgpack-view-complex-arity.json": ("msgpack-view", "JSON-004", "/__complex__"),
+}
+
+
+def test_every_invalid_file_is_in_the_table():
+    on_disk = {f"{p.parent.name}/{p.name}" for d in (INVALID, SCHEMA_INVALID) for p in d.iterdir()}
+    assert sorted(on_disk) == sorted(INVALID_TABLE)
+
+
+def _findings(kind: str, path: Path) -> list[Finding]:
+    data = path.read_bytes()
+    if kind == "msgpack-view":  # the view is JSON; msgpack bytes are tested above
+        return schema.validate_document(kind, json.loads(data), file=str(path))
+    return schema.check_document(kind, data, file=str(path))
+
+
+@pytest.mark.parametrize("name", sorted(INVALID_TABLE))
+def test_invalid_document_is_rejected_for_its_rule(name):
+    kind, rule, fragment = INVALID_TABLE[name]
+    path = DOCS / name
+    findings = _findings(kind, path)
+    assert findings, "no finding at all"
+    first = findings[0]
+    assert first.rule == rule, [str(f) for f in findings]
+    assert first.severity == RULES[rule].severity
+    assert first.file == str(path)
+    assert fragment in (first.pointer or ""), first.pointer
+    assert f"[{rule}]" in str(first)
+    if RULES[rule].severity == "error":
+        assert any(f.is_error for f in findings)
+
+
+def test_warning_rule_does_not_make_a_document_invalid():
+    """META-007 is a warning: a strict reader still parses the document."""
+    from ockpt.documents import MetadataDocument
+
+    path = SCHEMA_INVALID / "metadata-unknown-value-type.json"
+    findings = _findings("metadata", path)
+    assert [f.severity for f in findings] == ["warning"]
+    MetadataDocument.read(path)
+
+
+def test_rule_comes_from_the_nearest_comment():
+    """A failure inside a $ref'd subschema reports that subschema's rule, not the root's."""
+    doc = {"tree_metadata": {"('a',)": {"key_metadata": [{"key": "a", "key_type": 5}]}}}
+    rules = sorted(f.rule for f in schema.validate_document("metadata", doc))
+    assert rules == ["META-002", "META-004"]
+    (finding,) = schema.validate_document("metadata", [])
+    assert finding.rule == "META-001" and finding.pointer == ""
+
+
+def test_finding_from_format_error_keeps_rule_and_details():
+    from ockpt.errors import DocumentError
+
+    err = DocumentError("bad", rule="SHARD-001", file="x", pointer="/k", expected="a", got="b")
+    f = Finding.from_error(err)
+    assert (f.rule, f.severity, f.file, f.pointer) == ("SHARD-001", "error", "x", "/k")
+    assert "expected 'a'" in f.message and "got 'b'" in f.message
+    assert f.to_json()["rule"] == "SHARD-001"
+
+
+def test_kind_for_path():
+    assert schema.kind_for_path("x/_METADATA") == "metadata"
+    assert schema.kind_for_path("x/array_metadatas/process_12") == "array-metadatas"
+    assert schema.kind_for_path("x/array_metadatas/process_01") is None
+    assert schema.kind_for_path("x/metadata/_ROOT_METADATA") == "root-metadata"
+    assert schema.kind_for_path("x/a/.zarray") is None
