@@ -18,6 +18,7 @@ __all__ = [
     "MissingDataError",
     "UnsupportedError",
     "WriteConflictError",
+    "TargetError",
     "OckptWarning",
 ]
 
@@ -114,6 +115,40 @@ class UnsupportedError(OckptError, NotImplementedError):
 
 class WriteConflictError(OckptError):
     """A save would overwrite or race with another checkpoint."""
+
+
+class TargetError(OckptError, ValueError):
+    """What a load asks for does not fit the checkpoint: a target tree whose keys differ from
+    the saved tree, a refused (lossy) cast, a shape mismatch, a target leaf of unknown type.
+
+    Attributes: `rule` (spec rule id), `file` (the checkpoint file the leaf is described in),
+    `leaf` (the param name, or None for the whole tree), `missing` / `extra` (key paths the
+    target has and the checkpoint lacks, and the reverse).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        rule: str | None = None,
+        file: object = None,
+        leaf: str | None = None,
+        missing: tuple[str, ...] = (),
+        extra: tuple[str, ...] = (),
+    ) -> None:
+        self.message = message
+        self.rule = rule
+        self.file = None if file is None else str(file)
+        self.leaf = leaf
+        self.missing = tuple(missing)
+        self.extra = tuple(extra)
+        where = self.file or "<checkpoint>"
+        if leaf is not None:
+            where += f": leaf {leaf!r}"
+        text = f"{where}: {message}"
+        if rule:
+            text += f" [{rule}]"
+        super().__init__(text)
 
 
 class OckptWarning(UserWarning):

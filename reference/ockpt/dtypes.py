@@ -1,0 +1,321 @@
+"""The dtype table and the cast policy of loading.
+
+Zarr metadata names an element type in one of two spellings: zarr v2 ``dtype`` strings
+(``"<f4"``, ``"|b1"``, plus the extension names ``"bfloat16"``, ``"float8_e4m3fn"``, ``"int4"``
+that tensorstore writes) and zarr v3 ``data_type`` names (``"float32"``, ``"bool"``,
+``"bfloat16"``). `from_zarr` maps both to numpy dtypes (ml_dtypes for the extension types);
+`to_zarr_v2` / `to_zarr_v3` map back.
+
+`cast_kind(src, dst)` is the spec's cast table (spec/loading.md §4.2, LOAD-020..LOAD-022): a cast is
+``"exact"`` when every value of `src` has the same value in `dst` (NaN stays NaN, -0.0 stays
+-0.0), else ``"lossy"``. It depends on the two dtypes only. `lossy_values` is the value-dependent
+check used when a caller opts into checked casts: it finds the elements a cast would change.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from functools import cache
+from typing import Literal
+
+import ml_dtypes
+import numpy as np
+
+from .errors import ZarrFormatError
+
+__all__ = [
+    "CastKind",
+    "from_zarr",
+    "to_zarr_v2",
+    "to_zarr_v3",
+    "dtype_name",
+    "cast_kind",
+    "lossy_values",
+    "astype",
+    "SUPPORTED",
+]
+
+CastKind = Literal["exact", "lossy"]
+
+#: ml_dtypes extension types, by the name zarr metadata (v2 and v3) gives them.
+_ML_NAMES = (
+    "bfloat16",
+    "float8_e3m4",
+    "float8_e4m3",
+    "float8_e4m3fn",
+    "float8_e4m3fnuz",
+    "float8_e4m3b11fnuz",
+    "float8_e5m2",
+    "float8_e5m2fnuz",
+    "float8_e8m0fnu",
+    "float4_e2m1fn",
+    "float6_e2m3fn",
+    "float6_e3m2fn",
+    "int2",
+    "int4",
+    "uint2",
+    "uint4",
+)
+_NUMPY_NAMES = (
+    "bool",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "float32",
+    "float64",
+    "complex64",
+    "complex128",
+)
+
+
+def _ml(name: str) -> np.dtype | None:
+    t = getattr(ml_dtypes, name, None)
+    return None if t is None else np.dtype(t)
+
+
+#: name -> dtype for every element type a checkpoint may hold.
+SUPPORTED: dict[str, np.dtype] = {
+    **{n: np.dtype(n) for n in _NUMPY_NAMES},
+    **{n: d for n in _ML_NAMES if (d := _ml(n)) is not None},
+}
+
+#: zarr v2 typestr (little-endian or byte-order-free) -> name.
+_V2_TYPESTR = {
+    "|b1": "bool",
+    "|i1": "int8",
+    "<i2": "int16",
+    "<i4": "int32",
+    "<i8": "int64",
+    "|u1": "uint8",
+    "<u2": "uint16",
+    "<u4": "uint32",
+    "<u8": "uint64",
+    "<f2": "float16",
+    "<f4": "float32",
+    "<f8": "float64",
+    "<c8": "complex64",
+    "<c16": "complex128",
+}
+_V2_BIG = {"|b1", "|i1", "|u1"}
+_NAME_TO_V2 = {v: k for k, v in _V2_TYPESTR.items()}
+
+
+def from_zarr(text: object, *, file: str | None = None, pointer: str = "/dtype") -> np.dtype:
+    """The numpy dtype for a zarr v2 ``dtype`` or zarr v3 ``data_type`` (ZARR-001).
+
+    Big-endian v2 strings (``">f4"``) are accepted and give the big-endian numpy dtype.
+    Structured, string and object types are refused.
+    """
+    if isinstance(text, str):
+        if text in _V2_TYPESTR:
+            return SUPPORTED[_V2_TYPESTR[text]]
+        if text.startswith(">") and "<" + text[1:] in _V2_TYPESTR and text not in _V2_BIG:
+            return SUPPORTED[_V2_TYPESTR["<" + text[1:]]].newbyteorder(">")
+        if text in SUPPORTED:
+            return SUPPORTED[text]
+    raise ZarrFormatError(
+        "unsupported element type",
+        rule="ZARR-001",
+        file=file,
+        pointer=pointer,
+        expected="a numeric zarr dtype (e.g. '<f4', 'bfloat16', 'int4')",
+        got=text,
+    )
+
+
+def dtype_name(dtype: np.dtype) -> str:
+    """The spec's name of a dtype (numpy / ml_dtypes name, byte order dropped)."""
+    dtype = np.dtype(dtype)
+    for name, d in SUPPORTED.items():
+        if d == dtype.newbyteorder("="):
+            return name
+    raise ValueError(f"dtype {dtype} is not one a checkpoint can hold")
+
+
+def to_zarr_v2(dtype: np.dtype) -> str:
+    """The zarr v2 ``dtype`` string tensorstore writes for this dtype."""
+    name = dtype_name(dtype)
+    return _NAME_TO_V2.get(name, name)
+
+
+def to_zarr_v3(dtype: np.dtype) -> str:
+    """The zarr v3 ``data_type`` name for this dtype."""
+    return dtype_name(dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# The cast table.
+
+
+@dataclass(frozen=True)
+class _FloatTraits:
+    """What a floating type can represent."""
+
+    nmant: int  # explicit mantissa bits (precision nmant + 1)
+    max: float  # largest finite value
+    min_exp: int  # exponent of the smallest subnormal step: minexp - nmant
+    inf: bool
+    nan: bool
+    neg_zero: bool
+    negative: bool
+    zero: bool
+
+
+@cache
+def _float_traits(dtype: np.dtype) -> _FloatTraits:
+    info = ml_dtypes.finfo(dtype) if dtype.isbuiltin == 2 else np.finfo(dtype)
+    with np.errstate(all="ignore"):
+        probe = np.array([np.inf, np.nan, -0.0, -1.0, 0.0]).astype(dtype).astype(np.float64)
+    return _FloatTraits(
+        nmant=int(info.nmant),
+        max=float(info.max),
+        min_exp=int(info.minexp) - int(info.nmant),
+        inf=bool(np.isinf(probe[0])),
+        nan=bool(np.isnan(probe[1])),
+        neg_zero=bool(probe[2] == 0 and np.signbit(probe[2])),
+        negative=bool(probe[3] == -1.0),
+        zero=bool(probe[4] == 0),
+    )
+
+
+def _category(dtype: np.dtype) -> str:
+    name = dtype_name(dtype)
+    if name == "bool":
+        return "bool"
+    if name.startswith(("int", "uint")):
+        return "int"
+    if name.startswith("complex"):
+        return "complex"
+    return "float"
+
+
+def _int_range(dtype: np.dtype) -> tuple[int, int]:
+    info = ml_dtypes.iinfo(dtype) if dtype.isbuiltin == 2 else np.iinfo(dtype)
+    return int(info.min), int(info.max)
+
+
+def _component(dtype: np.dtype) -> np.dtype:
+    return np.dtype(np.float32) if dtype_name(dtype) == "complex64" else np.dtype(np.float64)
+
+
+def _float_to_float(src: np.dtype, dst: np.dtype) -> bool:
+    s, d = _float_traits(src), _float_traits(dst)
+    return (
+        d.nmant >= s.nmant
+        and d.max >= s.max
+        and d.min_exp <= s.min_exp
+        and (d.inf or not s.inf)
+        and (d.nan or not s.nan)
+        and (d.neg_zero or not s.neg_zero)
+        and (d.negative or not s.negative)
+        and (d.zero or not s.zero)
+    )
+
+
+def _int_to_float(lo: int, hi: int, dst: np.dtype) -> bool:
+    d = _float_traits(dst)
+    reach = max(-lo, hi)  # every integer of magnitude <= 2**(nmant+1) is exact
+    return (
+        reach <= 2 ** (d.nmant + 1)
+        and reach <= d.max
+        and (d.negative or lo >= 0)
+        and (d.zero or not lo <= 0 <= hi)
+    )
+
+
+def cast_kind(src: np.dtype | str, dst: np.dtype | str) -> CastKind:
+    """``"exact"`` if every value of `src` keeps its value in `dst`, else ``"lossy"``.
+
+    The rule (spec/loading.md): the same type is exact; bool goes exactly into every type
+    that holds 0 and 1; an integer type goes exactly into an integer type whose range contains
+    its range, and into a floating type whose precision covers every integer of its range;
+    a floating type goes exactly into one with at least its precision, range and subnormal
+    reach and with each special value (inf, NaN, -0.0, negatives, zero) it has; a real type
+    goes into a complex type as it would into the component type, complex into complex
+    component-wise. Every other cast (float -> int, anything -> bool, complex -> real,
+    narrowing) is lossy.
+    """
+    s = SUPPORTED[src] if isinstance(src, str) else np.dtype(src).newbyteorder("=")
+    d = SUPPORTED[dst] if isinstance(dst, str) else np.dtype(dst).newbyteorder("=")
+    return "exact" if _exact(s, d) else "lossy"
+
+
+@cache
+def _exact(src: np.dtype, dst: np.dtype) -> bool:
+    if src == dst:
+        return True
+    sc, dc = _category(src), _category(dst)
+    if dc == "complex":
+        if sc == "complex":
+            return _exact(_component(src), _component(dst))
+        return _exact(src, _component(dst))
+    if sc == "complex" or dc == "bool":
+        return False
+    if sc == "bool":
+        return dc == "int" or _int_to_float(0, 1, dst)
+    if sc == "int":
+        lo, hi = _int_range(src)
+        if dc == "int":
+            dlo, dhi = _int_range(dst)
+            return dlo <= lo and hi <= dhi
+        return _int_to_float(lo, hi, dst)
+    if dc == "int":
+        return False
+    return _float_to_float(src, dst)
+
+
+def astype(values: np.ndarray, dst: np.dtype) -> np.ndarray:
+    """`values` cast to `dst` with numpy's rounding; pairs of extension types that have no
+    direct cast go through float64 (exact for every value of a type of up to 32 bits)."""
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            return values.astype(dst)
+        except TypeError:
+            return values.astype(np.float64).astype(dst)
+
+
+def lossy_values(values: np.ndarray, dst: np.dtype) -> np.ndarray:
+    """A boolean mask of the elements of `values` that a cast to `dst` would change.
+
+    An element is unchanged when the cast keeps its sign and casting it back gives the same
+    value (NaN counts as equal to NaN); a zero cast to a floating type keeps its sign.
+    """
+    values = np.asarray(values)
+    dst = np.dtype(dst)
+    there = astype(values, dst)
+    back = astype(there, values.dtype)
+    cat, dcat = _category(values.dtype), _category(dst)
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if cat == "bool":
+            return back != values
+        if cat == "complex":
+            v = values.astype(np.complex128)
+            b = back.astype(np.complex128)
+            same = ((v.real == b.real) | (np.isnan(v.real) & np.isnan(b.real))) & (
+                (v.imag == b.imag) | (np.isnan(v.imag) & np.isnan(b.imag))
+            )
+            return ~same
+        wide = (
+            np.float64 if cat == "float" else (np.uint64 if values.dtype.kind == "u" else np.int64)
+        )
+        v = values.astype(wide)
+        b = back.astype(wide)
+        same = v == b
+        if cat == "float":
+            nan_v, nan_b = np.isnan(v), np.isnan(b)
+            same = np.where(nan_v | nan_b, nan_v & nan_b, same)
+            if dcat != "int":
+                same &= (v != 0) | (np.signbit(v) == np.signbit(b))
+        if dcat != "bool":
+            t = there.astype(np.complex128).real if dcat == "complex" else there.astype(np.float64)
+            same &= np.isnan(v.astype(np.float64)) | ((v < 0) == (t < 0))
+        return ~same

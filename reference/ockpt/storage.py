@@ -1,0 +1,555 @@
+"""Array storage through tensorstore: where a leaf's zarr array lives, and reading it.
+
+A pytree item keeps each array as a zarr array (v2 or v3) named by its param name, either
+
+* inside an OCDBT database at the item root (`manifest.ocdbt`; since 0.4.4 a merge of the
+  per-process databases `ocdbt.process_<N>/`, before that one database with many
+  generations: tensorstore reads the latest), or
+* inside the per-process databases only (`ocdbt.process_<N>/` with no root manifest): the
+  zarr metadata is in one of them and each chunk in the database of the process that wrote it,
+* or in a plain zarr directory per leaf (`<param name>/.zarray` or `zarr.json`).
+
+`Location` is a directory in any tensorstore kvstore (a local path or a URL such as
+``gs://bucket/ckpt/``, ``s3://...``, ``memory://...``). `ArrayStore` opens the arrays of one
+item; `StoredArray` reads regions of one array, touching only the chunks a region overlaps.
+`read_regions` runs many reads concurrently, batched, with a bound on reads in flight.
+
+Only this module and `reader` touch storage. Nothing here imports jax.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import re
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import tensorstore as ts
+
+from . import dtypes
+from .errors import DocumentError, MissingDataError, NotACheckpointError, ZarrFormatError
+
+__all__ = [
+    "Location",
+    "ArrayStore",
+    "StoredArray",
+    "ReadRequest",
+    "read_regions",
+    "tiles",
+    "chunk_reads",
+    "DEFAULT_MAX_IN_FLIGHT",
+]
+
+#: Tile reads in flight at once by default.
+DEFAULT_MAX_IN_FLIGHT = 8
+#: Largest tile (bytes) one read decodes before copying it into its output.
+TILE_BYTES = 4 << 20
+#: Cache for OCDBT tree nodes (shared by the arrays of one item); array chunks are not cached.
+_NODE_CACHE_BYTES = 16 << 20
+_MAX_DOCUMENT_BYTES = 1 << 30
+
+
+def _is_url(path: str) -> bool:
+    return re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", path) is not None
+
+
+@dataclass(frozen=True)
+class Location:
+    """A directory in a tensorstore kvstore: its kvstore JSON spec (path ends with ``/``) and
+    the text errors show for it."""
+
+    spec: dict[str, Any]
+    display: str
+    local: str | None = None  # the OS path, for local directories
+
+    @classmethod
+    def of(cls, path: str | os.PathLike[str]) -> Location:
+        text = os.fspath(path)
+        if _is_url(text) and not text.startswith("file://"):
+            try:
+                spec = ts.KvStore.Spec(text).to_json()
+            except ValueError as e:
+                raise NotACheckpointError(
+                    f"{text}: not a kvstore URL tensorstore knows ({e})"
+                ) from None
+            spec = dict(spec)
+            p = spec.get("path", "")
+            if p and not p.endswith("/"):
+                spec["path"] = p + "/"
+            return cls(spec, text.rstrip("/"))
+        if text.startswith("file://"):
+            text = text[len("file://") :]
+        local = os.path.abspath(text)
+        return cls({"driver": "file", "path": local.rstrip("/") + "/"}, text, local)
+
+    def join(self, name: str) -> Location:
+        """The subdirectory `name` (which may contain ``/``)."""
+        spec = dict(self.spec)
+        spec["path"] = spec.get("path", "") + name.strip("/") + "/"
+        local = None if self.local is None else os.path.join(self.local, name)
+        return Location(spec, f"{self.display.rstrip('/')}/{name}", local)
+
+    def file(self, name: str) -> str:
+        """The display path of a file in this directory."""
+        return f"{self.display.rstrip('/')}/{name}"
+
+    def _kvstore(self, context: ts.Context) -> ts.KvStore:
+        return ts.KvStore.open(self.spec, context=context).result()
+
+    def read(self, name: str, *, context: ts.Context, max_bytes: int = _MAX_DOCUMENT_BYTES):
+        """The bytes of file `name`, or None when it does not exist."""
+        if self.local is not None:
+            path = os.path.join(self.local, name)
+            try:
+                size = os.stat(path).st_size
+            except OSError:
+                return None
+            if size > max_bytes:
+                raise DocumentError(
+                    "file too large", rule="JSON-003", file=path, expected=max_bytes, got=size
+                )
+            with open(path, "rb") as f:
+                return f.read(min(size, max_bytes) + 1)
+        result = self._kvstore(context).read(name).result()
+        if result.state != "value":
+            return None
+        return bytes(result.value)
+
+    def exists(self, name: str, *, context: ts.Context) -> bool:
+        if self.local is not None:
+            return os.path.exists(os.path.join(self.local, name))
+        return self.read(name, context=context) is not None
+
+    def listdir(self, *, context: ts.Context) -> tuple[set[str], set[str]]:
+        """(files, subdirectories) directly in this directory."""
+        files: set[str] = set()
+        dirs: set[str] = set()
+        if self.local is not None:
+            try:
+                with os.scandir(self.local) as it:
+                    for entry in it:
+                        (dirs if entry.is_dir() else files).add(entry.name)
+            except OSError:
+                pass
+            return files, dirs
+        for key in self._kvstore(context).list().result():
+            text = key.decode("utf-8", "replace")
+            head, sep, _ = text.partition("/")
+            (dirs if sep else files).add(head)
+        return files, dirs
+
+
+def new_context(parent: ts.Context | None = None) -> ts.Context:
+    """A context for one reader: OCDBT nodes cached, array chunks not (no copy kept)."""
+    spec = {
+        "cache_pool": {"total_bytes_limit": _NODE_CACHE_BYTES},
+        "cache_pool#chunks": {"total_bytes_limit": 0},
+    }
+    return ts.Context(ts.Context.Spec(spec), parent) if parent is not None else ts.Context(spec)
+
+
+def chunk_reads() -> int:
+    """tensorstore's process-wide count of array chunks read (for tests and diagnostics)."""
+    for metric in ts.experimental_collect_matching_metrics("/tensorstore/cache/chunk_cache/reads"):
+        return int(sum(v.get("value", 0) for v in metric["values"]))
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Arrays.
+
+
+_DRIVERS = {2: "zarr", 3: "zarr3"}
+
+
+def _tail(e: BaseException) -> str:
+    text = str(e)
+    return text if len(text) < 400 else text[:400] + "..."
+
+
+def _not_found(e: BaseException) -> bool:
+    text = str(e)
+    return "NOT_FOUND" in text or "does not exist" in text
+
+
+@dataclass
+class StoredArray:
+    """One zarr array of an item, opened (its metadata read; no chunk read yet)."""
+
+    param_name: str
+    file: str  # display path of the array, for errors
+    zarr_version: int
+    shape: tuple[int, ...]
+    dtype: np.dtype  # the stored element type
+    chunk_shape: tuple[int, ...]
+    _store: ts.TensorStore
+    #: For arrays split over per-process databases: (chunk grid index -> store that holds it).
+    _chunk_stores: dict[tuple[int, ...], ts.TensorStore] | None = field(default=None, repr=False)
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+    def view(self, index: Any) -> ts.TensorStore:
+        """A lazy tensorstore view of `index` (numpy basic indexing), no bytes read."""
+        return self._store[index]
+
+    def read(
+        self,
+        box: Sequence[tuple[int, int]],
+        dtype: np.dtype | None = None,
+        *,
+        batch: ts.Batch | None = None,
+    ) -> Any:
+        """Start reading the region `box` ((start, stop) per dimension) as `dtype`; returns a
+        future whose ``result()`` is the numpy array."""
+        if self._chunk_stores is not None:
+            return _ImmediateFuture(lambda: self._read_split(box, dtype))
+        view = self._store[tuple(slice(a, b) for a, b in box)] if box else self._store
+        if dtype is not None and np.dtype(dtype) != self.dtype:
+            try:
+                view = ts.cast(view, np.dtype(dtype))
+            except ValueError:  # a pair tensorstore cannot convert: numpy does it
+                future = view.read(batch=batch)
+                return _ImmediateFuture(
+                    lambda: dtypes.astype(np.asarray(future.result()), np.dtype(dtype))
+                )
+        return view.read(batch=batch)
+
+    def _read_split(self, box: Sequence[tuple[int, int]], dtype: np.dtype | None) -> np.ndarray:
+        out = np.zeros(tuple(b - a for a, b in box), dtype=dtype or self.dtype)
+        assert self._chunk_stores is not None
+        for grid, store in self._chunk_stores.items():
+            lo = [g * c for g, c in zip(grid, self.chunk_shape, strict=True)]
+            parts = []
+            for (a, b), low, c, n in zip(box, lo, self.chunk_shape, self.shape, strict=True):
+                s, e = max(a, low), min(b, low + c, n)
+                if s >= e:
+                    break
+                parts.append((s, e))
+            else:
+                view = store[tuple(slice(s, e) for s, e in parts)] if parts else store
+                if dtype is not None and np.dtype(dtype) != self.dtype:
+                    view = ts.cast(view, np.dtype(dtype))
+                target = tuple(
+                    slice(s - a, e - a) for (s, e), (a, _) in zip(parts, box, strict=True)
+                )
+                out[target] = view.read().result()
+        return out
+
+
+class _ImmediateFuture:
+    """A future-like wrapper for reads assembled synchronously."""
+
+    def __init__(self, fn: Callable[[], np.ndarray]) -> None:
+        self._fn = fn
+
+    def result(self) -> np.ndarray:
+        return self._fn()
+
+
+class ArrayStore:
+    """The arrays of one pytree item.
+
+    `storage` is ``"ocdbt"`` (root database), ``"ocdbt_processes"`` (per-process databases
+    only, listed in `processes`) or ``"per_leaf"``. `zarr_version` is 2 or 3, or None to find
+    out per array. With `missing_chunks_are_errors` (`_METADATA`'s
+    ``store_array_data_equal_to_fill_value``), a chunk absent from storage is an error.
+    """
+
+    def __init__(
+        self,
+        location: Location,
+        *,
+        storage: str,
+        zarr_version: int | None,
+        context: ts.Context,
+        processes: Sequence[int] = (),
+        missing_chunks_are_errors: bool = False,
+    ) -> None:
+        self.location = location
+        self.storage = storage
+        self.zarr_version = zarr_version
+        self.context = context
+        self.processes = tuple(processes)
+        self.missing_chunks_are_errors = missing_chunks_are_errors
+
+    def _kvstore_spec(self, param_name: str, base: Location | None = None) -> dict[str, Any]:
+        if self.storage == "per_leaf":
+            return self.location.join(param_name).spec
+        base = base or self.location
+        return {"driver": "ocdbt", "base": base.spec, "path": param_name + "/"}
+
+    def spec(self, param_name: str, zarr_version: int, base: Location | None = None) -> dict:
+        """The tensorstore spec of one array."""
+        spec: dict[str, Any] = {
+            "driver": _DRIVERS[zarr_version],
+            "kvstore": self._kvstore_spec(param_name, base),
+            "recheck_cached_data": False,
+            "recheck_cached_metadata": False,
+            "cache_pool": "cache_pool#chunks",
+        }
+        if self.missing_chunks_are_errors:
+            spec["fill_missing_data_reads"] = False
+        return spec
+
+    def file(self, param_name: str) -> str:
+        """Where errors say the array lives."""
+        if self.storage == "per_leaf":
+            return self.location.file(param_name)
+        return f"{self.location.file('')}<ocdbt>/{param_name}"
+
+    def open(self, param_name: str) -> StoredArray:
+        """Open one array (reads its zarr metadata only)."""
+        return self.open_many([param_name])[param_name]
+
+    def open_many(self, names: Iterable[str]) -> dict[str, StoredArray]:
+        """Open several arrays concurrently (metadata only)."""
+        names = list(dict.fromkeys(names))
+        if self.storage == "ocdbt_processes":
+            return {n: self._open_split(n) for n in names}
+        versions = [self.zarr_version] if self.zarr_version else [2, 3]
+        out: dict[str, StoredArray] = {}
+        pending = names
+        errors: dict[str, BaseException] = {}
+        for version in versions:
+            futures = {
+                n: ts.open(self.spec(n, version), read=True, open=True, context=self.context)
+                for n in pending
+            }
+            still = []
+            for n, fut in futures.items():
+                try:
+                    out[n] = self._wrap(n, version, fut.result())
+                except ValueError as e:
+                    errors[n] = e
+                    still.append(n)
+            pending = still
+        for n in pending:
+            self._raise_open(n, errors[n])
+        return out
+
+    def _raise_open(self, param_name: str, e: BaseException) -> None:
+        if _not_found(e):
+            raise MissingDataError(
+                f"{self.file(param_name)}: no zarr array for param {param_name!r} "
+                f"({_tail(e)}) [LOAD-040]"
+            ) from None
+        raise ZarrFormatError(
+            f"cannot open the zarr array of param {param_name!r}: {_tail(e)}",
+            rule="ZARR-002",
+            file=self.file(param_name),
+        ) from None
+
+    def _wrap(self, param_name: str, version: int, store: ts.TensorStore) -> StoredArray:
+        file = self.file(param_name)
+        try:
+            dtype = np.dtype(store.dtype.numpy_dtype)
+        except (TypeError, ValueError) as e:
+            raise ZarrFormatError(
+                f"unsupported element type {store.dtype}: {e}", rule="ZARR-001", file=file
+            ) from None
+        chunk = store.chunk_layout.read_chunk.shape
+        chunk_shape = tuple(int(c) for c in chunk) if chunk is not None else tuple(store.shape)
+        return StoredArray(
+            param_name, file, version, tuple(int(n) for n in store.shape), dtype, chunk_shape, store
+        )
+
+    def _open_split(self, param_name: str) -> StoredArray:
+        """An array whose chunks are spread over `ocdbt.process_<N>/` databases."""
+        bases = [self.location.join(f"ocdbt.process_{p}") for p in self.processes]
+        versions = [self.zarr_version] if self.zarr_version else [2, 3]
+        meta_store = None
+        last: BaseException | None = None
+        for base in bases:
+            for version in versions:
+                try:
+                    meta_store = ts.open(
+                        self.spec(param_name, version, base), read=True, context=self.context
+                    ).result()
+                    break
+                except ValueError as e:
+                    last = e
+            if meta_store is not None:
+                break
+        if meta_store is None:
+            assert last is not None
+            self._raise_open(param_name, last)
+        array = self._wrap(param_name, version, meta_store)
+        metadata = meta_store.spec().to_json()["metadata"]
+        chunk_stores: dict[tuple[int, ...], ts.TensorStore] = {}
+        for base in bases:
+            kv = ts.KvStore.open(
+                {"driver": "ocdbt", "base": base.spec, "path": param_name + "/"},
+                context=self.context,
+            ).result()
+            keys = [k.decode("utf-8", "replace") for k in kv.list().result()]
+            if array.shape == ():
+                grids = [()] if any(_is_chunk_key(k) for k in keys) else []
+            else:
+                grids = [g for k in keys if (g := _chunk_grid_index(k, version, metadata))]
+            if not grids:
+                continue
+            spec = {**self.spec(param_name, version, base), "metadata": metadata}
+            store = ts.open(spec, read=True, context=self.context, assume_metadata=True).result()
+            for g in grids:
+                chunk_stores[g] = store
+        array._chunk_stores = chunk_stores
+        return array
+
+
+def _is_chunk_key(key: str) -> bool:
+    return key not in (".zarray", ".zattrs", "zarr.json")
+
+
+def _chunk_grid_index(key: str, version: int, metadata: dict) -> tuple[int, ...] | None:
+    if not _is_chunk_key(key):
+        return None
+    if version == 2:
+        sep = metadata.get("dimension_separator", ".")
+        parts = key.split(sep)
+    else:
+        encoding = metadata.get("chunk_key_encoding", {})
+        sep = encoding.get("configuration", {}).get("separator", "/")
+        if encoding.get("name", "default") == "default":
+            if not key.startswith("c"):
+                return None
+            key = key[2:] if key.startswith("c" + sep) else key[1:]
+        parts = key.split(sep) if key else []
+    try:
+        grid = tuple(int(p) for p in parts)
+    except ValueError:
+        return None
+    return grid or None
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading many regions.
+
+
+@dataclass
+class ReadRequest:
+    """Read `box` of `array` as `dtype`; `tag` is the caller's."""
+
+    array: StoredArray
+    box: tuple[tuple[int, int], ...]
+    dtype: np.dtype | None = None
+    tag: Any = None
+
+
+def tiles(
+    box: Sequence[tuple[int, int]],
+    chunk_shape: Sequence[int],
+    itemsize: int,
+    budget: int = TILE_BYTES,
+) -> list[tuple[tuple[int, int], ...]]:
+    """Cut `box` into pieces aligned to the chunk grid, each of whole chunks (clipped to the
+    box) and of at most `budget` bytes unless one chunk is larger; no chunk is in two pieces."""
+    ndim = len(box)
+    if ndim == 0:
+        return [()]
+    extent = [b - a for a, b in box]
+    if any(e <= 0 for e in extent):
+        return []
+    lens = [max(1, int(c)) for c in chunk_shape]
+    for d in reversed(range(ndim)):
+        span = -(-extent[d] // lens[d]) + 1  # chunks a box can touch along d
+        piece = itemsize * math.prod(min(n, e) for n, e in zip(lens, extent, strict=True))
+        factor = max(1, min(span, budget // max(piece, 1)))
+        lens[d] *= factor
+        if factor < span:
+            break
+    cuts = []
+    for (a, b), n in zip(box, lens, strict=True):
+        points = [a, *range((a // n + 1) * n, b, n), b]
+        cuts.append(list(zip(points[:-1], points[1:], strict=True)))
+    return [tuple(t) for t in itertools.product(*cuts)]
+
+
+@dataclass
+class _Pending:
+    request: ReadRequest
+    out: np.ndarray
+    remaining: int
+
+
+def read_regions(
+    requests: Iterable[ReadRequest],
+    *,
+    max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+    tile_bytes: int = TILE_BYTES,
+) -> Iterator[tuple[ReadRequest, np.ndarray]]:
+    """Read each request, yielding (request, array) as each completes.
+
+    A request is read in chunk-aligned tiles of about `tile_bytes` (`tiles`), each decoded
+    and copied into the request's output array. At most `max_in_flight` tiles are read at once;
+    tiles issued together are submitted as one tensorstore batch, so reads of the same OCDBT
+    node or data file are coalesced. Memory held: the outputs, plus per tile in flight the
+    tile and the chunks it is decoded from.
+    """
+    if max_in_flight < 1:
+        raise ValueError("max_in_flight must be at least 1")
+
+    def pieces() -> Iterator[tuple[_Pending, tuple[tuple[int, int], ...]]]:
+        for request in requests:
+            array = request.array
+            dtype = np.dtype(request.dtype) if request.dtype is not None else array.dtype
+            shape = tuple(b - a for a, b in request.box)
+            parts = tiles(request.box, array.chunk_shape, dtype.itemsize, tile_bytes)
+            state = _Pending(request, np.empty(shape, dtype=dtype), len(parts))
+            if not parts:
+                yield state, None  # type: ignore[misc]
+            for part in parts:
+                yield state, part
+
+    it = pieces()
+    window: deque[tuple[_Pending, Any, Any]] = deque()
+    exhausted = False
+    while True:
+        if not exhausted and len(window) < max_in_flight:
+            with ts.Batch() as batch:
+                while len(window) < max_in_flight:
+                    try:
+                        state, part = next(it)
+                    except StopIteration:
+                        exhausted = True
+                        break
+                    if part is None:
+                        window.append((state, None, None))
+                        continue
+                    future = state.request.array.read(part, state.request.dtype, batch=batch)
+                    window.append((state, part, future))
+        if not window:
+            return
+        state, part, future = window.popleft()
+        if part is not None:
+            data = _finish(state.request, part, future)
+            origin = [a for a, _ in state.request.box]
+            target = tuple(slice(a - o, b - o) for (a, b), o in zip(part, origin, strict=True))
+            state.out[target] = data
+            del data
+            state.remaining -= 1
+        if state.remaining <= 0:
+            yield state.request, state.out
+
+
+def _finish(request: ReadRequest, part: Any, future: Any) -> np.ndarray:
+    array = request.array
+    try:
+        return np.asarray(future.result())
+    except ValueError as e:
+        if _not_found(e) or "Missing" in str(e) or "missing" in str(e):
+            raise MissingDataError(
+                f"{array.file}: a chunk of param {array.param_name!r} in region "
+                f"{list(part)} is missing ({_tail(e)}) [LOAD-041]"
+            ) from None
+        raise ZarrFormatError(
+            f"cannot read param {array.param_name!r} region {list(part)}: {_tail(e)}",
+            rule="ZARR-003",
+            file=array.file,
+        ) from None
