@@ -1,0 +1,233 @@
+"""A step manager whose directories are those of Orbax's `CheckpointManager`, both ways.
+
+Layout (spec/directories.md §5): ``<root>/<step>/`` (or ``<prefix>_<step>``, optionally
+zero-padded), each step holding ``_CHECKPOINT_METADATA``, ``commit_success.txt`` and one
+subdirectory per item (``default/`` for a single unnamed pytree); root metadata in
+``<root>/metadata/_ROOT_METADATA``. Steps are committed atomically (`commit`); a directory with
+a temporary name is never a step.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Mapping
+from typing import Any
+
+from . import commit
+from .documents import RootMetadata
+from .documents.checkpoint_metadata import ROOT_METADATA_FILE
+from .errors import NotACheckpointError, WriteConflictError
+from .layout import COMMIT_FILE, is_temporary_name, parse_step_name
+from .writer import STEP_JSON_FILE, _prepare
+
+__all__ = ["CheckpointManager", "DEFAULT_ITEM"]
+
+#: The item name of a step saved with a single unnamed pytree.
+DEFAULT_ITEM = "default"
+
+
+class CheckpointManager:
+    """Save and restore numbered steps under `root`.
+
+    Args:
+        root: the manager root directory (created on the first save).
+        max_to_keep: keep at most this many committed steps (the newest); None keeps all.
+        save_interval_steps: `save` writes a step only when ``step % save_interval_steps == 0``
+            (unless ``force=True``).
+        step_prefix: name steps ``<prefix>_<step>``.
+        step_format_fixed_length: zero-pad step numbers to this width.
+        metadata: a JSON object written once to ``metadata/_ROOT_METADATA`` (custom_metadata).
+        save_options: keyword options passed to every save (``use_ocdbt``, ``zarr_version``,
+            ``compression``, ``compression_level``, ``chunk_byte_size``, ``storage_dtypes``).
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        max_to_keep: int | None = None,
+        save_interval_steps: int = 1,
+        step_prefix: str | None = None,
+        step_format_fixed_length: int | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        save_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        if max_to_keep is not None and (not isinstance(max_to_keep, int) or max_to_keep < 1):
+            raise ValueError(f"max_to_keep must be a positive int or None, got {max_to_keep!r}")
+        if not isinstance(save_interval_steps, int) or save_interval_steps < 1:
+            raise ValueError(
+                f"save_interval_steps must be a positive int, got {save_interval_steps}"
+            )
+        if step_prefix is not None and (not step_prefix or "/" in step_prefix):
+            raise ValueError(f"invalid step_prefix {step_prefix!r}")
+        self.root = os.path.abspath(os.fspath(root))
+        self.max_to_keep = max_to_keep
+        self.save_interval_steps = save_interval_steps
+        self.step_prefix = step_prefix
+        self.step_format_fixed_length = step_format_fixed_length
+        self._metadata = None if metadata is None else dict(metadata)
+        self._save_options = dict(save_options or {})
+        if self._metadata is not None:
+            json.dumps(self._metadata, allow_nan=False)  # refuse non-JSON early
+
+    # -- names ------------------------------------------------------------------------------
+
+    def _step_name(self, step: int) -> str:
+        text = str(step)
+        if self.step_format_fixed_length:
+            text = text.zfill(self.step_format_fixed_length)
+        return f"{self.step_prefix}_{text}" if self.step_prefix else text
+
+    def _steps(self) -> dict[int, str]:
+        """Committed step -> directory name."""
+        out: dict[int, str] = {}
+        try:
+            entries = list(os.scandir(self.root))
+        except FileNotFoundError:
+            return out
+        for entry in entries:
+            if is_temporary_name(entry.name) or not entry.is_dir():
+                continue
+            parsed = parse_step_name(entry.name)
+            if parsed is None or parsed[0] != self.step_prefix:
+                continue
+            names = set(os.listdir(entry.path))
+            if COMMIT_FILE in names or "_CHECKPOINT_METADATA" in names:
+                out.setdefault(parsed[1], entry.name)
+        return out
+
+    def step_path(self, step: int) -> str:
+        """The directory of a committed step."""
+        steps = self._steps()
+        if step not in steps:
+            raise NotACheckpointError(f"{self.root}: no committed step {step}")
+        return os.path.join(self.root, steps[step])
+
+    # -- queries ----------------------------------------------------------------------------
+
+    def all_steps(self) -> list[int]:
+        """Committed steps, ascending."""
+        return sorted(self._steps())
+
+    def latest_step(self) -> int | None:
+        steps = self._steps()
+        return max(steps) if steps else None
+
+    def should_save(self, step: int) -> bool:
+        return step % self.save_interval_steps == 0 and step not in self._steps()
+
+    def metadata(self) -> Mapping[str, Any] | None:
+        """The root's custom metadata (`metadata/_ROOT_METADATA`), or None."""
+        path = os.path.join(self.root, ROOT_METADATA_FILE)
+        if not os.path.exists(path):
+            return None
+        custom = RootMetadata.read(path).custom_metadata
+        return custom if isinstance(custom, Mapping) else None
+
+    # -- save / restore / delete ------------------------------------------------------------
+
+    def save(
+        self,
+        step: int,
+        tree: Any = None,
+        *,
+        items: Mapping[str, Any] | None = None,
+        force: bool = False,
+        custom_metadata: Mapping[str, Any] | None = None,
+    ) -> bool:
+        """Save one step: `tree` as the item ``default``, or several named `items` (pytrees or
+        `JsonItem`). Returns False when the interval policy skips the step.
+
+        Raises WriteConflictError when the step exists already.
+        """
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise ValueError(f"step must be a non-negative int, got {step!r}")
+        if (tree is None) == (items is None):
+            raise ValueError("pass exactly one of tree and items")
+        if not force and step % self.save_interval_steps != 0:
+            return False
+        if step in self._steps():
+            raise WriteConflictError(f"{self.root}: step {step} exists already [DIR-002]")
+        parts = {DEFAULT_ITEM: tree} if items is None else dict(items)
+        save = _prepare(
+            os.path.join(self.root, self._step_name(step)),
+            parts,
+            layout="step",
+            overwrite=False,
+            custom_metadata=custom_metadata,
+            copy=False,
+            **self._save_options,
+        )
+        if save.job.primary:
+            os.makedirs(self.root, exist_ok=True)
+            self._write_root_metadata()
+        save.write(save.begin())
+        if save.job.primary:
+            self._collect()
+        return True
+
+    def _write_root_metadata(self) -> None:
+        path = os.path.join(self.root, ROOT_METADATA_FILE)
+        if self._metadata is None or os.path.exists(path):
+            return
+        doc = RootMetadata(internal_metadata={}, custom_metadata=self._metadata)
+        tmp = path + commit.TMP_SUFFIX
+        commit.write_file(tmp, doc.to_bytes())
+        os.replace(tmp, path)
+        commit.fsync_dir(os.path.dirname(path))
+
+    def _collect(self) -> None:
+        if self.max_to_keep is None:
+            return
+        steps = sorted(self._steps())
+        for step in steps[: max(0, len(steps) - self.max_to_keep)]:
+            self.delete(step)
+
+    def delete(self, step: int) -> None:
+        """Delete a committed step: renamed to a temporary name first, so a reader never sees
+        it half deleted."""
+        path = self.step_path(step)
+        doomed = path + commit.TMP_SUFFIX + "-deleted"
+        os.rename(path, doomed)
+        commit.fsync_dir(self.root)
+        shutil.rmtree(doomed, ignore_errors=True)
+
+    def restore(
+        self, step: int | None = None, target: Any = None, *, item: str | None = None, **options
+    ) -> Any:
+        """Load one item of a step (the latest by default) with `ockpt.load_pytree`.
+
+        `item` defaults to ``default``, or to the only item of the step. A JSON item returns
+        its JSON value.
+        """
+        if step is None:
+            step = self.latest_step()
+            if step is None:
+                raise NotACheckpointError(f"{self.root}: no committed step")
+        path = self.step_path(step)
+        if item is None:
+            names = sorted(
+                n
+                for n in os.listdir(path)
+                if os.path.isdir(os.path.join(path, n)) and not is_temporary_name(n)
+            )
+            item = DEFAULT_ITEM if DEFAULT_ITEM in names or len(names) != 1 else names[0]
+        item_dir = os.path.join(path, item)
+        json_file = os.path.join(item_dir, STEP_JSON_FILE)
+        if os.path.isfile(json_file) and not os.path.exists(os.path.join(item_dir, "_METADATA")):
+            with open(json_file, "rb") as f:
+                return json.loads(f.read())
+        from .reader import load_pytree
+
+        return load_pytree(item_dir, target, **options)
+
+    def close(self) -> None:
+        """Nothing to flush: every save is committed before `save` returns."""
+
+    def __enter__(self) -> CheckpointManager:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

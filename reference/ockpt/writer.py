@@ -1,0 +1,914 @@
+"""The reference writer: save a pytree as an Orbax checkpoint (spec/writing.md).
+
+`save_pytree` writes one pytree, either as a v1 checkpoint (``orbax.checkpoint`` marker,
+``_CHECKPOINT_METADATA``, the item in ``state/``) or as a single item directory (the v0
+layout of ``PyTreeCheckpointer``). `save_checkpointables` writes a v1 checkpoint of several
+named pytrees. `save_pytree_async` copies every value to the host before it returns and
+writes in the background.
+
+A save runs in three steps:
+
+1. **plan** (no I/O): flatten the tree, classify each leaf, refuse what cannot be stored
+   (WRITE-001..WRITE-004, PATH-001, PATH-002), choose each array's chunk grid, copy this
+   process's unique shards to the host;
+2. **write** under the temporary name: each process writes its own pieces; the primary writes
+   the zarr metadata, the numpy and scalar leaves, merges the OCDBT databases and writes the
+   JSON documents;
+3. **commit** (`commit.finish`): ``commit_success.txt``, fsync, rename.
+
+ockpt never imports jax: jax.Arrays, custom pytree nodes and multi-process jobs are handled
+through the jax the caller has already imported (`sys.modules`); numpy-only saves work without
+it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from . import _ts_write, commit, dtypes
+from .documents import (
+    ArrayMetadata,
+    ArrayMetadatas,
+    CheckpointMetadata,
+    MetadataDocument,
+    NamedShardingSpec,
+    ShardingDocument,
+    ShardingSpec,
+    SingleDeviceShardingSpec,
+    StringsDocument,
+    TreeEntry,
+    ValueMetadata,
+)
+from .errors import FormatError, OckptError
+from .paths import EmptyNode, KeyEntry, KeyPath, KeyType, check_param_names, flatten, param_name
+
+__all__ = [
+    "save_pytree",
+    "save_checkpointables",
+    "save_pytree_async",
+    "SaveHandle",
+    "JsonItem",
+    "PYTREE_HANDLER",
+    "STANDARD_HANDLER",
+    "JSON_HANDLER",
+    "V1_PYTREE_HANDLER",
+    "V1_JSON_HANDLER",
+    "metadata_document",
+]
+
+#: Handler names written in `_CHECKPOINT_METADATA.item_handlers` (data, never imported).
+PYTREE_HANDLER = "orbax.checkpoint._src.handlers.pytree_checkpoint_handler.PyTreeCheckpointHandler"
+V1_PYTREE_HANDLER = "orbax.checkpoint.experimental.v1._src.handlers.pytree_handler.PyTreeHandler"
+STANDARD_HANDLER = (
+    "orbax.checkpoint._src.handlers.standard_checkpoint_handler.StandardCheckpointHandler"
+)
+JSON_HANDLER = "orbax.checkpoint._src.handlers.json_checkpoint_handler.JsonCheckpointHandler"
+V1_JSON_HANDLER = "orbax.checkpoint.experimental.v1._src.handlers.json_handler.JsonHandler"
+V1_JSON_FILE = "data.json"
+STEP_JSON_FILE = "metadata"
+V1_MARKER_FILE = "orbax.checkpoint"
+V1_PYTREE_NAME = "state"
+
+Layout = Literal["v1", "item"]
+StorageDtypes = (
+    Mapping[str, Any] | Callable[[str, np.dtype], Any] | None
+)  # param name -> dtype to store
+
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Options
+
+
+@dataclass(frozen=True)
+class _Options:
+    use_ocdbt: bool
+    zarr_version: int
+    compression_level: int | None
+    chunk_byte_size: int | None
+    storage_dtypes: StorageDtypes
+
+
+def _options(
+    *,
+    layout: str,
+    use_ocdbt: bool,
+    zarr_version: int | None,
+    compression: str | None,
+    compression_level: int | None,
+    chunk_byte_size: int | None,
+    storage_dtypes: StorageDtypes,
+) -> _Options:
+    if layout not in ("v1", "item"):
+        raise ValueError(f"layout must be 'v1' or 'item', got {layout!r}")
+    if zarr_version is None:
+        zarr_version = 3 if layout == "v1" else 2
+    if zarr_version not in (2, 3):
+        raise ValueError(f"zarr_version must be 2 or 3, got {zarr_version!r}")
+    if compression not in ("zstd", None):
+        raise ValueError(f"compression must be 'zstd' or None, got {compression!r}")
+    if compression is None and compression_level is not None:
+        raise ValueError("compression_level needs compression='zstd'")
+    if compression_level is not None:
+        if isinstance(compression_level, bool) or not isinstance(compression_level, int):
+            raise ValueError(f"compression_level must be an int, got {compression_level!r}")
+        if not -131072 <= compression_level <= 22:
+            raise ValueError(f"zstd level must be in -131072..22, got {compression_level}")
+    level = None
+    if compression is not None:
+        level = (
+            _ts_write.ZSTD_LEVEL[zarr_version] if compression_level is None else compression_level
+        )
+    if chunk_byte_size is not None and (
+        isinstance(chunk_byte_size, bool) or not isinstance(chunk_byte_size, int)
+    ):
+        raise ValueError(f"chunk_byte_size must be a positive int, got {chunk_byte_size!r}")
+    if chunk_byte_size is not None and chunk_byte_size <= 0:
+        raise ValueError(f"chunk_byte_size must be a positive int, got {chunk_byte_size!r}")
+    if storage_dtypes is not None and not (
+        isinstance(storage_dtypes, Mapping) or callable(storage_dtypes)
+    ):
+        raise ValueError("storage_dtypes must be a mapping param name -> dtype, or a callable")
+    return _Options(use_ocdbt, zarr_version, level, chunk_byte_size, storage_dtypes)
+
+
+# ---------------------------------------------------------------------------------------------
+# Processes (jax.distributed). A single-process save never imports jax for this.
+
+
+@dataclass(frozen=True)
+class _Job:
+    index: int
+    count: int
+
+    @property
+    def primary(self) -> bool:
+        return self.index == 0
+
+    def agree(self, ok: bool, what: str) -> None:
+        """Barrier: raise on every process if `ok` is False on any of them."""
+        if self.count == 1:
+            return
+        from jax.experimental import multihost_utils
+
+        flags = np.asarray(multihost_utils.process_allgather(np.array([1 if ok else 0])))
+        if not ok:
+            return  # the caller re-raises its own error
+        if not flags.all():
+            failed = [int(i) for i in np.flatnonzero(flags.reshape(-1) == 0)]
+            raise OckptError(f"save failed on process(es) {failed} while {what}")
+
+
+def _job() -> _Job:
+    jax = sys.modules.get("jax")
+    if jax is None:
+        return _Job(0, 1)
+    try:
+        return _Job(int(jax.process_index()), int(jax.process_count()))
+    except Exception:  # noqa: BLE001 - a jax without a backend: single process
+        return _Job(0, 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Leaves
+
+
+@dataclass(frozen=True)
+class _Leaf:
+    path: KeyPath
+    kind: Literal["jax", "numpy", "scalar", "string", "empty"]
+    value: Any = None
+    empty: EmptyNode | None = None
+
+    @property
+    def name(self) -> str:
+        return param_name(self.path)
+
+
+def _jax_array_type() -> type | None:
+    jax = sys.modules.get("jax")
+    return None if jax is None else jax.Array
+
+
+def _custom_children(node: Any) -> list[tuple[KeyEntry, Any]] | None:
+    """The children of a custom pytree node registered with jax, or None for a leaf."""
+    jax = sys.modules.get("jax")
+    if jax is None or isinstance(node, (np.ndarray, np.generic, str, bytes, int, float, complex)):
+        return None
+    if isinstance(node, jax.Array):
+        return None
+    tu = jax.tree_util
+    items, _ = tu.tree_flatten_with_path(node, is_leaf=lambda x: x is not node)
+    if len(items) == 1 and items[0][0] == ():
+        return None  # not a registered node
+    out = []
+    for keys, child in items:
+        (key,) = keys
+        if isinstance(key, tu.DictKey):
+            out.append((KeyEntry(str(key.key), KeyType.DICT), child))
+        elif isinstance(key, tu.GetAttrKey):
+            out.append((KeyEntry(str(key.name), KeyType.DICT), child))
+        elif isinstance(key, tu.SequenceKey):
+            out.append((KeyEntry(str(key.idx), KeyType.SEQUENCE), child))
+        elif isinstance(key, tu.FlattenedIndexKey):
+            out.append((KeyEntry(str(key.key), KeyType.SEQUENCE), child))
+        else:
+            return None
+    return out
+
+
+def _walk(tree: Any, prefix: KeyPath = ()) -> Iterator[tuple[KeyPath, Any]]:
+    """`paths.flatten`, expanding custom pytree nodes registered with jax (by their keys)."""
+    for path, leaf in flatten(tree):
+        if isinstance(leaf, EmptyNode):
+            yield prefix + path, leaf
+            continue
+        children = _custom_children(leaf)
+        if children is None:
+            yield prefix + path, leaf
+            continue
+        if not children:
+            raise FormatError(
+                f"leaf {param_name(prefix + path)!r}: custom pytree node "
+                f"{type(leaf).__name__} has no children, which the format cannot record",
+                rule="WRITE-001",
+                pointer=param_name(prefix + path),
+            )
+        for entry, child in children:
+            yield from _walk(child, prefix + path + (entry,))
+
+
+def _refuse(path: KeyPath, message: str, rule: str = "WRITE-001", **kw: Any) -> FormatError:
+    name = param_name(path)
+    return FormatError(f"leaf {name!r}: {message}", rule=rule, pointer=name, **kw)
+
+
+def _classify(path: KeyPath, value: Any) -> _Leaf:
+    if isinstance(value, EmptyNode):
+        return _Leaf(path, "empty", empty=value)
+    if isinstance(value, str):
+        return _Leaf(path, "string", value)
+    jax_array = _jax_array_type()
+    if jax_array is not None and isinstance(value, jax_array):
+        jax = sys.modules["jax"]
+        if jax.dtypes.issubdtype(value.dtype, jax.dtypes.prng_key):
+            raise _refuse(path, "typed PRNG key arrays are not supported; save jax.random.key_data")
+        _check_array(path, value.shape, value.dtype)
+        return _Leaf(path, "jax", value)
+    if isinstance(value, np.ndarray):
+        _check_array(path, value.shape, value.dtype)
+        return _Leaf(path, "numpy", value)
+    if isinstance(value, bool):
+        return _Leaf(path, "scalar", np.asarray(value, dtype=np.bool_))
+    if isinstance(value, int):
+        if not _INT64[0] <= value <= _INT64[1]:
+            raise _refuse(path, "Python int outside the int64 range", rule="WRITE-002", got=value)
+        return _Leaf(path, "scalar", np.asarray(value, dtype=np.int64))
+    if isinstance(value, float):
+        return _Leaf(path, "scalar", np.asarray(value, dtype=np.float64))
+    if isinstance(value, np.generic):
+        arr = np.asarray(value)
+        _check_array(path, arr.shape, arr.dtype)
+        return _Leaf(path, "scalar", arr)
+    raise _refuse(
+        path,
+        f"unsupported leaf type {type(value).__module__}.{type(value).__qualname__} (a checkpoint "
+        "holds arrays, scalars, strings, None and containers)",
+    )
+
+
+def _check_array(path: KeyPath, shape: tuple[int, ...], dtype: Any) -> None:
+    try:
+        dtypes.dtype_name(np.dtype(dtype))
+    except (TypeError, ValueError):
+        raise _refuse(path, f"unsupported dtype {dtype}", got=str(dtype)) from None
+    if np.dtype(dtype).byteorder == ">":
+        raise _refuse(path, "big-endian arrays are not supported", got=str(dtype))
+    if math.prod(shape) == 0 and len(shape) > 0:
+        raise _refuse(path, f"zero-size array of shape {tuple(shape)}", rule="WRITE-003")
+
+
+_BAD_SEGMENTS = ("", ".", "..")
+
+
+def _check_names(leaves: list[_Leaf], *, use_ocdbt: bool) -> None:
+    stored = [leaf for leaf in leaves if leaf.kind != "empty"]
+    check_param_names(
+        [leaf.path for leaf in stored],
+        string_leaves=[leaf.path for leaf in stored if leaf.kind == "string"],
+    )
+    for leaf in stored:
+        if leaf.kind == "string":
+            continue
+        name = leaf.name
+        if name == "" and use_ocdbt:
+            continue  # a bare leaf: keys `zarr.json`, `c/0` at the database root
+        if any(seg in _BAD_SEGMENTS for seg in name.split("/")):
+            raise FormatError(
+                f"param name {name!r} has an empty, '.' or '..' path segment",
+                rule="WRITE-004",
+                pointer=name,
+            )
+
+
+# ---------------------------------------------------------------------------------------------
+# Planning
+
+
+@dataclass
+class _ItemPlan:
+    leaves: list[_Leaf]
+    arrays: list[_ts_write.ArrayWrite]  # what this process writes
+    jax_meta: dict[str, tuple[tuple[int, ...], tuple[int, ...], ShardingSpec | None]] = field(
+        default_factory=dict
+    )  # param name -> (write shape, chunk shape, sharding)
+
+
+def _storage_dtype(opts: _Options, name: str, dtype: np.dtype) -> np.dtype:
+    sd = opts.storage_dtypes
+    if sd is None:
+        return dtype
+    if isinstance(sd, Mapping):
+        want = sd.get(name)
+    else:
+        want = sd(name, dtype)
+    if want is None:
+        return dtype
+    try:
+        out = np.dtype(want)
+        dtypes.dtype_name(out)
+    except (TypeError, ValueError):
+        raise FormatError(
+            f"leaf {name!r}: unsupported storage dtype {want!r}", rule="WRITE-001", pointer=name
+        ) from None
+    return out
+
+
+def _sharding_spec(sharding: Any) -> ShardingSpec | None:
+    jax = sys.modules["jax"]
+    if isinstance(sharding, jax.sharding.NamedSharding):
+        mesh = sharding.mesh
+        types = getattr(mesh, "axis_types", None)
+        return NamedShardingSpec(
+            mesh_shape=tuple(int(n) for n in mesh.devices.shape),
+            axis_names=tuple(str(a) for a in mesh.axis_names),
+            axis_types=None if types is None else tuple(str(t) for t in types),
+            partition_spec=tuple(
+                tuple(e) if isinstance(e, (tuple, list)) else e for e in tuple(sharding.spec)
+            ),
+            device_ids=tuple(int(d.id) for d in mesh.devices.flat),
+        )
+    if isinstance(sharding, jax.sharding.SingleDeviceSharding):
+        (device,) = sharding.device_set
+        return SingleDeviceShardingSpec(device_str=str(device))
+    return None
+
+
+def _plan(tree: Any, opts: _Options, job: _Job, *, copy: bool) -> _ItemPlan:
+    leaves = [_classify(path, value) for path, value in _walk(tree)]
+    _check_names(leaves, use_ocdbt=opts.use_ocdbt)
+    plan = _ItemPlan(leaves, [])
+    for leaf in leaves:
+        if leaf.kind in ("numpy", "scalar"):
+            value = np.asarray(leaf.value)
+            dtype = (
+                _storage_dtype(opts, leaf.name, value.dtype)
+                if leaf.kind == "numpy"
+                else value.dtype
+            )
+            shape = tuple(value.shape)
+            chunk = _ts_write.chunk_shape_for(shape, dtype.itemsize, opts.chunk_byte_size)
+            pieces: tuple[_ts_write.Piece, ...] = ()
+            if job.primary:
+                host = value.astype(dtype, copy=copy) if dtype != value.dtype or copy else value
+                pieces = (_ts_write.Piece((0,) * len(shape), np.require(host, requirements="C")),)
+            plan.arrays.append(
+                _ts_write.ArrayWrite(leaf.name, shape, dtype, chunk, shape, pieces, job.primary)
+            )
+        elif leaf.kind == "jax":
+            plan.arrays.append(_plan_jax(leaf, opts, job, plan, copy=copy))
+    return plan
+
+
+def _plan_jax(
+    leaf: _Leaf, opts: _Options, job: _Job, plan: _ItemPlan, *, copy: bool
+) -> _ts_write.ArrayWrite:
+    """One jax.Array: the chunk grid is its shard shape; each unique shard (replica 0) is
+    copied to the host by the process that holds it (WRITE-030)."""
+    arr = leaf.value
+    shape = tuple(int(n) for n in arr.shape)
+    src = np.dtype(arr.dtype)
+    dtype = _storage_dtype(opts, leaf.name, src)
+    write_shape = tuple(int(n) for n in arr.sharding.shard_shape(arr.shape))
+    chunk = _ts_write.chunk_shape_for(write_shape, dtype.itemsize, opts.chunk_byte_size)
+    pieces = []
+    seen: set[tuple[int, ...]] = set()
+    for shard in arr.addressable_shards:
+        if shard.replica_id != 0:
+            continue
+        start = tuple(
+            0 if s.start is None else int(s.start) for s in _full_index(shard.index, len(shape))
+        )
+        if start in seen:
+            continue
+        seen.add(start)
+        host = np.asarray(shard.data)
+        if dtype != host.dtype:
+            host = host.astype(dtype)
+        elif copy and (host.base is not None or not host.flags.owndata):
+            host = np.array(host, copy=True)  # own the bytes: the device buffer may be reused
+        pieces.append(_ts_write.Piece(start, np.require(host, requirements="C")))
+    plan.jax_meta[leaf.name] = (write_shape, chunk, _sharding_spec(arr.sharding))
+    return _ts_write.ArrayWrite(
+        leaf.name, shape, dtype, chunk, write_shape, tuple(pieces), job.primary
+    )
+
+
+def _full_index(index: tuple[Any, ...], ndim: int) -> tuple[slice, ...]:
+    out = list(index) + [slice(None)] * (ndim - len(index))
+    return tuple(s if isinstance(s, slice) else slice(int(s), int(s) + 1) for s in out)
+
+
+# ---------------------------------------------------------------------------------------------
+# Documents (pure: they return bytes)
+
+
+def _value_metadata(leaf: _Leaf, plan: _ItemPlan) -> ValueMetadata:
+    if leaf.kind == "empty":
+        assert leaf.empty is not None
+        return ValueMetadata(value_type=leaf.empty.value, skip_deserialize=True)
+    if leaf.kind == "jax":
+        write_shape = plan.jax_meta[leaf.name][0]
+        return ValueMetadata(
+            value_type="jax.Array", skip_deserialize=False, write_shape=write_shape
+        )
+    value_type = {"numpy": "np.ndarray", "scalar": "scalar", "string": "string"}[leaf.kind]
+    return ValueMetadata(value_type=value_type, skip_deserialize=False)
+
+
+def metadata_document(plan: _ItemPlan, opts: _Options) -> MetadataDocument:
+    """`_METADATA` of the item (WRITE-020)."""
+    return MetadataDocument(
+        entries=tuple(
+            TreeEntry(path=leaf.path, value=_value_metadata(leaf, plan)) for leaf in plan.leaves
+        ),
+        use_ocdbt=opts.use_ocdbt,
+        use_zarr3=opts.zarr_version == 3,
+        store_array_data_equal_to_fill_value=True,
+        custom_metadata=None,
+    )
+
+
+def _item_documents(plan: _ItemPlan, opts: _Options) -> dict[str, bytes]:
+    """Every JSON document the primary writes into an item directory."""
+    docs = {"_METADATA": metadata_document(plan, opts).to_bytes()}
+    shardings = {n: s for n, (_, _, s) in plan.jax_meta.items() if s is not None}
+    if shardings:
+        docs["_sharding"] = ShardingDocument(shardings=shardings).to_bytes()
+    strings = {leaf.name: leaf.value for leaf in plan.leaves if leaf.kind == "string"}
+    if strings:
+        docs["_strings.json"] = StringsDocument.from_values(strings).to_bytes()
+    return docs
+
+
+def _array_metadatas(plan: _ItemPlan) -> bytes | None:
+    if not plan.jax_meta:
+        return None
+    return ArrayMetadatas(
+        arrays=tuple(
+            ArrayMetadata(param_name=name, write_shape=ws, chunk_shape=cs, ext_metadata=None)
+            for name, (ws, cs, _) in plan.jax_meta.items()
+        )
+    ).to_bytes()
+
+
+def _checkpoint_metadata(
+    handlers: str | Mapping[str, str], custom: Mapping[str, Any] | None, init_ns: int
+) -> bytes:
+    return CheckpointMetadata(
+        item_handlers=handlers if isinstance(handlers, str) else dict(handlers),
+        metrics={},
+        performance_metrics={},
+        init_timestamp_nsecs=init_ns,
+        commit_timestamp_nsecs=time.time_ns(),
+        custom_metadata=dict(custom or {}),
+    ).to_bytes()
+
+
+def _check_custom_metadata(custom: Any) -> None:
+    if custom is None:
+        return
+    if not isinstance(custom, Mapping):
+        raise ValueError(f"custom_metadata must be a JSON object (a dict), got {type(custom)}")
+    try:
+        json.dumps(custom, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"custom_metadata is not JSON: {e}") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing one item (every process), then committing (the primary)
+
+
+def _write_item(item_dir: str, plan: _ItemPlan, opts: _Options, job: _Job, ctx: Any) -> None:
+    """This process's part of an item: its array pieces and its array_metadatas file."""
+    if job.primary:
+        os.makedirs(item_dir, exist_ok=True)
+    if plan.arrays:
+        _ts_write.write_arrays(
+            item_dir,
+            plan.arrays,
+            use_ocdbt=opts.use_ocdbt,
+            zarr_version=opts.zarr_version,
+            compression_level=opts.compression_level,
+            process_index=job.index,
+            context=ctx,
+        )
+    meta = _array_metadatas(plan)
+    if meta is not None:
+        commit.write_file(os.path.join(item_dir, "array_metadatas", f"process_{job.index}"), meta)
+
+
+def _finish_item(item_dir: str, plan: _ItemPlan, opts: _Options, job: _Job, ctx: Any) -> None:
+    """The primary's part after every process wrote: merge the databases, write documents."""
+    if opts.use_ocdbt and plan.arrays:
+        _ts_write.merge_databases(item_dir, range(job.count), context=ctx)
+    for name, data in _item_documents(plan, opts).items():
+        commit.write_file(os.path.join(item_dir, name), data)
+
+
+@dataclass(frozen=True)
+class JsonItem:
+    """A JSON checkpointable (v1, ``<name>/data.json``) or JSON item of a step
+    (``<name>/metadata``): any JSON value, written as is."""
+
+    value: Any
+
+
+@dataclass(frozen=True)
+class _JsonPart:
+    file_name: str
+    data: bytes
+
+
+_Part = tuple[_ItemPlan, _Options] | _JsonPart
+
+
+@dataclass
+class _Save:
+    """One save: the parts it writes (relative directory -> pytree plan or JSON) and how to
+    commit them."""
+
+    path: str
+    parts: dict[str, _Part]  # relative item directory ('' = the root itself) -> part
+    layout: Literal["v1", "item", "step"]
+    custom_metadata: Mapping[str, Any] | None
+    overwrite: bool
+    job: _Job
+    handlers: str | Mapping[str, str]
+    init_ns: int = field(default_factory=time.time_ns)
+
+    def begin(self) -> commit.Pending:
+        """Create the temporary directory (primary), agreed by every process."""
+        pending = None
+        error: BaseException | None = None
+        if self.job.primary:
+            try:
+                pending = commit.begin(self.path, overwrite=self.overwrite)
+            except BaseException as e:  # noqa: BLE001 - re-raised after the barrier
+                error = e
+        self.job.agree(error is None, "creating the temporary directory")
+        if error is not None:
+            raise error
+        if pending is None:
+            final = os.path.abspath(os.fspath(self.path))
+            pending = commit.Pending(final, commit.temporary_name(final), self.overwrite)
+        return pending
+
+    def write(self, pending: commit.Pending) -> None:
+        """Write every part, merge, write documents and commit; on failure remove the
+        temporary directory (primary) and re-raise."""
+        import tensorstore as ts
+
+        ctx = ts.Context()
+        error: BaseException | None = None
+        try:
+            for rel, part in self.parts.items():
+                if not isinstance(part, _JsonPart):
+                    plan, opts = part
+                    _write_item(os.path.join(pending.tmp, rel), plan, opts, self.job, ctx)
+        except BaseException as e:  # noqa: BLE001
+            error = e
+        try:
+            self.job.agree(error is None, "writing arrays")
+        except BaseException as e:  # noqa: BLE001
+            error = error or e
+        if error is None and self.job.primary:
+            try:
+                self._commit(pending, ctx)
+            except BaseException as e:  # noqa: BLE001
+                error = e
+        if error is not None and self.job.primary:
+            commit.abort(pending)
+        try:
+            self.job.agree(error is None, "committing")
+        except BaseException as e:  # noqa: BLE001
+            error = error or e
+        if error is not None:
+            raise error
+
+    def _commit(self, pending: commit.Pending, ctx: Any) -> None:
+        """The primary's duties once every process has written (WRITE-032, DIR-004)."""
+        for rel, part in self.parts.items():
+            item_dir = os.path.join(pending.tmp, rel)
+            if isinstance(part, _JsonPart):
+                commit.write_file(os.path.join(item_dir, part.file_name), part.data)
+            else:
+                plan, opts = part
+                _finish_item(item_dir, plan, opts, self.job, ctx)
+            if self.layout == "step":
+                final = os.path.join(pending.final, rel)
+                commit.write_file(
+                    os.path.join(item_dir, commit.COMMIT_FILE), commit.commit_text(final).encode()
+                )
+        if self.layout == "v1":
+            commit.write_file(os.path.join(pending.tmp, V1_MARKER_FILE), b"")
+        commit.write_file(
+            os.path.join(pending.tmp, "_CHECKPOINT_METADATA"),
+            _checkpoint_metadata(self.handlers, self.custom_metadata, self.init_ns),
+        )
+        commit.finish(pending)
+
+
+def _prepare(
+    path: Any,
+    items: Mapping[str, Any],
+    *,
+    layout: Literal["v1", "item", "step"],
+    overwrite: bool,
+    custom_metadata: Any,
+    copy: bool,
+    use_ocdbt: bool = True,
+    zarr_version: int | None = None,
+    compression: str | None = "zstd",
+    compression_level: int | None = None,
+    chunk_byte_size: int | None = None,
+    storage_dtypes: StorageDtypes = None,
+) -> _Save:
+    opts = _options(
+        layout="item" if layout == "step" else layout,
+        use_ocdbt=use_ocdbt,
+        zarr_version=zarr_version,
+        compression=compression,
+        compression_level=compression_level,
+        chunk_byte_size=chunk_byte_size,
+        storage_dtypes=storage_dtypes,
+    )
+    _check_custom_metadata(custom_metadata)
+    job = _job()
+    commit.check_target(path, overwrite=overwrite)  # refuse early, before copying anything
+    parts: dict[str, _Part] = {}
+    handlers: str | dict[str, str]
+    if layout == "item":
+        (tree,) = items.values()
+        parts[""] = (_plan(tree, opts, job, copy=copy), opts)
+        handlers = PYTREE_HANDLER
+    else:
+        handlers = {}
+        for name, value in items.items():
+            _check_item_name(name)
+            if isinstance(value, JsonItem):
+                try:
+                    data = json.dumps(value.value, allow_nan=False).encode("utf-8")
+                except (TypeError, ValueError) as e:
+                    raise ValueError(f"JSON item {name!r} is not JSON: {e}") from None
+                file_name = V1_JSON_FILE if layout == "v1" else STEP_JSON_FILE
+                parts[name] = _JsonPart(file_name, data)
+                handlers[name] = V1_JSON_HANDLER if layout == "v1" else JSON_HANDLER
+            else:
+                parts[name] = (_plan(value, opts, job, copy=copy), opts)
+                handlers[name] = V1_PYTREE_HANDLER if layout == "v1" else STANDARD_HANDLER
+    _check_storage_dtype_names(opts, parts)
+    return _Save(
+        path=os.fspath(path),
+        parts=parts,
+        layout=layout,
+        custom_metadata=custom_metadata,
+        overwrite=overwrite,
+        job=job,
+        handlers=handlers,
+    )
+
+
+def _check_storage_dtype_names(opts: _Options, parts: Mapping[str, _Part]) -> None:
+    """A mapping of storage dtypes must name array leaves only (of any item of the save)."""
+    if not isinstance(opts.storage_dtypes, Mapping):
+        return
+    arrays = {
+        leaf.name
+        for part in parts.values()
+        if not isinstance(part, _JsonPart)
+        for leaf in part[0].leaves
+        if leaf.kind in ("jax", "numpy")
+    }
+    unknown = sorted(set(opts.storage_dtypes) - arrays)
+    if unknown:
+        raise ValueError(f"storage_dtypes names no array leaf: {unknown}")
+
+
+def _check_item_name(name: Any) -> None:
+    if (
+        not isinstance(name, str)
+        or name in ("", ".", "..", V1_MARKER_FILE, "_CHECKPOINT_METADATA", commit.COMMIT_FILE)
+        or "/" in name
+        or commit.TMP_SUFFIX in name
+    ):
+        raise ValueError(f"checkpointable name {name!r} is not a valid directory name")
+
+
+# ---------------------------------------------------------------------------------------------
+# Public API
+
+
+def save_pytree(
+    path: str | os.PathLike[str],
+    tree: Any,
+    *,
+    layout: Layout = "v1",
+    overwrite: bool = False,
+    use_ocdbt: bool = True,
+    zarr_version: int | None = None,
+    compression: str | None = "zstd",
+    compression_level: int | None = None,
+    chunk_byte_size: int | None = None,
+    storage_dtypes: StorageDtypes = None,
+    custom_metadata: Mapping[str, Any] | None = None,
+) -> None:
+    """Save `tree` as a checkpoint at `path` that Orbax restores exactly.
+
+    Args:
+        path: a local directory that does not exist yet (or exists and `overwrite`).
+        tree: nested dicts, lists, tuples, NamedTuples and custom pytree nodes registered with
+            jax, whose leaves are jax.Arrays (any sharding), numpy arrays (every dtype of the
+            spec's table, incl. bfloat16, float8_*, int4), Python and numpy scalars, strings
+            and None; empty containers are kept.
+        layout: ``"v1"`` (default): a v1 checkpoint with the pytree in ``state/``, as
+            ``ocp.v1.save_pytree`` writes; ``"item"``: a single item directory, as
+            ``ocp.PyTreeCheckpointer().save`` writes.
+        overwrite: replace an existing checkpoint at `path` (committed atomically).
+        use_ocdbt: store arrays in OCDBT databases (default) or one zarr directory per leaf.
+        zarr_version: 2 or 3; default 3 for ``"v1"``, 2 for ``"item"`` (as Orbax).
+        compression: ``"zstd"`` or None.
+        compression_level: zstd level (default 1 for zarr v2, 3 for zarr v3).
+        chunk_byte_size: split each written slice into chunks of at most this many bytes.
+        storage_dtypes: param name -> dtype to store an array leaf as (or a callable
+            ``(param_name, dtype) -> dtype | None``); values are cast on write.
+        custom_metadata: a JSON object stored in ``_CHECKPOINT_METADATA.custom_metadata``.
+
+    Raises:
+        FormatError: a leaf cannot be stored (rule WRITE-001..004, names the leaf), param names
+            collide (PATH-001, PATH-002), or the path is not usable (DIR-001).
+        WriteConflictError: a checkpoint exists at `path` and `overwrite` is False (DIR-002),
+            or another save is writing there (DIR-003).
+    """
+    items = {"": tree} if layout == "item" else {V1_PYTREE_NAME: tree}
+    save = _prepare(
+        path,
+        items,
+        layout=layout,
+        overwrite=overwrite,
+        custom_metadata=custom_metadata,
+        copy=False,
+        use_ocdbt=use_ocdbt,
+        zarr_version=zarr_version,
+        compression=compression,
+        compression_level=compression_level,
+        chunk_byte_size=chunk_byte_size,
+        storage_dtypes=storage_dtypes,
+    )
+    save.write(save.begin())
+
+
+def save_checkpointables(
+    path: str | os.PathLike[str],
+    checkpointables: Mapping[str, Any],
+    *,
+    overwrite: bool = False,
+    use_ocdbt: bool = True,
+    zarr_version: int | None = None,
+    compression: str | None = "zstd",
+    compression_level: int | None = None,
+    chunk_byte_size: int | None = None,
+    storage_dtypes: StorageDtypes = None,
+    custom_metadata: Mapping[str, Any] | None = None,
+) -> None:
+    """Save several named pytrees as one v1 checkpoint (one item directory per name).
+
+    The pytree that `ocp.v1.load_pytree` restores is the one named ``"state"``. Options are
+    those of `save_pytree` and apply to every checkpointable.
+    """
+    if not isinstance(checkpointables, Mapping) or not checkpointables:
+        raise ValueError("checkpointables must be a non-empty mapping name -> pytree")
+    save = _prepare(
+        path,
+        checkpointables,
+        layout="v1",
+        overwrite=overwrite,
+        custom_metadata=custom_metadata,
+        copy=False,
+        use_ocdbt=use_ocdbt,
+        zarr_version=zarr_version,
+        compression=compression,
+        compression_level=compression_level,
+        chunk_byte_size=chunk_byte_size,
+        storage_dtypes=storage_dtypes,
+    )
+    save.write(save.begin())
+
+
+class SaveHandle:
+    """A save running in the background. `result()` waits and re-raises its error."""
+
+    def __init__(self, run: Callable[[], None] | None) -> None:
+        self._error: BaseException | None = None
+        self._done = threading.Event()
+        if run is None:
+            self._done.set()
+            self._thread = None
+            return
+
+        def target() -> None:
+            try:
+                run()
+            except BaseException as e:  # noqa: BLE001 - handed to result()
+                self._error = e
+            finally:
+                self._done.set()
+
+        self._thread = threading.Thread(target=target, name="ockpt-save", daemon=True)
+        self._thread.start()
+
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def result(self, timeout: float | None = None) -> None:
+        """Wait until the save is committed; raise its error if it failed."""
+        if not self._done.wait(timeout):
+            raise TimeoutError("the save has not finished")
+        if self._error is not None:
+            raise self._error
+
+
+def save_pytree_async(path: str | os.PathLike[str], tree: Any, **options: Any) -> SaveHandle:
+    """`save_pytree` in the background.
+
+    Every value is copied to host memory (device-to-host transfers included) and the temporary
+    directory is created before this returns, so the caller may mutate or delete its arrays at
+    once. Errors about the tree or the path are raised here; errors while writing come from
+    ``handle.result()``. In a multi-process job the save runs to completion before returning
+    (its barriers need the calling thread).
+    """
+    layout = options.pop("layout", "v1")
+    overwrite = options.pop("overwrite", False)
+    custom_metadata = options.pop("custom_metadata", None)
+    items = {"": tree} if layout == "item" else {V1_PYTREE_NAME: tree}
+    save = _prepare(
+        path,
+        items,
+        layout=layout,
+        overwrite=overwrite,
+        custom_metadata=custom_metadata,
+        copy=True,
+        **_async_options(options),
+    )
+    pending = save.begin()
+    if save.job.count > 1:
+        save.write(pending)
+        return SaveHandle(None)
+    return SaveHandle(lambda: save.write(pending))
+
+
+def _async_options(options: dict[str, Any]) -> dict[str, Any]:
+    known = {
+        "use_ocdbt": True,
+        "zarr_version": None,
+        "compression": "zstd",
+        "compression_level": None,
+        "chunk_byte_size": None,
+        "storage_dtypes": None,
+    }
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise TypeError(f"save_pytree_async() got unexpected keyword arguments {unknown}")
+    return {k: options.get(k, v) for k, v in known.items()}
