@@ -23,6 +23,7 @@ import ockpt
 from conftest import ROOT, case_id, fixture_cases
 from ockpt import storage
 from ockpt.errors import MissingDataError, NotACheckpointError, TargetError
+from ockpt.layout import parse_step_name
 
 CASES = fixture_cases()
 
@@ -108,8 +109,9 @@ def expected_items(case: Path) -> dict[str, object]:
 def load_kwargs(case: Path, rel: str) -> dict:
     """How to reach item `rel` of a case through the public API."""
     if "/" in rel:
-        step, item = rel.split("/")
-        return {"step": int(step), "item": item}
+        step_dir, item = rel.split("/")
+        _, step = parse_step_name(step_dir)
+        return {"step": step, "item": item}
     return {"item": rel} if rel else {}
 
 

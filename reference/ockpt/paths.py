@@ -36,6 +36,7 @@ __all__ = [
     "sharding_key",
     "decode_sharding_key",
     "strings_pointer",
+    "array_prefix",
     "find_collisions",
     "check_param_names",
     "flatten",
@@ -130,6 +131,18 @@ def strings_pointer(name: str) -> str:
     A ``~`` in the name does not form a valid pointer; writers refuse it (PATH-002).
     """
     return "/" + name
+
+
+def array_prefix(name: str, *, per_leaf: bool = False) -> str:
+    """Where a param's array keys start: ``<name>/`` in OCDBT (``<name>`` when it already ends
+    with ``/``, as tensorstore joins paths; ``""`` for the empty name). A per-leaf directory
+    name loses its leading and trailing ``/`` first.
+    """
+    if per_leaf:
+        name = name.strip("/")
+    if not name:
+        return ""
+    return name if name.endswith("/") else name + "/"
 
 
 def find_collisions(names: Iterable[str]) -> list[tuple[str, str]]:

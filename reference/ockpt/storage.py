@@ -32,7 +32,14 @@ import numpy as np
 import tensorstore as ts
 
 from . import dtypes
-from .errors import DocumentError, MissingDataError, NotACheckpointError, ZarrFormatError
+from .errors import (
+    DocumentError,
+    MissingDataError,
+    NotACheckpointError,
+    OckptError,
+    ZarrFormatError,
+)
+from .paths import array_prefix
 
 __all__ = [
     "Location",
@@ -283,7 +290,7 @@ class ArrayStore:
         if self.storage == "per_leaf":
             return self.location.join(param_name).spec
         base = base or self.location
-        return {"driver": "ocdbt", "base": base.spec, "path": param_name + "/"}
+        return {"driver": "ocdbt", "base": base.spec, "path": array_prefix(param_name)}
 
     def spec(self, param_name: str, zarr_version: int, base: Location | None = None) -> dict:
         """The tensorstore spec of one array."""
@@ -385,7 +392,7 @@ class ArrayStore:
         chunk_stores: dict[tuple[int, ...], ts.TensorStore] = {}
         for base in bases:
             kv = ts.KvStore.open(
-                {"driver": "ocdbt", "base": base.spec, "path": param_name + "/"},
+                {"driver": "ocdbt", "base": base.spec, "path": array_prefix(param_name)},
                 context=self.context,
             ).result()
             keys = [k.decode("utf-8", "replace") for k in kv.list().result()]
@@ -542,6 +549,8 @@ def _finish(request: ReadRequest, part: Any, future: Any) -> np.ndarray:
     array = request.array
     try:
         return np.asarray(future.result())
+    except OckptError:
+        raise  # already names its rule, file and offset (the python backend)
     except ValueError as e:
         if _not_found(e) or "Missing" in str(e) or "missing" in str(e):
             raise MissingDataError(

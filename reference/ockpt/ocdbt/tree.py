@@ -1,0 +1,568 @@
+"""Reading an OCDBT database directory: manifest, version tree, B+tree, values (spec/ocdbt.md).
+
+`Database(path)` opens the directory holding `manifest.ocdbt`. Reads resolve data file paths
+against that directory and refuse any path that leaves the checkpoint root (by default the
+database directory itself), whether by its text (`..`, absolute paths) or through a symlink.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator
+from pathlib import Path
+
+from ..errors import OcdbtError
+from . import format as fmt
+from .format import (
+    BtreeGenerationReference,
+    BtreeNode,
+    BtreeNodeReference,
+    DataFileId,
+    IndirectDataReference,
+    LeafNodeEntry,
+    Manifest,
+    VersionNodeReference,
+    VersionTreeNode,
+)
+
+__all__ = ["Database", "MANIFEST_NAME", "key_successor"]
+
+MANIFEST_NAME = "manifest.ocdbt"
+_NUMBERED = re.compile(r"manifest\.([0-9a-f]{16})")
+#: bound on the size of a manifest file
+MAX_MANIFEST_BYTES = 1 << 26
+_MAX_DEPTH = 64
+
+
+def key_successor(prefix: bytes) -> bytes | None:
+    """The smallest key greater than every key starting with `prefix` (None: no bound)."""
+    p = bytearray(prefix)
+    while p and p[-1] == 0xFF:
+        p.pop()
+    if not p:
+        return None
+    p[-1] += 1
+    return bytes(p)
+
+
+def _as_key(key: str | bytes) -> bytes:
+    return key.encode("utf-8") if isinstance(key, str) else bytes(key)
+
+
+class Database:
+    """A read-only view of one OCDBT database.
+
+    Args:
+        path: the database directory (holding ``manifest.ocdbt``).
+        root: the directory no data file may lie outside of (default: `path`).
+        max_decoded_bytes: bound on a decoded manifest or node body.
+        node_cache_size: how many decoded nodes to keep.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        *,
+        root: str | os.PathLike | None = None,
+        max_decoded_bytes: int = fmt.DEFAULT_MAX_DECODED_BYTES,
+        node_cache_size: int = 4096,
+    ) -> None:
+        self.path = Path(path)
+        self._real_dir = os.path.realpath(self.path)
+        self._real_root = os.path.realpath(root if root is not None else self.path)
+        self.max_decoded_bytes = max_decoded_bytes
+        self._cache: OrderedDict = OrderedDict()
+        self._cache_size = node_cache_size
+        self._lock = threading.Lock()
+        self._fds: dict[bytes, tuple[int, int, str]] = {}
+        self._manifest: Manifest | None = None
+        self._manifest_file: str | None = None
+
+    # ---------------------------------------------------------------- lifecycle
+
+    def close(self) -> None:
+        with self._lock:
+            for fd, _, _ in self._fds.values():
+                os.close(fd)
+            self._fds.clear()
+            self._cache.clear()
+
+    def __enter__(self) -> Database:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # pragma: no cover - best effort
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    # ---------------------------------------------------------------- files
+
+    def _display(self, rel: str) -> str:
+        return str(self.path / rel)
+
+    def _resolve(self, file_id: DataFileId, *, pointer: str | None, origin: str | None) -> str:
+        raw = file_id.path
+        try:
+            rel = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise OcdbtError(
+                "data file path is not UTF-8",
+                rule="OCDBT-023",
+                file=origin,
+                pointer=pointer,
+                got=raw,
+            ) from None
+        parts = rel.split("/")
+        if (
+            not rel
+            or rel.startswith("/")
+            or "\\" in rel
+            or "\0" in rel
+            or any(p in ("", ".", "..") for p in parts)
+        ):
+            raise OcdbtError(
+                "data file path must be a relative path of plain components",
+                rule="OCDBT-023",
+                file=origin,
+                pointer=pointer,
+                got=rel,
+            )
+        full = os.path.realpath(os.path.join(self._real_dir, *parts))
+        if os.path.commonpath([full, self._real_root]) != self._real_root:
+            raise OcdbtError(
+                "data file path leaves the checkpoint root",
+                rule="OCDBT-023",
+                file=origin,
+                pointer=pointer,
+                got=rel,
+            )
+        return full
+
+    def _open(self, file_id: DataFileId, *, pointer, origin) -> tuple[int, int, str]:
+        key = file_id.path
+        with self._lock:
+            hit = self._fds.get(key)
+            if hit is not None:
+                return hit
+        full = self._resolve(file_id, pointer=pointer, origin=origin)
+        display = self._display(file_id.path.decode("utf-8"))
+        try:
+            fd = os.open(full, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+        except FileNotFoundError:
+            raise OcdbtError(
+                "referenced data file is missing",
+                rule="OCDBT-022",
+                file=display,
+                pointer=f"referenced from {origin}{' ' + pointer if pointer else ''}",
+            ) from None
+        except IsADirectoryError:
+            raise OcdbtError(
+                "referenced data file is a directory", rule="OCDBT-022", file=display
+            ) from None
+        size = os.fstat(fd).st_size
+        with self._lock:
+            if key in self._fds:
+                os.close(fd)
+                return self._fds[key]
+            if len(self._fds) >= 256:
+                old_key = next(iter(self._fds))
+                os.close(self._fds.pop(old_key)[0])
+            self._fds[key] = (fd, size, display)
+        return fd, size, display
+
+    def read_range(
+        self, ref: IndirectDataReference, *, origin: str | None = None, pointer: str | None = None
+    ) -> bytes:
+        """The bytes of a reference, after checking that they lie within the data file."""
+        fd, size, display = self._open(ref.file_id, pointer=pointer, origin=origin)
+        if ref.offset + ref.length > size:
+            raise OcdbtError(
+                "reference reaches past the end of the data file",
+                rule="OCDBT-022",
+                file=display,
+                pointer=f"@{ref.offset}",
+                expected=f"offset + length <= {size}",
+                got=f"{ref.offset} + {ref.length}",
+            )
+        chunks = []
+        offset, left = ref.offset, ref.length
+        while left:
+            chunk = os.pread(fd, min(left, 1 << 30), offset)
+            if not chunk:  # the file shrank under us
+                raise OcdbtError(
+                    "data file ended early", rule="OCDBT-022", file=display, pointer=f"@{offset}"
+                )
+            chunks.append(chunk)
+            offset += len(chunk)
+            left -= len(chunk)
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    def _file_display(self, ref: IndirectDataReference) -> str:
+        try:
+            return self._display(ref.file_id.path.decode("utf-8"))
+        except UnicodeDecodeError:
+            return repr(ref.file_id.path)
+
+    def _cached(self, kind: str, ref: IndirectDataReference, decode):
+        key = (kind, ref.file_id.path, ref.offset, ref.length)
+        with self._lock:
+            hit = self._cache.get(key)
+            if hit is not None:
+                self._cache.move_to_end(key)
+                return hit
+        data = self.read_range(ref, origin=kind)
+        node = decode(
+            data,
+            file=self._file_display(ref),
+            offset=ref.offset,
+            transitive_path=ref.file_id.base_path,
+            max_decoded_bytes=self.max_decoded_bytes,
+        )
+        with self._lock:
+            self._cache[key] = node
+            if len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+        return node
+
+    def read_btree_node(self, ref: IndirectDataReference) -> BtreeNode:
+        return self._cached("btreenode", ref, fmt.decode_btree_node)
+
+    def read_version_node(self, ref: IndirectDataReference) -> VersionTreeNode:
+        return self._cached("versionnode", ref, fmt.decode_version_tree_node)
+
+    # ---------------------------------------------------------------- manifest
+
+    def _read_manifest_file(self, name: str) -> Manifest:
+        path = self.path / name
+        try:
+            with open(path, "rb") as f:
+                data = f.read(MAX_MANIFEST_BYTES + 1)
+        except FileNotFoundError:
+            raise OcdbtError(
+                "OCDBT manifest is missing", rule="OCDBT-050", file=str(path)
+            ) from None
+        if len(data) > MAX_MANIFEST_BYTES:
+            raise OcdbtError(
+                "manifest larger than the manifest size limit",
+                rule="OCDBT-002",
+                file=str(path),
+                expected=f"<= {MAX_MANIFEST_BYTES}",
+            )
+        return fmt.decode_manifest(data, file=str(path), max_decoded_bytes=self.max_decoded_bytes)
+
+    @property
+    def manifest(self) -> Manifest:
+        """The manifest holding the version tree (for the numbered kind: the latest numbered)."""
+        if self._manifest is None:
+            top = self._read_manifest_file(MANIFEST_NAME)
+            name = MANIFEST_NAME
+            if top.config.manifest_kind == fmt.MANIFEST_KIND_NUMBERED:
+                numbered = sorted(
+                    (int(m.group(1), 16), m.group(0))
+                    for n in os.listdir(self.path)
+                    if (m := _NUMBERED.fullmatch(n))
+                )
+                if not numbered:
+                    raise OcdbtError(
+                        "numbered-kind database has no manifest.<016x> file",
+                        rule="OCDBT-050",
+                        file=str(self.path / MANIFEST_NAME),
+                    )
+                number, name = numbered[-1]
+                inner = self._read_manifest_file(name)
+                where = str(self.path / name)
+                if inner.config.manifest_kind != fmt.MANIFEST_KIND_SINGLE:
+                    raise OcdbtError(
+                        "a numbered manifest must hold a version tree (manifest_kind 0)",
+                        rule="OCDBT-050",
+                        file=where,
+                        got=inner.config.manifest_kind,
+                    )
+                if inner.config.uuid != top.config.uuid:
+                    raise OcdbtError(
+                        "numbered manifest belongs to another database (uuid differs)",
+                        rule="OCDBT-050",
+                        file=where,
+                        expected=top.config.uuid.hex(),
+                        got=inner.config.uuid.hex(),
+                    )
+                if inner.versions[-1].generation_number != number:
+                    raise OcdbtError(
+                        "numbered manifest name must be its latest generation number",
+                        rule="OCDBT-050",
+                        file=where,
+                        expected=number,
+                        got=inner.versions[-1].generation_number,
+                    )
+                top = inner
+            self._manifest, self._manifest_file = top, str(self.path / name)
+        return self._manifest
+
+    @property
+    def config(self) -> fmt.Config:
+        return self.manifest.config
+
+    # ---------------------------------------------------------------- version tree
+
+    def _check_version_node(self, node: VersionTreeNode, ref: VersionNodeReference) -> None:
+        where = self._file_display(ref.location)
+        pointer = f"@{ref.location.offset}"
+        arity = self.manifest.config.version_tree_arity_log2
+        if node.version_tree_arity_log2 != arity:
+            raise OcdbtError(
+                "version node arity differs from the manifest's",
+                rule="OCDBT-011",
+                file=where,
+                pointer=pointer,
+                expected=arity,
+                got=node.version_tree_arity_log2,
+            )
+        if node.height != ref.height:
+            raise OcdbtError(
+                "version node height differs from its reference",
+                rule="OCDBT-032",
+                file=where,
+                pointer=pointer,
+                expected=ref.height,
+                got=node.height,
+            )
+        last = node.entries[-1].generation_number
+        if last != ref.generation_number:
+            raise OcdbtError(
+                "latest generation of a version subtree differs from its reference",
+                rule="OCDBT-034",
+                file=where,
+                pointer=pointer,
+                expected=ref.generation_number,
+                got=last,
+            )
+        count = (
+            len(node.entries) if node.height == 0 else sum(e.num_generations for e in node.entries)  # type: ignore[union-attr]
+        )
+        if count != ref.num_generations:
+            raise OcdbtError(
+                "num_generations differs from the generations in the subtree",
+                rule="OCDBT-034",
+                file=where,
+                pointer=pointer,
+                expected=ref.num_generations,
+                got=count,
+            )
+
+    def _version_leaves(self, ref: VersionNodeReference, depth: int = 0):
+        if depth > _MAX_DEPTH:
+            raise OcdbtError("version tree too deep", rule="OCDBT-032", file=self._manifest_file)
+        node = self.read_version_node(ref.location)
+        self._check_version_node(node, ref)
+        if node.height == 0:
+            yield from node.entries
+        else:
+            for child in node.entries:
+                yield from self._version_leaves(child, depth + 1)
+
+    def versions(self) -> list[BtreeGenerationReference]:
+        """Every version in the database, oldest first (reads the whole version tree)."""
+        m = self.manifest
+        out: list[BtreeGenerationReference] = []
+        for ref in m.version_tree_nodes:
+            out.extend(self._version_leaves(ref))
+        out.extend(m.versions)
+        gens = [v.generation_number for v in out]
+        if any(b <= a for a, b in zip(gens, gens[1:], strict=False)):
+            raise OcdbtError(
+                "generations of the version tree are not strictly increasing",
+                rule="OCDBT-030",
+                file=self._manifest_file,
+            )
+        return out
+
+    def version(self, generation: int | None = None) -> BtreeGenerationReference:
+        """The latest version, or the one with this generation number (KeyError-like if absent)."""
+        m = self.manifest
+        if generation is None:
+            return m.versions[-1]
+        for v in m.versions:
+            if v.generation_number == generation:
+                return v
+        refs: tuple = m.version_tree_nodes
+        parent: VersionNodeReference | None = None
+        for _ in range(_MAX_DEPTH):
+            child = next((r for r in refs if r.generation_number >= generation), None)
+            if child is None:
+                break
+            node = self.read_version_node(child.location)
+            self._check_version_node(node, child)
+            if node.height == 0:
+                for v in node.entries:
+                    if v.generation_number == generation:
+                        return v  # type: ignore[return-value]
+                break
+            refs, parent = node.entries, child
+        del parent
+        raise OcdbtError(
+            "no such generation in the database",
+            rule="OCDBT-030",
+            file=self._manifest_file,
+            got=generation,
+        )
+
+    # ---------------------------------------------------------------- B+tree
+
+    def _root(self, generation: int | None) -> BtreeGenerationReference:
+        return self.version(generation)
+
+    def _load_checked(self, ref: BtreeNodeReference, height: int) -> BtreeNode:
+        assert ref.location is not None
+        node = self.read_btree_node(ref.location)
+        if node.height != height:
+            raise OcdbtError(
+                "B+tree node height differs from the height its parent implies",
+                rule="OCDBT-040",
+                file=self._file_display(ref.location),
+                pointer=f"@{ref.location.offset}",
+                expected=height,
+                got=node.height,
+            )
+        return node
+
+    def _walk(
+        self,
+        ref: BtreeNodeReference,
+        height: int,
+        prefix: bytes,
+        lower: bytes,
+        upper: bytes | None,
+        start: bytes,
+        end: bytes | None,
+        depth: int,
+    ) -> Iterator[tuple[bytes, LeafNodeEntry]]:
+        if depth > _MAX_DEPTH:
+            raise OcdbtError("B+tree too deep", rule="OCDBT-040", file=self._manifest_file)
+        node = self._load_checked(ref, height)
+        assert ref.location is not None
+        where = self._file_display(ref.location)
+        pointer = f"@{ref.location.offset}"
+        entries = node.entries
+        first = prefix + entries[0].key
+        last = prefix + entries[-1].key
+        if first < lower or (upper is not None and last >= upper):
+            raise OcdbtError(
+                "B+tree node keys lie outside the key range given by its parent",
+                rule="OCDBT-044",
+                file=where,
+                pointer=pointer,
+                expected=f"[{lower!r}, {upper!r})",
+                got=f"[{first!r}, {last!r}]",
+            )
+        if height == 0:
+            for e in entries:
+                key = prefix + e.key
+                if key < start:
+                    continue
+                if end is not None and key >= end:
+                    return
+                yield key, e  # type: ignore[misc]
+            return
+        n = len(entries)
+        for i, e in enumerate(entries):
+            child_lower = prefix + e.key
+            child_upper = prefix + entries[i + 1].key if i + 1 < n else upper
+            if child_upper is not None and child_upper <= start:
+                continue
+            if end is not None and child_lower >= end:
+                return
+            yield from self._walk(
+                e.node,  # type: ignore[union-attr]
+                height - 1,
+                prefix + e.subtree_common_prefix,  # type: ignore[union-attr]
+                child_lower,
+                child_upper,
+                start,
+                end,
+                depth + 1,
+            )
+
+    def entries(
+        self,
+        start: str | bytes = b"",
+        end: str | bytes | None = None,
+        *,
+        generation: int | None = None,
+    ) -> Iterator[tuple[bytes, LeafNodeEntry]]:
+        """(full key, leaf entry) for every key in [start, end), in key order."""
+        version = self._root(generation)
+        if version.root.location is None:
+            return iter(())
+        return self._walk(
+            version.root,
+            version.root_height,
+            b"",
+            b"",
+            None,
+            _as_key(start),
+            None if end is None else _as_key(end),
+            0,
+        )
+
+    def list(self, prefix: str | bytes = b"", *, generation: int | None = None) -> list[bytes]:
+        """Every key starting with `prefix`, sorted."""
+        p = _as_key(prefix)
+        return [k for k, _ in self.entries(p, key_successor(p), generation=generation)]
+
+    def _find(self, key: bytes, generation: int | None) -> LeafNodeEntry | None:
+        version = self._root(generation)
+        ref = version.root
+        if ref.location is None:
+            return None
+        height = version.root_height
+        prefix = b""
+        for _ in range(_MAX_DEPTH + 1):
+            node = self._load_checked(ref, height)
+            if not key.startswith(prefix):
+                return None
+            rel = key[len(prefix) :]
+            keys = [e.key for e in node.entries]
+            if height == 0:
+                i = bisect.bisect_left(keys, rel)
+                if i < len(keys) and keys[i] == rel:
+                    return node.entries[i]  # type: ignore[return-value]
+                return None
+            i = bisect.bisect_right(keys, rel) - 1
+            if i < 0:
+                return None
+            child = node.entries[i]
+            prefix = prefix + child.subtree_common_prefix  # type: ignore[union-attr]
+            ref = child.node  # type: ignore[union-attr]
+            height -= 1
+        raise OcdbtError("B+tree too deep", rule="OCDBT-040", file=self._manifest_file)
+
+    def read_value(self, entry: LeafNodeEntry, *, key: bytes | None = None) -> bytes:
+        value = entry.value
+        if isinstance(value, bytes):
+            return value
+        return self.read_range(value, origin="value", pointer=None if key is None else repr(key))
+
+    def get(self, key: str | bytes, *, generation: int | None = None) -> bytes | None:
+        """The value of `key`, or None when the key is absent."""
+        k = _as_key(key)
+        entry = self._find(k, generation)
+        return None if entry is None else self.read_value(entry, key=k)
+
+    def items(
+        self,
+        start: str | bytes = b"",
+        end: str | bytes | None = None,
+        *,
+        generation: int | None = None,
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """(key, value) for every key in [start, end): a range read."""
+        for key, entry in self.entries(start, end, generation=generation):
+            yield key, self.read_value(entry, key=key)

@@ -1,0 +1,149 @@
+"""Helpers shared by the zarr modules: strict JSON, typed fields, fill values, limits."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from .. import dtypes as _dtypes
+from ..documents._json import parse_json
+from ..errors import DocumentError, ZarrFormatError
+
+#: bound on the bytes of one decoded chunk (and one shard), checked before decoding
+MAX_CHUNK_BYTES = 1 << 34
+#: bound on an array's rank
+MAX_RANK = 32
+#: bound on a zarr metadata document
+MAX_METADATA_BYTES = 1 << 24
+
+
+def fail(message: str, rule: str, *, file: object = None, pointer: str | None = None, **kw):
+    return ZarrFormatError(message, rule=rule, file=file, pointer=pointer, **kw)
+
+
+def load_json(data: bytes, *, file: object) -> Any:
+    try:
+        return parse_json(data, file=str(file), max_bytes=MAX_METADATA_BYTES)
+    except DocumentError as e:
+        raise ZarrFormatError(e.message, rule=e.rule, file=e.file, pointer=e.pointer) from None
+
+
+def dims(value: object, *, file: object, pointer: str, rule: str, minimum: int = 0) -> tuple:
+    """A list of non-negative (or >= minimum) integers of bounded length."""
+    if not isinstance(value, list) or len(value) > MAX_RANK:
+        raise fail(
+            f"must be a list of at most {MAX_RANK} integers",
+            rule,
+            file=file,
+            pointer=pointer,
+            got=value,
+        )
+    for i, v in enumerate(value):
+        if isinstance(v, bool) or not isinstance(v, int) or v < minimum or v >= 1 << 62:
+            raise fail(
+                f"must be an integer >= {minimum}",
+                rule,
+                file=file,
+                pointer=f"{pointer}/{i}",
+                got=v,
+            )
+    return tuple(value)
+
+
+def numpy_dtype(text: object, *, file: object, pointer: str) -> np.dtype:
+    return _dtypes.from_zarr(text, file=None if file is None else str(file), pointer=pointer)
+
+
+def chunk_nbytes(chunk_shape: tuple[int, ...], dtype: np.dtype, *, file, pointer) -> int:
+    n = math.prod(chunk_shape) * dtype.itemsize
+    if n > MAX_CHUNK_BYTES:
+        raise fail(
+            "chunk too large for this reader",
+            "ZARR-005",
+            file=file,
+            pointer=pointer,
+            expected=f"<= {MAX_CHUNK_BYTES} bytes",
+            got=n,
+        )
+    return n
+
+
+_SPECIAL = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
+def _scalar(value: object, dtype: np.dtype, *, file, pointer: str) -> Any:
+    kind = dtype.kind
+    name = _dtypes.dtype_name(dtype)
+    if name == "bool":
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, int) and value in (0, 1):
+            return bool(value)
+    elif isinstance(value, str) and value.startswith("0x"):
+        # v3: the raw bit pattern of the element, as hex
+        try:
+            bits = int(value, 16)
+        except ValueError:
+            bits = -1
+        if 0 <= bits < 1 << (8 * dtype.itemsize):
+            raw = bits.to_bytes(dtype.itemsize, "little")
+            return np.frombuffer(raw, dtype=dtype.newbyteorder("<"))[0]
+    elif name.startswith(("int", "uint")) or kind in "iu":
+        if isinstance(value, int) and not isinstance(value, bool):
+            lo, hi = _int_range(dtype)
+            if lo <= value <= hi:
+                return value
+    elif isinstance(value, str) and value in _SPECIAL:
+        return _SPECIAL[value]
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value
+    raise fail(
+        f"fill_value does not fit the element type {name}",
+        "ZARR-007",
+        file=file,
+        pointer=pointer,
+        got=value,
+    )
+
+
+def _int_range(dtype: np.dtype) -> tuple[int, int]:
+    import ml_dtypes
+
+    info = np.iinfo(dtype) if dtype.kind in "iu" else ml_dtypes.iinfo(dtype)
+    return int(info.min), int(info.max)
+
+
+def fill_array(value: object, dtype: np.dtype, *, file, pointer: str) -> np.ndarray:
+    """The fill value as a 0-d array of `dtype`; JSON null means zero (as tensorstore reads)."""
+    out = np.zeros((), dtype=dtype)
+    if value is None:
+        return out
+    if dtype.kind == "c":
+        if not isinstance(value, list) or len(value) != 2:
+            raise fail(
+                "complex fill_value must be [real, imag]",
+                "ZARR-007",
+                file=file,
+                pointer=pointer,
+                got=value,
+            )
+        part = np.dtype(np.float32 if dtype.itemsize == 8 else np.float64)
+        re_ = _scalar(value[0], part, file=file, pointer=pointer + "/0")
+        im_ = _scalar(value[1], part, file=file, pointer=pointer + "/1")
+        out[()] = complex(float(re_), float(im_))
+        return out
+    v = _scalar(value, dtype, file=file, pointer=pointer)
+    if (
+        isinstance(v, (int, float))
+        and not isinstance(v, bool)
+        and v == 0
+        and not math.copysign(1, v) < 0
+    ):
+        # zero is the all-zero bit pattern (also for float8_e8m0fnu, which has no zero and
+        # where tensorstore reads it so; a cast would give NaN)
+        return out
+    with np.errstate(all="ignore"):
+        out[()] = v
+    return out

@@ -1,0 +1,383 @@
+"""The zarr codecs Orbax's arrays use (spec/arrays.md), decode direction only.
+
+Three kinds, named by what they take and give: array -> array (`TransposeCodec`), array ->
+bytes (`BytesCodec`, `ShardingCodec` in `shard_index`), bytes -> bytes (`ZstdCodec`,
+`GzipCodec`, `Crc32cCodec`). `CodecPipeline` is one chain of them, built from a zarr v3
+``codecs`` list (`parse_codecs`) or a zarr v2 ``compressor`` (`from_v2_compressor`). Every
+decoder bounds its output by the size the chunk must have.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import ZarrFormatError
+from ..ocdbt.format import crc32c, zstd_decompress
+from ._common import MAX_CHUNK_BYTES, fail
+
+__all__ = [
+    "BytesCodec",
+    "TransposeCodec",
+    "ZstdCodec",
+    "GzipCodec",
+    "Crc32cCodec",
+    "CodecPipeline",
+    "parse_codecs",
+    "from_v2_compressor",
+]
+
+
+# ------------------------------------------------------------------------------ bytes -> bytes
+
+
+@dataclass(frozen=True)
+class ZstdCodec:
+    level: int = 0
+    checksum: bool = False
+    name = "zstd"
+
+    def decode(self, data: bytes, *, max_size: int, file: object, pointer: str | None) -> bytes:
+        return zstd_decompress(
+            data,
+            max_output_size=max_size,
+            file=file,
+            pointer=pointer,
+            rule="ZARR-003",
+            error=ZarrFormatError,
+        )
+
+
+@dataclass(frozen=True)
+class GzipCodec:
+    level: int = 0
+    wbits: int = 31  # 31: gzip header; 15: zlib header
+    name = "gzip"
+
+    def decode(self, data: bytes, *, max_size: int, file: object, pointer: str | None) -> bytes:
+        d = zlib.decompressobj(self.wbits)
+        try:
+            out = d.decompress(data, max_size + 1)
+        except zlib.error as e:
+            raise fail(
+                f"corrupt {self.name} stream: {e}", "ZARR-003", file=file, pointer=pointer
+            ) from None
+        if len(out) > max_size:
+            raise fail(
+                f"{self.name} stream decodes to more than the chunk size",
+                "ZARR-003",
+                file=file,
+                pointer=pointer,
+            )
+        if not d.eof or d.unused_data:
+            raise fail(
+                f"truncated or trailing {self.name} stream", "ZARR-003", file=file, pointer=pointer
+            )
+        return out
+
+
+@dataclass(frozen=True)
+class Crc32cCodec:
+    name = "crc32c"
+
+    def decode(self, data: bytes, *, max_size: int, file: object, pointer: str | None) -> bytes:
+        if len(data) < 4:
+            raise fail(
+                "too short for a crc32c checksum",
+                "ZARR-016",
+                file=file,
+                pointer=pointer,
+                got=len(data),
+            )
+        body, stored = data[:-4], int.from_bytes(data[-4:], "little")
+        actual = crc32c(body)
+        if actual != stored:
+            raise fail(
+                "crc32c mismatch",
+                "ZARR-016",
+                file=file,
+                pointer=pointer,
+                expected=f"0x{actual:08x}",
+                got=f"0x{stored:08x}",
+            )
+        return body
+
+
+# ------------------------------------------------------------------------------ array -> bytes
+
+
+@dataclass(frozen=True)
+class BytesCodec:
+    endian: str | None = "little"  # None: only for 1-byte element types
+    name = "bytes"
+
+    def decode(
+        self, data: bytes, shape: tuple[int, ...], dtype: np.dtype, *, file: object, pointer
+    ) -> np.ndarray:
+        expected = math.prod(shape) * dtype.itemsize
+        if len(data) != expected:
+            raise fail(
+                "chunk bytes do not match the chunk shape and element size",
+                "ZARR-003",
+                file=file,
+                pointer=pointer,
+                expected=expected,
+                got=len(data),
+            )
+        if dtype.itemsize > 1:
+            dtype = dtype.newbyteorder("<" if self.endian == "little" else ">")
+        return np.frombuffer(data, dtype=dtype).reshape(shape)
+
+
+# ------------------------------------------------------------------------------ array -> array
+
+
+@dataclass(frozen=True)
+class TransposeCodec:
+    order: tuple[int, ...]
+    name = "transpose"
+
+    def encoded_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(shape[i] for i in self.order)
+
+    def decode(self, array: np.ndarray) -> np.ndarray:
+        return np.transpose(array, np.argsort(self.order))
+
+
+# ------------------------------------------------------------------------------ pipeline
+
+
+@dataclass(frozen=True)
+class CodecPipeline:
+    """array -> array codecs, one array -> bytes codec, bytes -> bytes codecs (encode order)."""
+
+    array_to_array: tuple[TransposeCodec, ...]
+    array_to_bytes: Any  # BytesCodec or shard_index.ShardingCodec
+    bytes_to_bytes: tuple[Any, ...]
+
+    def decode_bytes(self, data: bytes, final_size: int, *, file: object, pointer) -> bytes:
+        """Undo the bytes -> bytes codecs; `final_size` bounds the innermost output."""
+        n = len(self.bytes_to_bytes)
+        for i, codec in enumerate(reversed(self.bytes_to_bytes)):
+            bound = final_size if i == n - 1 else MAX_CHUNK_BYTES
+            data = codec.decode(data, max_size=bound, file=file, pointer=pointer)
+        return data
+
+    def decode(
+        self, data: bytes, shape: tuple[int, ...], dtype: np.dtype, *, file: object, pointer
+    ) -> np.ndarray:
+        """Decode one chunk (not a shard) to an array of `shape`."""
+        enc_shape = shape
+        for c in self.array_to_array:
+            enc_shape = c.encoded_shape(enc_shape)
+        raw = self.decode_bytes(data, math.prod(shape) * dtype.itemsize, file=file, pointer=pointer)
+        array = self.array_to_bytes.decode(raw, enc_shape, dtype, file=file, pointer=pointer)
+        for c in reversed(self.array_to_array):
+            array = c.decode(array)
+        return array
+
+
+def _config(entry: dict, keys: set[str], *, file, pointer) -> dict:
+    conf = entry.get("configuration", {})
+    if not isinstance(conf, dict):
+        raise fail(
+            "codec configuration must be an object",
+            "ZARR-013",
+            file=file,
+            pointer=pointer + "/configuration",
+        )
+    extra = set(conf) - keys
+    if extra:
+        raise fail(
+            f"unknown codec configuration keys {sorted(extra)}",
+            "ZARR-013",
+            file=file,
+            pointer=pointer + "/configuration",
+        )
+    return conf
+
+
+def _int(conf: dict, key: str, default: int, *, file, pointer) -> int:
+    v = conf.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, int) or not -(1 << 31) <= v < 1 << 31:
+        raise fail(
+            f"{key} must be a 32-bit integer",
+            "ZARR-013",
+            file=file,
+            pointer=f"{pointer}/configuration/{key}",
+            got=v,
+        )
+    return v
+
+
+def parse_codec(entry: object, *, rank: int, dtype: np.dtype, file: object, pointer: str):
+    """One codec of a zarr v3 ``codecs`` list."""
+    if isinstance(entry, str):
+        entry = {"name": entry}
+    if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+        raise fail(
+            "a codec must be an object with a name",
+            "ZARR-013",
+            file=file,
+            pointer=pointer,
+            got=entry,
+        )
+    extra = set(entry) - {"name", "configuration", "must_understand"}
+    if extra:
+        raise fail(f"unknown codec keys {sorted(extra)}", "ZARR-013", file=file, pointer=pointer)
+    name = entry["name"]
+    if name == "bytes":
+        conf = _config(entry, {"endian"}, file=file, pointer=pointer)
+        endian = conf.get("endian")
+        if endian not in (None, "little", "big"):
+            raise fail(
+                "bytes endian must be 'little' or 'big'",
+                "ZARR-013",
+                file=file,
+                pointer=pointer,
+                got=endian,
+            )
+        if endian is None and dtype.itemsize > 1:
+            raise fail(
+                "bytes codec needs endian for multi-byte element types",
+                "ZARR-013",
+                file=file,
+                pointer=pointer,
+            )
+        return BytesCodec(endian)
+    if name == "zstd":
+        conf = _config(entry, {"level", "checksum"}, file=file, pointer=pointer)
+        checksum = conf.get("checksum", False)
+        if not isinstance(checksum, bool):
+            raise fail(
+                "zstd checksum must be a boolean",
+                "ZARR-013",
+                file=file,
+                pointer=pointer,
+                got=checksum,
+            )
+        return ZstdCodec(_int(conf, "level", 0, file=file, pointer=pointer), checksum)
+    if name == "gzip":
+        conf = _config(entry, {"level"}, file=file, pointer=pointer)
+        return GzipCodec(_int(conf, "level", 0, file=file, pointer=pointer))
+    if name == "crc32c":
+        _config(entry, set(), file=file, pointer=pointer)
+        return Crc32cCodec()
+    if name == "transpose":
+        conf = _config(entry, {"order"}, file=file, pointer=pointer)
+        order = conf.get("order")
+        if not isinstance(order, list) or sorted(order) != list(range(rank)):
+            raise fail(
+                "transpose order must be a permutation of the dimensions",
+                "ZARR-013",
+                file=file,
+                pointer=pointer,
+                got=order,
+            )
+        return TransposeCodec(tuple(order))
+    if name == "sharding_indexed":
+        from .shard_index import parse_sharding
+
+        return parse_sharding(entry, rank=rank, dtype=dtype, file=file, pointer=pointer)
+    raise fail(
+        f"codec {name!r} is not one the spec allows",
+        "ZARR-013",
+        file=file,
+        pointer=pointer,
+        expected="bytes, transpose, zstd, gzip, crc32c or sharding_indexed",
+        got=name,
+    )
+
+
+def parse_codecs(
+    codecs: object, *, rank: int, dtype: np.dtype, file: object, pointer: str = "/codecs"
+) -> CodecPipeline:
+    """A zarr v3 ``codecs`` list: array->array*, exactly one array->bytes, bytes->bytes*."""
+    if not isinstance(codecs, list) or not codecs or len(codecs) > 16:
+        raise fail(
+            "codecs must be a non-empty list", "ZARR-013", file=file, pointer=pointer, got=codecs
+        )
+    a2a: list = []
+    a2b = None
+    b2b: list = []
+    for i, entry in enumerate(codecs):
+        where = f"{pointer}/{i}"
+        codec = parse_codec(entry, rank=rank, dtype=dtype, file=file, pointer=where)
+        if isinstance(codec, TransposeCodec):
+            if a2b is not None:
+                raise fail(
+                    "array->array codec after the array->bytes codec",
+                    "ZARR-013",
+                    file=file,
+                    pointer=where,
+                )
+            a2a.append(codec)
+        elif codec.name in ("bytes", "sharding_indexed"):
+            if a2b is not None:
+                raise fail("more than one array->bytes codec", "ZARR-013", file=file, pointer=where)
+            a2b = codec
+        else:
+            if a2b is None:
+                raise fail(
+                    "bytes->bytes codec before the array->bytes codec",
+                    "ZARR-013",
+                    file=file,
+                    pointer=where,
+                )
+            b2b.append(codec)
+    if a2b is None:
+        raise fail("codecs lack an array->bytes codec", "ZARR-013", file=file, pointer=pointer)
+    return CodecPipeline(tuple(a2a), a2b, tuple(b2b))
+
+
+def from_v2_compressor(
+    compressor: object,
+    dtype: np.dtype,
+    *,
+    order: str = "C",
+    rank: int = 0,
+    file: object = None,
+    pointer: str = "/compressor",
+) -> CodecPipeline:
+    """The pipeline of a zarr v2 array: C or F order raw bytes, then the compressor
+    (F order is a transpose that reverses the dimensions)."""
+    endian = None if dtype.itemsize == 1 else ("big" if dtype.byteorder == ">" else "little")
+    a2b = BytesCodec(endian)
+    if compressor is None:
+        b2b: tuple = ()
+    elif isinstance(compressor, dict) and isinstance(compressor.get("id"), str):
+        cid = compressor["id"]
+        if cid == "zstd":
+            b2b = (ZstdCodec(_int(compressor, "level", 0, file=file, pointer=pointer)),)
+        elif cid in ("gzip", "zlib"):
+            b2b = (
+                GzipCodec(
+                    _int(compressor, "level", 0, file=file, pointer=pointer),
+                    31 if cid == "gzip" else 15,
+                ),
+            )
+        else:
+            raise fail(
+                f"compressor {cid!r} is not one the spec allows",
+                "ZARR-004",
+                file=file,
+                pointer=pointer,
+                expected="null, zstd, gzip or zlib",
+                got=cid,
+            )
+    else:
+        raise fail(
+            "compressor must be null or an object with an id",
+            "ZARR-004",
+            file=file,
+            pointer=pointer,
+            got=compressor,
+        )
+    a2a: tuple = (
+        (TransposeCodec(tuple(reversed(range(rank)))),) if order == "F" and rank > 1 else ()
+    )
+    return CodecPipeline(a2a, a2b, b2b)

@@ -1,0 +1,215 @@
+"""The pure-Python OCDBT decoder against tensorstore: real Orbax fixtures and extreme databases."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ocdbt_support import (
+    fixture_databases,
+    ocdbt_kvstore,
+    short,
+    ts_dump,
+    walk_locations,
+    write_database,
+)
+from ockpt.ocdbt import Database
+from ockpt.ocdbt import format as fmt
+from ockpt.ocdbt.dump import dump_btree_node, dump_manifest, dump_version_tree_node, parse_location
+from ockpt.ocdbt.tree import key_successor
+
+DATABASES = fixture_databases()
+
+
+def check_against_tensorstore(path, *, generations: bool = False) -> Database:
+    """Manifest and every node equal tensorstore's dump; list and values equal its reads."""
+    db = Database(path)
+    assert dump_manifest(db.manifest) == ts_dump(path)
+    for loc, theirs in walk_locations(path):
+        kind, ref = parse_location(loc)
+        if kind == "btreenode":
+            mine = dump_btree_node(db.read_btree_node(ref))
+        else:
+            mine = dump_version_tree_node(db.read_version_node(ref))
+        assert mine == theirs, loc
+    kv = ocdbt_kvstore(path)
+    keys = sorted(kv.list().result())
+    assert db.list() == keys
+    for key in keys:
+        assert db.get(key) == kv.read(key).result().value, key
+    if generations:
+        for v in db.versions():
+            g = v.generation_number
+            old = ocdbt_kvstore(path, version=g)
+            assert db.list(generation=g) == sorted(old.list().result()), g
+            assert db.version(g) == v
+    return db
+
+
+def test_fixtures_present():
+    assert DATABASES, "no OCDBT database under fixtures/"
+
+
+@pytest.mark.parametrize("path", DATABASES, ids=short)
+def test_fixture_database_matches_tensorstore(path):
+    db = check_against_tensorstore(path)
+    config = db.config
+    assert config.manifest_kind == fmt.MANIFEST_KIND_SINGLE
+    assert config.compression is not None  # Orbax writes zstd nodes
+
+
+@pytest.mark.parametrize(
+    "path", [p for p in DATABASES if (p / "ocdbt.process_0").is_dir()], ids=short
+)
+def test_merged_root_points_into_process_databases(path):
+    """The root database of an item is a merge. Since 0.12 (Orbax's own config: 1024 inline
+    bytes, 100 MB nodes) out-of-line values resolve through base paths into ocdbt.process_N/;
+    0.5.x used tensorstore's defaults and copied values into the root's d/."""
+    db = Database(path)
+    modern = "orbax-0.12" in str(path)
+    if modern:
+        assert db.config.max_inline_value_bytes == 1024
+        assert db.config.max_decoded_node_bytes == 100_000_000
+    bases = set()
+    for _, entry in db.entries():
+        if isinstance(entry.value, fmt.IndirectDataReference):
+            bases.add(entry.value.file_id.base_path)
+            assert entry.value_length > db.config.max_inline_value_bytes
+        else:
+            assert len(entry.value) <= db.config.max_inline_value_bytes
+    if modern:
+        assert all(b.startswith(b"ocdbt.process_") and b.endswith(b"/") for b in bases)
+    else:
+        assert bases <= {b""}
+
+
+@pytest.mark.parametrize("path", DATABASES[:4], ids=short)
+def test_range_reads(path):
+    db = Database(path)
+    keys = db.list()
+    lo, hi = keys[len(keys) // 4], keys[(3 * len(keys)) // 4]
+    got = [k for k, _ in db.items(lo, hi)]
+    assert got == [k for k in keys if lo <= k < hi]
+    prefix = keys[0].split(b"/")[0] + b"/"
+    assert db.list(prefix) == [k for k in keys if k.startswith(prefix)]
+    assert db.get(keys[0] + b"\x00") is None
+    assert db.get(b"") is None
+
+
+def test_every_fixture_value_via_full_scan_and_point_reads_agree():
+    for path in DATABASES:
+        db = Database(path)
+        scanned = dict(db.items())
+        for k, v in scanned.items():
+            assert db.get(k) == v
+
+
+# ---------------------------------------------------------------------------------------------
+# databases written with tensorstore under extreme settings
+
+
+def _commits(n_commits: int, keys_per_commit: int) -> list[dict[str, bytes]]:
+    return [
+        {f"p{g % 3}/k{g:03d}/{i:02d}": bytes([i]) * (i * 3 + g % 5) for i in range(keys_per_commit)}
+        for g in range(n_commits)
+    ]
+
+
+@pytest.mark.parametrize("arity_log2", [1, 4])
+def test_extreme_settings_deep_trees_many_versions(tmp_path, arity_log2):
+    n_commits = 40 if arity_log2 == 1 else 300
+    config = {
+        "max_inline_value_bytes": 4,
+        "max_decoded_node_bytes": 48,
+        "version_tree_arity_log2": arity_log2,
+    }
+    path = write_database(
+        tmp_path / "db", _commits(n_commits, 4 if arity_log2 == 1 else 1), config=config
+    )
+    db = check_against_tensorstore(path, generations=arity_log2 == 1)
+    versions = db.versions()
+    # the empty generation 1, then at least one per commit, numbered consecutively
+    assert len(versions) >= n_commits + 1
+    assert [v.generation_number for v in versions] == list(range(1, len(versions) + 1))
+    assert db.manifest.version_tree_nodes  # older versions sit in version tree nodes
+    assert max(v.height for v in db.manifest.version_tree_nodes) >= (3 if arity_log2 == 1 else 2)
+    assert versions[-1].root_height >= 3  # a deep B+tree
+    assert versions[0].root.location is None  # generation 1 is the empty tree
+    if arity_log2 == 4:  # spot-check generations through the version tree
+        for g in (1, 2, 16, 17, 200, 256, 257, 300):
+            old = ocdbt_kvstore(path, version=g)
+            assert db.list(generation=g) == sorted(old.list().result()), g
+
+
+def test_numbered_manifest_kind(tmp_path):
+    path = write_database(tmp_path / "db", _commits(6, 3), config={"manifest_kind": "numbered"})
+    top = fmt.decode_manifest((path / "manifest.ocdbt").read_bytes())
+    assert top.config.manifest_kind == fmt.MANIFEST_KIND_NUMBERED
+    assert not top.has_version_tree and top.versions == ()
+    numbered = sorted(n for n in os.listdir(path) if n.startswith("manifest.0"))
+    db = check_against_tensorstore(path)
+    latest = db.version().generation_number
+    assert latest >= 7  # the empty generation 1, then at least one per commit
+    assert numbered[-1] == f"manifest.{latest:016x}"
+
+
+def test_uncompressed_nodes_and_binary_keys(tmp_path):
+    commits = [{b"\xff\xfe".decode("latin-1") + "x": b"v" * 3000, "a": b"1"}]
+    path = write_database(tmp_path / "db", commits, config={"compression": None})
+    db = check_against_tensorstore(path)
+    assert db.config.compression is None
+
+
+def test_commit_times_are_nanoseconds(tmp_path):
+    import time
+
+    before = time.time_ns()
+    path = write_database(tmp_path / "db", _commits(20, 1), config={"version_tree_arity_log2": 1})
+    after = time.time_ns()
+    db = Database(path)
+    for v in db.versions():
+        assert before - 10**9 <= v.commit_time <= after + 10**9
+    for ref in db.manifest.version_tree_nodes:  # interior entries too (the doc says ms)
+        assert before - 10**9 <= ref.commit_time <= after + 10**9
+
+
+# ---------------------------------------------------------------------------------------------
+# encoders invert decoders; varints
+
+
+@pytest.mark.parametrize("path", DATABASES[:6], ids=short)
+def test_encode_inverts_decode(path):
+    db = Database(path)
+    assert fmt.decode_manifest(fmt.encode_manifest(db.manifest)) == db.manifest
+    for v in db.versions():
+        ref = v.root.location
+        node = db.read_btree_node(ref)
+        enc = fmt.encode_btree_node(node, transitive_path=ref.file_id.base_path)
+        assert fmt.decode_btree_node(enc, transitive_path=ref.file_id.base_path) == node
+
+
+@given(st.integers(min_value=0, max_value=2**64 - 1))
+def test_varint_round_trip(value):
+    data = fmt.encode_varint(value)
+    assert len(data) <= 10
+    assert fmt.decode_varint(data) == (value, len(data))
+
+
+def test_varint_boundaries():
+    assert fmt.decode_varint(b"\xff" * 9 + b"\x01")[0] == 2**64 - 1
+    with pytest.raises(fmt.OcdbtError, match="OCDBT-008"):
+        fmt.decode_varint(b"\xff" * 9 + b"\x02")  # 2**64
+    with pytest.raises(fmt.OcdbtError, match="OCDBT-008"):
+        fmt.decode_varint(b"\x80" * 10 + b"\x00")  # 11 bytes
+    with pytest.raises(fmt.OcdbtError, match="OCDBT-007"):
+        fmt.decode_varint(b"\x80\x80")
+
+
+def test_key_successor():
+    assert key_successor(b"ab") == b"ac"
+    assert key_successor(b"a\xff") == b"b"
+    assert key_successor(b"\xff\xff") is None
+    assert key_successor(b"") is None
