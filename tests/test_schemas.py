@@ -344,3 +344,16 @@ def test_kind_for_path():
     assert schema.kind_for_path("x/array_metadatas/process_01") is None
     assert schema.kind_for_path("x/metadata/_ROOT_METADATA") == "root-metadata"
     assert schema.kind_for_path("x/a/.zarray") is None
+
+
+def test_every_shipped_schema_is_registered():
+    from importlib import resources
+
+    from ockpt.schema import SCHEMA_FILES
+
+    shipped = {
+        p.name
+        for p in resources.files("ockpt").joinpath("schemas").iterdir()
+        if p.name.endswith(".schema.json")
+    }
+    assert shipped == set(SCHEMA_FILES.values())

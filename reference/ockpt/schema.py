@@ -49,6 +49,9 @@ SCHEMA_FILES: Mapping[str, str] = {
     "array-metadatas": "array-metadatas.schema.json",
     "strings": "strings.schema.json",
     "msgpack-view": "msgpack-view.schema.json",
+    "zarray": "zarray.schema.json",
+    "zarr-json": "zarr-json.schema.json",
+    "ocdbt-keys": "ocdbt-keys.schema.json",
 }
 
 _RULE_ID = re.compile(r"[A-Z]+(?:-[A-Z]+)*-[0-9]{3}")
