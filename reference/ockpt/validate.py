@@ -1,0 +1,952 @@
+"""`validate(path)`: check a whole checkpoint and report every broken rule (spec/validation.md).
+
+The path may be a pytree item, a v1 checkpoint, a checkpoint-manager step or a manager root
+(every committed step is validated; temporary directories are reported, not validated). Each
+JSON document is checked against its schema and the rules its model enforces, the legacy msgpack
+file through its JSON view, and the files are checked against each other: every leaf of
+`_METADATA` has its array, zarr metadata agrees with `_METADATA` and `array_metadatas`, the
+chunk grid is complete where missing chunks are errors, `_sharding` and `_strings.json` agree
+with the tree, the database holds no unexpected keys, and param names do not collide.
+
+With ``deep=True`` every OCDBT manifest and node of every generation is decoded (CRC-32C
+checked), every out-of-line value range is checked against its data file, and every chunk is
+decoded (decompressed, its size checked; zarr v3 shard indexes with their crc32c).
+
+Reading goes through the pure-Python decoders (`ockpt.ocdbt`, `ockpt.zarr`): no tensorstore.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import re
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .documents.array_metadatas import DIRECTORY as ARRAY_METADATAS_DIR
+from .documents.array_metadatas import ArrayMetadatas, process_index
+from .documents.checkpoint_metadata import CHECKPOINT_METADATA_FILE
+from .documents.metadata import FILE_NAME as METADATA_FILE
+from .documents.metadata import MetadataDocument
+from .documents.sharding import FILE_NAME as SHARDING_FILE
+from .documents.sharding import ShardingDocument
+from .documents.strings import FILE_NAME as STRINGS_FILE
+from .documents.strings import StringsDocument
+from .errors import FormatError, NotACheckpointError, OckptError
+from .findings import Finding
+from .layout import (
+    COMMIT_FILE,
+    MANIFEST_FILE,
+    MSGPACK_FILE,
+    ROOT_METADATA_DIR,
+    Kind,
+    Layout,
+    Storage,
+    detect,
+)
+from .msgpack_legacy import DEFAULT_MAX_BYTES as MSGPACK_MAX_BYTES
+from .msgpack_legacy import Placeholder, decode_checkpoint
+from .paths import find_collisions
+from .rules import RULES
+from .schema import check_document
+
+__all__ = ["validate", "Report", "Progress"]
+
+#: progress(done, total, what): called as work proceeds (total may grow while listing).
+Progress = Callable[[int, int, str], None]
+
+_RULE_TAG = re.compile(r"\[([A-Z]+(?:-[A-Z]+)*-[0-9]{3})\]")
+_PROCESS_DIR = re.compile(r"ocdbt\.process_(0|[1-9][0-9]*)")
+#: the largest JSON document read (JSON-003)
+_MAX_DOCUMENT_BYTES = 1 << 30
+#: findings reported per array for one kind of chunk problem before they are summarized
+_MAX_PER_ARRAY = 8
+#: chunk grids larger than this are not enumerated for the completeness check
+_MAX_GRID = 1 << 24
+_ARRAY_TYPES = frozenset({"jax.Array", "np.ndarray", "scalar"})
+
+
+# ---------------------------------------------------------------------------------------------
+# the report
+
+
+@dataclass
+class Report:
+    """What `validate` found. `ok` is True when no finding has error severity."""
+
+    path: str
+    kind: str
+    deep: bool
+    findings: list[Finding] = field(default_factory=list)
+    checked: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def errors(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == "error"]
+
+    @property
+    def warnings(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == "warning"]
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    @property
+    def rules(self) -> set[str]:
+        """The rule ids of every finding."""
+        return {f.rule for f in self.findings}
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON output of ``ockpt validate --json`` (spec/validation.md §3)."""
+        return {
+            "path": self.path,
+            "kind": self.kind,
+            "deep": self.deep,
+            "valid": self.ok,
+            "errors": len(self.errors),
+            "warnings": len(self.warnings),
+            "checked": dict(self.checked),
+            "findings": [f.to_json() for f in self.findings],
+        }
+
+    def format_text(self) -> str:
+        """The human-readable output of ``ockpt validate``."""
+        lines = [str(f) for f in self.findings]
+        state = "valid" if self.ok else "INVALID"
+        what = ", ".join(f"{v} {k}" for k, v in self.checked.items() if v)
+        lines.append(
+            f"{self.path}: {state} ({self.kind}{', deep' if self.deep else ''}): "
+            f"{len(self.errors)} error(s), {len(self.warnings)} warning(s)"
+            + (f"; checked {what}" if what else "")
+        )
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.format_text()
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+
+
+def _finding(rule: str, message: str, *, file: str | None, pointer: str | None = None) -> Finding:
+    # rules the decoders raise before the spec chapter that defines them is registered are
+    # still reported, as errors
+    severity = RULES[rule].severity if rule in RULES else "error"
+    return Finding(rule=rule, severity=severity, file=file, pointer=pointer, message=message)
+
+
+def _from_error(error: OckptError, *, file: str | None) -> Finding:
+    if isinstance(error, FormatError):
+        message = error.message
+        details = []
+        if error.expected is not None:
+            details.append(f"expected {error.expected!r}")
+        if error.got is not None:
+            details.append(f"got {error.got!r}")
+        if details:
+            message += f" ({', '.join(details)})"
+        return _finding(
+            error.rule or "JSON-001", message, file=error.file or file, pointer=error.pointer
+        )
+    text = str(error)
+    m = _RULE_TAG.search(text)
+    rule = m.group(1) if m else "VAL-009"
+    return _finding(rule, _RULE_TAG.sub("", text).strip(), file=file)
+
+
+def _join(*parts: str) -> str:
+    return os.path.join(*parts)
+
+
+def _read(path: str, limit: int) -> bytes | None:
+    """The bytes of a file, None when it is larger than `limit`."""
+    if os.path.getsize(path) > limit:
+        return None
+    with open(path, "rb") as f:
+        return f.read(limit + 1)
+
+
+@dataclass
+class _Leaf:
+    name: str  # param name (for msgpack placeholders: the placeholder's name)
+    value_type: str
+    kind: str  # "array" | "string" | "inline"
+    write_shape: tuple[int, ...] | None = None
+
+
+def _msgpack_leaves(node: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any]]:
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from _msgpack_leaves(v, path + (str(k),))
+    elif isinstance(node, (list, tuple)):
+        for i, v in enumerate(node):
+            yield from _msgpack_leaves(v, path + (str(i),))
+    else:
+        yield path, node
+
+
+def _lookup(tree: Any, texts: tuple[str, ...]) -> tuple[bool, Any]:
+    node = tree
+    for t in texts:
+        if isinstance(node, dict) and t in node:
+            node = node[t]
+        elif isinstance(node, (list, tuple)) and t.isdigit() and int(t) < len(node):
+            node = node[int(t)]
+        else:
+            return False, None
+    return True, node
+
+
+# ---------------------------------------------------------------------------------------------
+# the validator
+
+
+class _Validator:
+    def __init__(self, deep: bool, progress: Progress | None) -> None:
+        self.deep = deep
+        self.progress = progress
+        self.findings: list[Finding] = []
+        self._seen: set[tuple[str, str | None, str | None, str]] = set()
+        self.checked = {
+            "steps": 0,
+            "items": 0,
+            "documents": 0,
+            "arrays": 0,
+            "chunks": 0,
+            "ocdbt_nodes": 0,
+        }
+        self._done = 0
+        self._total = 0
+
+    # -- findings ---------------------------------------------------------------------------
+
+    def add(self, finding: Finding) -> None:
+        key = (finding.rule, finding.file, finding.pointer, finding.message)
+        if key not in self._seen:
+            self._seen.add(key)
+            self.findings.append(finding)
+
+    def report(
+        self, rule: str, message: str, *, file: str | None, pointer: str | None = None
+    ) -> None:
+        self.add(_finding(rule, message, file=file, pointer=pointer))
+
+    def error(self, error: OckptError, *, file: str | None) -> None:
+        self.add(_from_error(error, file=file))
+
+    def tick(self, what: str, n: int = 1) -> None:
+        self._done += n
+        if self.progress is not None:
+            self.progress(self._done, max(self._total, self._done), what)
+
+    def plan(self, n: int) -> None:
+        self._total += n
+
+    # -- dispatch ---------------------------------------------------------------------------
+
+    def run(self, path: str) -> str:
+        layout = detect(path)
+        if layout.kind is Kind.NOT_A_CHECKPOINT:
+            if not os.path.exists(path):
+                raise NotACheckpointError(f"{path}: no such file or directory")
+            if not os.path.isdir(path):
+                raise NotACheckpointError(f"{path}: not a directory")
+            self.report("VAL-001", f"not a checkpoint: {layout.reason}", file=path)
+            return layout.kind.value
+        self.layout(layout, top=True)
+        return layout.kind.value
+
+    def layout(self, layout: Layout, *, top: bool = False) -> None:
+        kind = layout.kind
+        if kind is Kind.TEMPORARY:
+            self.report(
+                "LAYOUT-001",
+                "an unfinished save (temporary name): its contents are not a committed "
+                "checkpoint and are not validated",
+                file=layout.path,
+            )
+        elif kind is Kind.PYTREE_ITEM:
+            self.item(layout)
+        elif kind in (Kind.V1_CHECKPOINT, Kind.STEP):
+            self.composite(layout)
+        elif kind is Kind.MANAGER_ROOT:
+            self.manager_root(layout)
+        elif kind is Kind.JSON_ITEM:
+            self.json_item(layout)
+        elif kind is Kind.UNKNOWN_ITEM:
+            self.report(
+                "VAL-008",
+                f"a directory of a step or v1 checkpoint that is no known item: {layout.reason}",
+                file=layout.path,
+            )
+
+    def _problems(self, layout: Layout) -> None:
+        for problem in layout.problems:
+            m = _RULE_TAG.search(problem)
+            if m is not None:
+                self.report(m.group(1), _RULE_TAG.sub("", problem).strip(), file=layout.path)
+            # other problems are document failures, reported by the document checks
+
+    def manager_root(self, layout: Layout) -> None:
+        self._problems(layout)
+        meta_dir = _join(layout.path, ROOT_METADATA_DIR)
+        if os.path.isdir(meta_dir):
+            root_meta = _join(meta_dir, "_ROOT_METADATA")
+            legacy = _join(meta_dir, "metadata")
+            if os.path.isfile(root_meta):
+                self.document("root-metadata", root_meta)
+            elif os.path.isfile(legacy):
+                self.plain_json(legacy)
+        for step in layout.steps:
+            step_path = _join(layout.path, step.name)
+            if not step.committed:
+                self.report(
+                    "VAL-002",
+                    f"step {step.step}: an unfinished save (temporary directory {step.name!r}); "
+                    "not validated, not a step of this root",
+                    file=step_path,
+                )
+                continue
+            self.checked["steps"] += 1
+            child = detect(step_path)
+            if child.kind is Kind.NOT_A_CHECKPOINT:
+                # old releases (0.4.x): a step holds only item directories, no step metadata
+                from . import layout as _layout
+
+                child = _layout._detect_composite(step_path, _layout._list(step_path), depth=0)
+            if child.kind in (Kind.STEP, Kind.V1_CHECKPOINT, Kind.PYTREE_ITEM):
+                if not step.has_commit_file:
+                    self.report(
+                        "LAYOUT-002",
+                        f"step {step.step} holds no {COMMIT_FILE}",
+                        file=step_path,
+                    )
+                self.layout(child)
+            else:
+                self.report("VAL-001", f"step {step.step}: {child.reason}", file=step_path)
+
+    def composite(self, layout: Layout) -> None:
+        self._problems(layout)
+        meta = _join(layout.path, CHECKPOINT_METADATA_FILE)
+        if os.path.isfile(meta):
+            self.document("checkpoint-metadata", meta)
+        for name in layout.temporaries:
+            self.report(
+                "LAYOUT-001",
+                f"item {name!r} of a committed checkpoint carries a temporary name "
+                "(an unfinished save); not validated",
+                file=_join(layout.path, name),
+            )
+        for child in layout.checkpointables.values():
+            self.layout(child)
+
+    def json_item(self, layout: Layout) -> None:
+        for name in sorted(os.listdir(layout.path)):
+            full = _join(layout.path, name)
+            if name != COMMIT_FILE and os.path.isfile(full):
+                self.plain_json(full)
+
+    # -- documents --------------------------------------------------------------------------
+
+    def document(self, kind: str, path: str) -> bool:
+        """Check one document; True when it has no error finding."""
+        self.checked["documents"] += 1
+        limit = MSGPACK_MAX_BYTES if kind == "msgpack-view" else _MAX_DOCUMENT_BYTES
+        data = _read(path, limit)
+        if data is None:
+            rule = "MSGPACK-001" if kind == "msgpack-view" else "JSON-003"
+            self.report(rule, f"larger than the size limit ({limit} bytes)", file=path)
+            return False
+        found = check_document(kind, data, file=path)
+        for f in found:
+            self.add(f)
+        return not any(f.severity == "error" for f in found)
+
+    def plain_json(self, path: str) -> None:
+        from .documents._json import parse_json
+
+        self.checked["documents"] += 1
+        data = _read(path, _MAX_DOCUMENT_BYTES)
+        if data is None:
+            self.report("JSON-003", "larger than the size limit", file=path)
+            return
+        try:
+            parse_json(data, file=path)
+        except FormatError as e:
+            self.error(e, file=path)
+
+    # -- items ------------------------------------------------------------------------------
+
+    def item(self, layout: Layout) -> None:
+        _ItemCheck(self, layout).run()
+
+
+class _ItemCheck:
+    """The checks of one pytree item."""
+
+    def __init__(self, v: _Validator, layout: Layout) -> None:
+        self.v = v
+        self.layout = layout
+        self.path = layout.path
+        assert layout.item is not None
+        self.fmt = layout.item
+        self.doc: MetadataDocument | None = None
+        self.msgpack: Any = None
+        self.msgpack_ok = True
+        self.leaves: dict[str, _Leaf] = {}
+        self.store: Any = None
+        self.keys: list[str] | None = None
+
+    def f(self, *parts: str) -> str:
+        return _join(self.path, *parts)
+
+    def run(self) -> None:
+        v = self.v
+        v.checked["items"] += 1
+        v._problems(self.layout)
+        self.documents()
+        self.collect_leaves()
+        self.names()
+        self.open_storage()
+        try:
+            self.arrays()
+            self.strings()
+        finally:
+            if self.store is not None:
+                self.store.close()
+
+    # -- documents --------------------------------------------------------------------------
+
+    def documents(self) -> None:
+        v = self.v
+        if os.path.isfile(self.f(CHECKPOINT_METADATA_FILE)):
+            v.document("checkpoint-metadata", self.f(CHECKPOINT_METADATA_FILE))
+        if self.fmt.has_metadata:
+            if v.document("metadata", self.f(METADATA_FILE)):
+                self.doc = MetadataDocument.read(self.f(METADATA_FILE))
+        if self.fmt.has_msgpack:
+            path = self.f(MSGPACK_FILE)
+            if v.document("msgpack-view", path):
+                with open(path, "rb") as fh:
+                    self.msgpack = decode_checkpoint(fh.read(), file=path)
+            else:
+                self.msgpack_ok = False
+        self.sharding = None
+        if os.path.isfile(self.f(SHARDING_FILE)):
+            if v.document("sharding", self.f(SHARDING_FILE)):
+                self.sharding = ShardingDocument.read(self.f(SHARDING_FILE))
+        self.strings_doc: StringsDocument | None = None
+        self.strings_ok = True
+        if os.path.isfile(self.f(STRINGS_FILE)):
+            if v.document("strings", self.f(STRINGS_FILE)):
+                self.strings_doc = StringsDocument.read(self.f(STRINGS_FILE))
+            else:
+                self.strings_ok = False
+        self.array_metas: dict[str, tuple[str, Any]] = {}
+        am_dir = self.f(ARRAY_METADATAS_DIR)
+        if os.path.isdir(am_dir):
+            for name in sorted(os.listdir(am_dir), key=lambda n: (process_index(n) is None, n)):
+                full = _join(am_dir, name)
+                if process_index(name) is None or not os.path.isfile(full):
+                    continue
+                if v.document("array-metadatas", full):
+                    for a in ArrayMetadatas.read(full).arrays:
+                        self.array_metas.setdefault(a.param_name, (full, a))
+
+    def collect_leaves(self) -> None:
+        """Param name -> leaf, from `_METADATA` (and the msgpack file where one exists)."""
+        if self.doc is not None:
+            for entry in self.doc.entries:
+                if entry.value.empty_node is not None:
+                    continue
+                texts = tuple(e.key for e in entry.path)
+                vt = entry.value.value_type
+                ws = entry.value.write_shape
+                name = entry.param_name
+                kind = "string" if vt == "string" else "array"
+                if self.msgpack is not None:
+                    found, value = _lookup(self.msgpack, texts)
+                    if found and isinstance(value, Placeholder):
+                        name = value.param_name
+                    elif found and not isinstance(value, (dict, list)):
+                        kind = "inline"
+                elif not self.msgpack_ok and entry.value.skip_deserialize:
+                    kind = "inline"  # the msgpack file is broken: already reported
+                self.leaves.setdefault(name, _Leaf(name, vt, kind, ws))
+        elif self.msgpack is not None:
+            if self.strings_doc is None and self.strings_ok:
+                self.legacy_strings(
+                    sorted(
+                        v.param_name
+                        for _, v in _msgpack_leaves(self.msgpack)
+                        if isinstance(v, Placeholder)
+                    )
+                )
+            string_names = set(self.strings_doc.names()) if self.strings_doc else set()
+            for _, value in _msgpack_leaves(self.msgpack):
+                if isinstance(value, Placeholder):
+                    kind = "string" if value.param_name in string_names else "array"
+                    self.leaves[value.param_name] = _Leaf(value.param_name, kind, kind)
+
+    def legacy_strings(self, names: list[str]) -> None:
+        """Older releases: `_strings.json` inside the directory of the first string param."""
+        for name in names:
+            path = self.f(name, STRINGS_FILE)
+            if os.path.isfile(path):
+                if self.v.document("strings", path):
+                    self.strings_doc = StringsDocument.read(path)
+                else:
+                    self.strings_ok = False
+                return
+
+    def names(self) -> None:
+        """PATH-001: the param names of stored leaves must not collide."""
+        if self.doc is None:
+            return
+        seen: dict[str, str] = {}
+        for entry in self.doc.entries:
+            if entry.value.empty_node is not None:
+                continue
+            name = entry.param_name
+            if name in seen:
+                self.v.report(
+                    "PATH-001",
+                    f"key paths {seen[name]} and {entry.tree_key} share the param name {name!r}",
+                    file=self.f(METADATA_FILE),
+                    pointer="/tree_metadata/"
+                    + entry.tree_key.replace("~", "~0").replace("/", "~1"),
+                )
+            seen.setdefault(name, entry.tree_key)
+        for a, b in find_collisions(seen):
+            if a != b:
+                self.v.report(
+                    "PATH-001",
+                    f"param name {b!r} nests inside param name {a!r}",
+                    file=self.f(METADATA_FILE),
+                    pointer=b,
+                )
+
+    # -- storage ----------------------------------------------------------------------------
+
+    def open_storage(self) -> None:
+        from .python_backend import (
+            DirectoryStore,
+            MultiOcdbtStore,
+            OcdbtStore,
+            _per_leaf_skip,  # noqa: PLC2701 - the backend's own rule
+        )
+
+        v, fmt = self.v, self.fmt
+        root_manifest = self.f(MANIFEST_FILE)
+        processes = list(fmt.ocdbt_processes)
+        use_ocdbt = getattr(self.doc, "use_ocdbt", None) if self.doc is not None else None
+        wants_ocdbt = use_ocdbt is True or os.path.isdir(self.f("d")) or bool(processes)
+        if not fmt.has_root_manifest and wants_ocdbt:
+            v.report(
+                "OCDBT-050",
+                "the item's (merged) OCDBT manifest is missing"
+                + (" (use_ocdbt is true)" if use_ocdbt is True else ""),
+                file=root_manifest,
+            )
+        # every per-process database is checked on its own
+        process_stores = []
+        for n in processes:
+            db_path = self.f(f"ocdbt.process_{n}")
+            store = OcdbtStore(db_path, root=self.path)
+            if not os.path.isfile(_join(db_path, MANIFEST_FILE)):
+                v.report(
+                    "OCDBT-050",
+                    f"per-process database ocdbt.process_{n}/ has no manifest",
+                    file=_join(db_path, MANIFEST_FILE),
+                )
+                store.close()
+                continue
+            ok = self.check_database(store, db_path)
+            if ok:
+                process_stores.append(store)
+            else:
+                store.close()
+        if fmt.has_root_manifest:
+            root = OcdbtStore(self.path, root=self.path)
+            self.check_database(root, self.path)
+            for s in process_stores:
+                s.close()
+            self.store = root
+        elif process_stores:
+            self.store = MultiOcdbtStore(process_stores, self.path)
+        elif fmt.storage is Storage.PER_LEAF_ZARR:
+            self.store = DirectoryStore(self.path, skip=_per_leaf_skip)
+        elif fmt.storage is Storage.OCDBT:
+            self.store = None  # nothing readable: every array leaf is reported missing
+        else:
+            self.store = None
+        if self.store is not None and self.keys is None:
+            try:
+                self.keys = self.store.list()
+            except OckptError as e:
+                v.error(e, file=self.path)
+                self.keys = None
+        elif self.store is None:
+            self.keys = []
+
+    def check_database(self, store: Any, db_path: str) -> bool:
+        """List the latest generation (checks the nodes on the way); deep: verify everything."""
+        v = self.v
+        ok = True
+        keys: list[str] | None = []
+        sizes: dict[bytes, int | None] = {}
+        try:
+            for key, entry in store.db.entries():
+                keys.append(key.decode("utf-8", "surrogateescape"))  # type: ignore[union-attr]
+                ref = entry.value
+                if isinstance(ref, bytes):
+                    continue
+                rel = ref.file_id.path
+                if rel not in sizes:
+                    full = os.path.join(db_path, os.fsdecode(rel))
+                    sizes[rel] = os.path.getsize(full) if os.path.isfile(full) else None
+                size = sizes[rel]
+                if size is None or ref.offset + ref.length > size:
+                    what = "is missing" if size is None else f"ends at byte {size}"
+                    v.report(
+                        "OCDBT-022",
+                        f"the value of key {key!r} lies in bytes [{ref.offset}, "
+                        f"{ref.offset + ref.length}) of a data file that {what}",
+                        file=os.path.join(db_path, os.fsdecode(rel)),
+                        pointer=f"@{ref.offset}",
+                    )
+                    ok = False
+        except OckptError as e:
+            v.error(e, file=_join(db_path, MANIFEST_FILE))
+            ok = False
+            keys = None
+        if keys is not None and os.path.normpath(db_path) == os.path.normpath(self.path):
+            self.keys = keys
+        if v.deep:
+            from .ocdbt.verify import DatabaseStats, verify_database
+
+            stats = DatabaseStats()
+            for err in verify_database(store.db, stats=stats, tick=lambda: v.tick("ocdbt nodes")):
+                v.error(err, file=_join(db_path, MANIFEST_FILE))
+                ok = False
+            v.checked["ocdbt_nodes"] += stats.nodes
+        return ok
+
+    # -- arrays -----------------------------------------------------------------------------
+
+    def arrays(self) -> None:
+        from .python_backend import key_listing
+        from .zarr import open_metadata
+
+        v = self.v
+        array_leaves = {n: lf for n, lf in self.leaves.items() if lf.kind == "array"}
+        string_leaves = {n for n, lf in self.leaves.items() if lf.kind == "string"}
+        metadata_file = self.f(METADATA_FILE) if self.doc is not None else self.f(MSGPACK_FILE)
+        self.check_sharding(array_leaves)
+        self.check_array_metadatas(array_leaves)
+        if self.keys is None:
+            return  # the storage could not be listed: already reported
+        listing = key_listing(self.keys)
+        params = listing["params"]
+        unclaimed = [
+            k
+            for k in listing.get("unclaimed", [])
+            if not (k.endswith("/" + STRINGS_FILE) and k[: -len(STRINGS_FILE) - 1] in string_leaves)
+            and k not in string_leaves  # older releases: a file named <param name>
+        ]
+        where = self.store_display()
+        per_leaf = self.fmt.storage is Storage.PER_LEAF_ZARR and not self.fmt.has_root_manifest
+        by_key = {_key_prefix(n, per_leaf=per_leaf).rstrip("/"): n for n in array_leaves}
+        unexpected = [(f"key {k!r} belongs to no array of the item", k) for k in unclaimed] + [
+            (
+                f"array {n!r} in the storage is no array leaf of the item's tree",
+                params[n]["metadata_key"],
+            )
+            for n in sorted(set(params) - set(by_key))
+        ]
+        if not self.tree_known:
+            unexpected = []  # no tree to compare with (per-leaf zarr without metadata)
+        for message, key in unexpected[: 4 * _MAX_PER_ARRAY]:
+            v.report("VAL-003", message, file=where, pointer=key)
+        if len(unexpected) > 4 * _MAX_PER_ARRAY:
+            v.report(
+                "VAL-003",
+                f"{len(unexpected) - 4 * _MAX_PER_ARRAY} more keys belong to no array leaf",
+                file=where,
+            )
+        strict = self.doc is not None and self.doc.store_array_data_equal_to_fill_value is True
+        use_zarr3 = getattr(self.doc, "use_zarr3", None) if self.doc is not None else None
+        v.plan(len(array_leaves))
+        for name, leaf in sorted(array_leaves.items()):
+            v.tick("arrays")
+            v.checked["arrays"] += 1
+            key_name = _key_prefix(name, per_leaf=per_leaf).rstrip("/")
+            if key_name not in params:
+                v.report(
+                    "VAL-004",
+                    f"leaf {name!r} ({leaf.value_type}) has no array in the storage "
+                    "(neither .zarray nor zarr.json under its param name)",
+                    file=metadata_file,
+                    pointer=name,
+                )
+                continue
+            prefix = _key_prefix(name, per_leaf=per_leaf)
+            try:
+                meta = open_metadata(self.store.get, prefix=prefix, file=where)
+            except OckptError as e:
+                v.error(e, file=where)
+                continue
+            if meta is None:  # pragma: no cover - listed above
+                continue
+            if isinstance(use_zarr3, bool) and meta.zarr_format != (3 if use_zarr3 else 2):
+                v.report(
+                    "VAL-005",
+                    f"array {name!r} is zarr v{meta.zarr_format}, but use_zarr3 is "
+                    f"{str(use_zarr3).lower()}",
+                    file=f"{where}/{params[key_name]['metadata_key']}",
+                )
+            self.check_shapes(name, leaf, meta, where, params[key_name]["metadata_key"])
+            self.check_chunks(name, meta, params[key_name]["chunk_keys"], prefix, where, strict)
+
+    def store_display(self) -> str:
+        if self.fmt.storage is Storage.PER_LEAF_ZARR and not self.fmt.has_root_manifest:
+            return self.path
+        return self.f(MANIFEST_FILE) if self.fmt.has_root_manifest else self.path
+
+    def check_shapes(self, name: str, leaf: _Leaf, meta: Any, where: str, meta_key: str) -> None:
+        v = self.v
+        file = f"{where}/{meta_key}"
+        shape = tuple(meta.shape)
+        outer = tuple(meta.chunk_shape)
+        sharding = getattr(meta, "sharding", None)
+        inner = tuple(sharding.chunk_shape) if sharding is not None else outer
+        if leaf.value_type == "scalar" and shape != ():
+            v.report(
+                "VAL-006",
+                f"leaf {name!r} is a scalar in _METADATA but its array has shape {list(shape)}",
+                file=file,
+                pointer="/shape",
+            )
+        ws = leaf.write_shape
+        if ws is not None and (
+            len(ws) != len(shape) or any(w > s for w, s in zip(ws, shape, strict=False))
+        ):
+            v.report(
+                "VAL-006",
+                f"write_shape {list(ws)} of leaf {name!r} in _METADATA does not fit the array's "
+                f"shape {list(shape)}",
+                file=self.f(METADATA_FILE),
+                pointer=name,
+            )
+        found = self.array_metas.get(name)
+        if found is None:
+            return
+        am_file, am = found
+        am_ws = getattr(am, "write_shape", None)
+        am_cs = getattr(am, "chunk_shape", None)
+        if am_ws is not None:
+            am_ws = tuple(am_ws)
+            if len(am_ws) != len(shape) or any(w > s for w, s in zip(am_ws, shape, strict=False)):
+                v.report(
+                    "VAL-006",
+                    f"write_shape {list(am_ws)} of {name!r} does not fit the array's shape "
+                    f"{list(shape)}",
+                    file=am_file,
+                    pointer=name,
+                )
+            elif ws is not None and tuple(ws) != am_ws:
+                v.report(
+                    "VAL-006",
+                    f"write_shape of {name!r} is {list(am_ws)} here but {list(ws)} in _METADATA",
+                    file=am_file,
+                    pointer=name,
+                )
+        if am_cs is not None and tuple(am_cs) not in (outer, inner):
+            v.report(
+                "VAL-006",
+                f"chunk_shape {list(am_cs)} of {name!r} differs from the zarr chunk shape "
+                f"{list(outer)}",
+                file=am_file,
+                pointer=name,
+            )
+
+    def check_chunks(
+        self, name: str, meta: Any, present: list[str], prefix: str, where: str, strict: bool
+    ) -> None:
+        v = self.v
+        shape, chunk = tuple(meta.shape), tuple(meta.chunk_shape)
+        grid = tuple(-(-s // c) if c else 0 for s, c in zip(shape, chunk, strict=False))
+        count = math.prod(grid)
+        if count > _MAX_GRID:
+            return
+        indices = list(itertools.product(*(range(g) for g in grid)))
+        expected = {meta.chunk_key(i): i for i in indices}
+        have = set(present)
+        extra = sorted(have - set(expected))
+        for k in extra[:_MAX_PER_ARRAY]:
+            v.report(
+                "VAL-003",
+                f"key {prefix + k!r} is no chunk of the grid of array {name!r} "
+                f"(shape {list(shape)}, chunks {list(chunk)})",
+                file=where,
+                pointer=prefix + k,
+            )
+        missing = [k for k in expected if k not in have]
+        if strict and missing:
+            shown = ", ".join(repr(prefix + k) for k in missing[:_MAX_PER_ARRAY])
+            more = (
+                f" and {len(missing) - _MAX_PER_ARRAY} more"
+                if len(missing) > _MAX_PER_ARRAY
+                else ""
+            )
+            v.report(
+                "ZARR-008",
+                f"array {name!r}: {len(missing)} chunk(s) missing, and the checkpoint stores every "
+                f"chunk (store_array_data_equal_to_fill_value): {shown}{more}",
+                file=where,
+                pointer=prefix + missing[0],
+            )
+        if v.deep:
+            self.decode_chunks(
+                name, meta, [expected[k] for k in sorted(have & set(expected))], prefix, where
+            )
+
+    def decode_chunks(self, name: str, meta: Any, indices: list, prefix: str, where: str) -> None:
+        from .zarr import read_region
+
+        v = self.v
+        shape, chunk = tuple(meta.shape), tuple(meta.chunk_shape)
+        dtype = meta.numpy_dtype
+        v.plan(len(indices))
+        problems = 0
+        for index in indices:
+            v.tick("chunks")
+            v.checked["chunks"] += 1
+            box = [
+                (i * c, min((i + 1) * c, s)) for i, c, s in zip(index, chunk, shape, strict=True)
+            ]
+            out = np.empty(tuple(b - a for a, b in box), dtype=dtype)
+            try:
+                read_region(
+                    meta, self.store.get, out, box, prefix=prefix, missing="error", file=where
+                )
+            except OckptError as e:
+                problems += 1
+                if problems <= _MAX_PER_ARRAY:
+                    v.error(e, file=f"{where}/{prefix}{meta.chunk_key(index)}")
+
+    @property
+    def tree_known(self) -> bool:
+        """Whether the item's tree could be read (else the cross-file checks are skipped)."""
+        return self.doc is not None or self.msgpack is not None
+
+    def check_sharding(self, array_leaves: dict[str, _Leaf]) -> None:
+        if self.sharding is None or not self.tree_known:
+            return
+        for name, _spec in self.sharding.shardings.items():
+            if name not in array_leaves:
+                self.v.report(
+                    "VAL-007",
+                    f"_sharding holds a sharding for {name!r}, which is no array leaf of the tree",
+                    file=self.f(SHARDING_FILE),
+                    pointer="/" + _b64(name),
+                )
+
+    def check_array_metadatas(self, array_leaves: dict[str, _Leaf]) -> None:
+        if not self.tree_known:
+            return
+        for name, (file, _) in sorted(self.array_metas.items()):
+            if name not in array_leaves:
+                self.v.report(
+                    "VAL-007",
+                    f"array_metadatas describes {name!r}, which is no array leaf of the tree",
+                    file=file,
+                    pointer=name,
+                )
+
+    # -- strings ----------------------------------------------------------------------------
+
+    def strings(self) -> None:
+        names = sorted(n for n, lf in self.leaves.items() if lf.kind == "string")
+        if not names or not self.strings_ok:
+            return
+        if self.strings_doc is None:  # older releases: <first string param name>/_strings.json
+            self.legacy_strings(names)
+            if not self.strings_ok:
+                return
+        doc = self.strings_doc
+        for name in names:
+            if doc is None:
+                if os.path.isfile(self.f(name)):  # older releases: a file per string leaf
+                    continue
+                self.v.report(
+                    "STR-002",
+                    f"string leaf {name!r}: the item has no {STRINGS_FILE}",
+                    file=self.f(STRINGS_FILE),
+                    pointer="/" + name,
+                )
+                continue
+            legacy = os.path.normpath(doc.file) != os.path.normpath(self.f(STRINGS_FILE))
+            if legacy and isinstance(doc.values.get(name), str):
+                continue  # older releases keyed the file by param name, not by JSON pointer
+            try:
+                doc.get(name)
+            except OckptError as e:
+                self.v.add(
+                    _finding(
+                        "STR-002",
+                        _RULE_TAG.sub("", str(e)).strip(),
+                        file=doc.file,
+                        pointer="/" + name,
+                    )
+                )
+
+
+def _key_prefix(param_name: str, *, per_leaf: bool) -> str:
+    """Where a param's keys start in the storage (`ockpt.paths.array_prefix`)."""
+    from .paths import array_prefix
+
+    return array_prefix(param_name, per_leaf=per_leaf)
+
+
+def _b64(name: str) -> str:
+    from .paths import sharding_key
+
+    return sharding_key(name)
+
+
+# ---------------------------------------------------------------------------------------------
+# the entry point
+
+
+def validate(
+    path: str | os.PathLike[str], *, deep: bool = False, progress: Progress | None = None
+) -> Report:
+    """Validate the checkpoint at `path` (item, v1 checkpoint, step or manager root).
+
+    Returns a `Report` whose findings cite the spec's rule ids; `report.ok` is False when any
+    finding is an error. Raises `NotACheckpointError` when `path` does not exist or is not a
+    directory, and `OSError` when a file cannot be read.
+    """
+    p = os.fspath(path)
+    v = _Validator(deep, progress)
+    kind = v.run(p)
+    return Report(p, kind, deep, v.findings, {k: n for k, n in v.checked.items()})
+
+
+def _iter_rules(findings: Iterable[Finding]) -> list[str]:  # pragma: no cover - debugging aid
+    return sorted({f.rule for f in findings})
+
+
+if __name__ == "__main__":  # pragma: no cover
+    import sys
+
+    r = validate(sys.argv[1], deep="--deep" in sys.argv)
+    print(json.dumps(r.to_json(), indent=2) if "--json" in sys.argv else r.format_text())

@@ -1,0 +1,230 @@
+"""`ockpt.validate` and `ockpt validate` on real fixtures (clean) and the bad-data corpus.
+
+Every golden fixture validates with no error, also with ``deep=True``. Every variant of
+`fixtures/bad/` is reported with the rule id `fixtures/bad/expected.json` states. The command's
+exit codes (0 valid, 1 invalid, 2 usage or I/O error) and its ``--json`` output are checked as a
+user runs it. Each test is bounded in time (SIGALRM), so a decoder that loops fails instead of
+hanging the suite.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import ockpt
+from conftest import FIXTURES, case_id, fixture_cases
+from ockpt.rules import RULES
+from ockpt.validate import Report, validate
+
+BAD = FIXTURES / "bad"
+EXPECTED = json.loads((BAD / "expected.json").read_text(encoding="utf-8"))["variants"]
+SECONDS = 60
+
+
+@pytest.fixture(autouse=True)
+def _time_limit():
+    def expire(signum, frame):  # noqa: ARG001
+        raise TimeoutError(f"test ran longer than {SECONDS} s")
+
+    old = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(SECONDS)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def _checkpoints() -> list[Path]:
+    cases = [c / "checkpoint" for c in fixture_cases()]
+    cases += sorted(
+        p / "checkpoint" for p in (BAD / "_base").iterdir() if (p / "checkpoint").is_dir()
+    )
+    return cases
+
+
+def _id(path: Path) -> str:
+    return case_id(path.parent)
+
+
+# ---------------------------------------------------------------------------------------------
+# real checkpoints validate clean
+
+
+def _release(path: Path) -> tuple[int, ...]:
+    name = path.parent.parent.name  # orbax-<version>
+    if not name.startswith("orbax-"):
+        return (0, 12, 8)  # fixtures/bad/_base: written with 0.12.8
+    return tuple(int(x) for x in name[len("orbax-") :].split("-")[0].split("."))
+
+
+@pytest.mark.parametrize("deep", [False, True], ids=["shallow", "deep"])
+@pytest.mark.parametrize("path", _checkpoints(), ids=_id)
+def test_real_checkpoints_validate_clean(path, deep):
+    report = validate(path, deep=deep)
+    assert report.ok, report.format_text()
+    # Orbax writes commit_success.txt in local steps since 0.12.3 (LAYOUT-002 is a SHOULD)
+    allowed = {"LAYOUT-002"} if _release(path) < (0, 12, 3) else set()
+    assert report.rules <= allowed, report.format_text()
+    assert report.checked["items"] >= 1
+    if deep and report.checked["arrays"]:
+        assert report.checked["chunks"] >= 1
+
+
+def test_public_api_and_report_json():
+    assert ockpt.validate is validate and ockpt.Report is Report
+    report = ockpt.validate(FIXTURES / "orbax-0.12.8" / "manager" / "checkpoint", deep=True)
+    out = json.loads(json.dumps(report.to_json()))
+    assert out["valid"] is True and out["kind"] == "manager_root" and out["deep"] is True
+    assert out["checked"]["steps"] == 3 and out["errors"] == 0 and out["findings"] == []
+
+
+def test_progress_is_reported():
+    seen = []
+    validate(
+        FIXTURES / "orbax-0.12.8" / "sharded" / "checkpoint",
+        deep=True,
+        progress=lambda done, total, what: seen.append((done, total, what)),
+    )
+    assert seen and all(0 < d <= t for d, t, _ in seen)
+    assert {"arrays", "chunks", "ocdbt nodes"} <= {w for _, _, w in seen}
+
+
+def test_missing_path_raises_not_a_checkpoint(tmp_path):
+    with pytest.raises(ockpt.NotACheckpointError):
+        validate(tmp_path / "nothing")
+
+
+def test_empty_directory_is_not_a_checkpoint(tmp_path):
+    report = validate(tmp_path)
+    assert not report.ok and report.rules == {"VAL-001"}
+
+
+# ---------------------------------------------------------------------------------------------
+# the bad-data corpus
+
+
+def test_corpus_is_complete():
+    assert len(EXPECTED) >= 40
+    for name, entry in EXPECTED.items():
+        assert (BAD / name / entry["path"]).exists(), name
+        assert entry["reader"]["outcome"] in ("raises", "may_load")
+        assert entry["validator"]["rule"] in RULES or entry["validator"]["rule"].startswith(
+            ("OCDBT-", "ZARR-")  # registered with spec/ocdbt.md and spec/arrays.md
+        ), name
+    readme = (BAD / "README.md").read_text(encoding="utf-8")
+    for name in EXPECTED:
+        assert f"`{name}`" in readme, name
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_bad_variant_is_reported(name):
+    entry = EXPECTED[name]
+    path = BAD / name / entry["path"]
+    want = entry["validator"]
+    report = validate(path, deep=want["deep"])
+    assert want["rule"] in report.rules, report.format_text()
+    for rule in want["also"]:
+        assert rule in report.rules, report.format_text()
+    severity = RULES[want["rule"]].severity if want["rule"] in RULES else "error"
+    assert report.ok is (severity != "error"), report.format_text()
+    for finding in report.findings:
+        assert finding.rule and finding.severity in ("error", "warning") and finding.message
+        assert finding.file, finding
+    if want["deep"]:  # found only by decoding every node and chunk
+        assert want["rule"] not in validate(path).rules
+
+
+# ---------------------------------------------------------------------------------------------
+# the command
+
+
+def ockpt_cli(*args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(FIXTURES.parent / "reference") + os.pathsep + env.get("PYTHONPATH", "")
+    return subprocess.run(
+        [sys.executable, "-m", "ockpt.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=SECONDS,
+        env=env,
+    )
+
+
+def test_cli_valid_checkpoint_exits_0():
+    result = ockpt_cli(
+        "validate", "--deep", str(FIXTURES / "orbax-0.12.8" / "zarr3" / "checkpoint")
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert ": valid (pytree_item, deep): 0 error(s), 0 warning(s)" in result.stdout
+
+
+def test_cli_invalid_checkpoint_exits_1_with_rule_ids():
+    result = ockpt_cli("validate", str(BAD / "ocdbt_node_crc" / "checkpoint"))
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "[OCDBT-005]" in result.stdout and "INVALID" in result.stdout
+
+
+def test_cli_json_output():
+    result = ockpt_cli("validate", "--json", str(BAD / "leaf_without_array" / "checkpoint"))
+    assert result.returncode == 1
+    out = json.loads(result.stdout)
+    assert out["valid"] is False and out["errors"] >= 1
+    (finding,) = [f for f in out["findings"] if f["rule"] == "VAL-004"]
+    assert set(finding) == {"rule", "severity", "file", "pointer", "message"}
+    assert finding["severity"] == "error" and finding["pointer"] == "ghost"
+    assert finding["file"].endswith("_METADATA")
+
+
+def test_cli_warnings_only_exit_0():
+    result = ockpt_cli("validate", "--json", str(BAD / "manager_tmp_step" / "checkpoint"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = json.loads(result.stdout)
+    assert out["valid"] is True and out["warnings"] == 1
+    assert out["findings"][0]["rule"] == "VAL-002"
+
+
+def test_cli_usage_and_io_errors_exit_2(tmp_path):
+    assert ockpt_cli("validate").returncode == 2  # no path: usage
+    result = ockpt_cli("validate", str(tmp_path / "missing"))
+    assert result.returncode == 2 and "no such file" in result.stderr
+
+
+def test_unknown_directory_in_a_v1_checkpoint_is_a_warning(tmp_copy):
+    root = tmp_copy(FIXTURES / "orbax-0.12.8" / "v1_pytree")
+    (root / "junk").mkdir()
+    report = validate(root)
+    assert report.ok and report.rules == {"VAL-008"}, report.format_text()
+
+
+def test_untagged_missing_data_becomes_val_009():
+    from ockpt.validate import _from_error
+
+    finding = _from_error(ockpt.MissingDataError("something is gone"), file="x")
+    assert finding.rule == "VAL-009" and finding.severity == "error" and finding.file == "x"
+    finding = _from_error(ockpt.MissingDataError("chunk gone [ZARR-008]"), file="x")
+    assert finding.rule == "ZARR-008" and finding.message == "chunk gone"
+
+
+#: Each cross-file rule of spec/validation.md and a corpus variant that breaks it.
+VALIDATION_RULE_CASES = {
+    "VAL-002": "manager_tmp_step",
+    "VAL-003": "unexpected_array",
+    "VAL-004": "leaf_without_array",
+    "VAL-005": "zarr_format_disagrees",
+    "VAL-006": "zarr_shape_disagrees_scalar",
+    "VAL-007": "sharding_for_missing_param",
+}
+
+
+@pytest.mark.parametrize("rule, name", sorted(VALIDATION_RULE_CASES.items()))
+def test_each_validation_rule_has_a_bad_variant(rule, name):
+    assert EXPECTED[name]["validator"]["rule"] == rule
+    assert rule in validate(BAD / name / EXPECTED[name]["path"]).rules
