@@ -7,6 +7,9 @@ expected versus found. Callers catch `OckptError` to catch everything ockpt rais
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
 __all__ = [
     "OckptError",
     "NotACheckpointError",
@@ -23,6 +26,7 @@ __all__ = [
 ]
 
 _UNSET = object()
+_TRAILING_RULE = re.compile(r"\s*\[([A-Z]+(?:-[A-Z]+)*-[0-9]{3})\]$")
 
 
 class OckptError(Exception):
@@ -67,10 +71,10 @@ class FormatError(OckptError, ValueError):
         super().__init__(self._render())
 
     def _render(self) -> str:
-        where = self.file or "<input>"
+        where = self.file or ""
         if self.pointer not in (None, ""):
-            where += f" at {self.pointer}"
-        text = f"{where}: {self.message}"
+            where += f" at {self.pointer}" if where else f"at {self.pointer}"
+        text = f"{where}: {self.message}" if where else self.message
         details = []
         if self._has_expected:
             details.append(f"expected {self.expected!r}")
@@ -102,11 +106,23 @@ class OcdbtError(FormatError):
     """An OCDBT manifest, node or value reference is malformed."""
 
 
-class MissingDataError(OckptError, KeyError):
-    """A leaf, chunk or file that the checkpoint promises is absent."""
+class MissingDataError(FormatError, KeyError):
+    """A leaf, chunk or file that the checkpoint promises is absent.
+
+    A checkpoint that lacks what it promises breaks the format, so this is a `FormatError`; it
+    is also a `KeyError` for callers that look things up. A message ending in ``[RULE-ID]``
+    sets `rule` when none is given.
+    """
+
+    def __init__(self, message: str, **kwargs: Any) -> None:
+        m = _TRAILING_RULE.search(message)
+        if m and kwargs.get("rule") is None:
+            kwargs["rule"] = m.group(1)
+            message = message[: m.start()]
+        super().__init__(message, **kwargs)
 
     def __str__(self) -> str:  # KeyError would repr() the message
-        return str(self.args[0]) if self.args else ""
+        return self._render()
 
 
 class UnsupportedError(OckptError, NotImplementedError):

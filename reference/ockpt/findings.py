@@ -39,9 +39,12 @@ class Finding:
         )
 
     @classmethod
-    def from_error(cls, error: FormatError, *, file: str | None = None) -> Finding:
-        """The finding a `FormatError` stands for (its rule must be a registered id)."""
-        rule = error.rule or "JSON-001"
+    def from_error(
+        cls, error: FormatError, *, file: str | None = None, default_rule: str = "JSON-001"
+    ) -> Finding:
+        """The finding a `FormatError` stands for (its rule, or `default_rule` when it has
+        none, must be a registered id)."""
+        rule = error.rule or default_rule
         message = error.message
         details = []
         if error.expected is not None:

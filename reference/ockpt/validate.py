@@ -37,7 +37,7 @@ from .documents.sharding import FILE_NAME as SHARDING_FILE
 from .documents.sharding import ShardingDocument
 from .documents.strings import FILE_NAME as STRINGS_FILE
 from .documents.strings import StringsDocument
-from .errors import FormatError, NotACheckpointError, OckptError
+from .errors import FormatError, MissingDataError, NotACheckpointError, OckptError
 from .findings import Finding
 from .layout import (
     COMMIT_FILE,
@@ -144,17 +144,8 @@ def _finding(rule: str, message: str, *, file: str | None, pointer: str | None =
 
 def _from_error(error: OckptError, *, file: str | None) -> Finding:
     if isinstance(error, FormatError):
-        message = error.message
-        details = []
-        if error.expected is not None:
-            details.append(f"expected {error.expected!r}")
-        if error.got is not None:
-            details.append(f"got {error.got!r}")
-        if details:
-            message += f" ({', '.join(details)})"
-        return _finding(
-            error.rule or "JSON-001", message, file=error.file or file, pointer=error.pointer
-        )
+        default = "VAL-009" if isinstance(error, MissingDataError) else "JSON-001"
+        return Finding.from_error(error, file=file, default_rule=default)
     text = str(error)
     m = _RULE_TAG.search(text)
     rule = m.group(1) if m else "VAL-009"
