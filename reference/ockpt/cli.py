@@ -77,6 +77,45 @@ def _cmd_tree(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _progress_printer():  # type: ignore[no-untyped-def]
+    """A progress line on stderr, redrawn at most every 0.2 s (only on a terminal)."""
+    import time
+
+    last = [0.0]
+
+    def show(done: int, total: int, what: str) -> None:
+        now = time.monotonic()
+        if now - last[0] < 0.2 and done < total:
+            return
+        last[0] = now
+        sys.stderr.write(f"\rvalidating: {done}/{total} {what}\033[K")
+        sys.stderr.flush()
+
+    return show
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from .validate import validate
+
+    show = _progress_printer() if sys.stderr.isatty() and not args.no_progress else None
+    try:
+        report = validate(args.path, deep=args.deep, progress=show)
+    except OSError as e:  # a path that does not exist, an unreadable file
+        if show is not None:
+            sys.stderr.write("\r\033[K")
+        print(f"ockpt: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    if show is not None:
+        sys.stderr.write("\r\033[K")
+        sys.stderr.flush()
+    if args.json:
+        json.dump(report.to_json(), sys.stdout, indent=2)
+        print()
+    else:
+        print(report.format_text())
+    return EXIT_OK if report.ok else EXIT_INVALID
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ockpt", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -88,6 +127,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("path")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_cmd_tree)
+    p = sub.add_parser(
+        "validate",
+        help="check a whole checkpoint against the spec (exit 0 valid, 1 invalid, 2 error)",
+    )
+    p.add_argument("path")
+    p.add_argument("--deep", action="store_true", help="decode every OCDBT node and every chunk")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--no-progress", action="store_true", help="no progress line on a terminal")
+    p.set_defaults(func=_cmd_validate)
+    from . import _commands  # inspect, ls, cat, diff, convert, cp
+
+    _commands.add_parsers(sub)
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))

@@ -124,7 +124,8 @@ def read_json(path: str | os.PathLike[str], *, max_bytes: int = MAX_DOCUMENT_BYT
             got=size,
         )
     with open(file, "rb") as f:
-        return parse_json(f.read(max_bytes + 1), file=file, max_bytes=max_bytes)
+        # read(n) allocates n bytes up front: ask for what the file holds (+1 to see growth)
+        return parse_json(f.read(min(size, max_bytes) + 1), file=file, max_bytes=max_bytes)
 
 
 def dump_json(value: Any, *, compact: bool = False) -> bytes:

@@ -1,0 +1,258 @@
+"""The data commands of ``ockpt``: inspect, ls, cat, diff, convert, cp.
+
+Each command parses its arguments here and calls one module (`inspection`, `listing`, `diff`,
+`convert`, `transfer`). Exit status: 0 success (diff: no differences), 1 a checkpoint or
+format problem (diff: differences found), 2 a usage or I/O error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
+
+__all__ = ["add_parsers"]
+
+
+def _dump(data: Any) -> None:
+    json.dump(data, sys.stdout, indent=2, ensure_ascii=False)
+    print()
+
+
+def _guard(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Bad input (a malformed slice, size or key) is a usage error: message, exit 2."""
+
+    @functools.wraps(func)
+    def run(args: argparse.Namespace) -> int:
+        from .errors import OckptError
+
+        try:
+            return func(args)
+        except OckptError:
+            raise
+        except (ValueError, IndexError) as e:
+            print(f"ockpt {args.command}: {e}", file=sys.stderr)
+            return EXIT_USAGE
+
+    return run
+
+
+@_guard
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    from .inspection import format_inspect, inspect
+
+    report = inspect(args.path, step=args.step, item=args.item)
+    if args.json:
+        for row in report["leaves"]:
+            row.pop("sharding_text", None)
+        _dump(report)
+    else:
+        print(format_inspect(report))
+    return EXIT_OK
+
+
+def _print_entry(entry: Any, indent: str = "") -> None:
+    from .listing import format_time
+
+    state = "committed" if entry.committed else "UNCOMMITTED"
+    if entry.kind == "manager_root":
+        print(f"{indent}{entry.path}: manager_root, {len(entry.children)} step(s)")
+    else:
+        label = f"step {entry.step}" if entry.step is not None else entry.name or entry.path
+        extra = f" ({entry.storage})" if entry.storage else ""
+        marker = ", commit_success.txt" if entry.has_commit_file else ""
+        when = f"  {format_time(entry.commit_time_ns)}" if entry.commit_time_ns else ""
+        print(f"{indent}{label}: {entry.kind}{extra}, {state}{marker}{when}")
+    for child in entry.children:
+        _print_entry(child, indent + "  ")
+
+
+@_guard
+def _cmd_ls(args: argparse.Namespace) -> int:
+    from .listing import describe
+
+    entry = describe(args.path)
+    if args.json:
+        _dump(entry.to_json())
+    else:
+        _print_entry(entry)
+    return EXIT_OK if entry.kind != "unknown" else EXIT_INVALID
+
+
+@_guard
+def _cmd_cat(args: argparse.Namespace) -> int:
+    from .inspection import cat, parse_slice, to_json_value
+
+    index = parse_slice(args.slice) if args.slice else None
+    name, value = cat(args.path, args.leaf, index=index, step=args.step, item=args.item)
+    if args.json:
+        out: dict[str, Any] = {"name": name}
+        if not isinstance(value, (str, bytes)):
+            out.update(shape=list(np.shape(value)), dtype=str(np.asarray(value).dtype))
+        out["values"] = to_json_value(value)
+        _dump(out)
+    elif isinstance(value, (str, bytes)):
+        print(value if isinstance(value, str) else value.decode("utf-8", "replace"))
+    else:
+        opts: dict[str, Any] = {"threshold": sys.maxsize} if args.full else {}
+        with np.printoptions(**opts):
+            print(np.asarray(value))
+    return EXIT_OK
+
+
+@_guard
+def _cmd_diff(args: argparse.Namespace) -> int:
+    from .convert import open_source
+    from .diff import diff
+
+    if args.rtol < 0 or args.atol < 0:
+        raise ValueError("--rtol and --atol must be >= 0")
+    with (
+        open_source(args.a, sep=args.sep, step=args.step_a, item=args.item) as a,
+        open_source(args.b, sep=args.sep, step=args.step_b, item=args.item) as b,
+    ):
+        report = diff(
+            a, b, rtol=args.rtol, atol=args.atol, sep=args.sep, progress=not args.no_progress
+        )
+    if args.json:
+        _dump(report.to_json())
+    else:
+        print(report.format_text())
+    return EXIT_OK if report.equal else EXIT_INVALID
+
+
+@_guard
+def _cmd_convert(args: argparse.Namespace) -> int:
+    from .convert import convert
+
+    result = convert(
+        args.src,
+        args.dst,
+        src_format=args.from_format,
+        dst_format=args.to_format,
+        sep=args.sep,
+        max_shard_size=args.max_shard_size,
+        skip_unsupported=args.skip_unsupported,
+        step=args.step,
+        item=args.item,
+        layout=args.layout,
+        overwrite=args.overwrite,
+        progress=not args.no_progress,
+    )
+    if args.json:
+        _dump(result.to_json())
+    else:
+        for name, why in result.skipped:
+            print(f"skipped {name}: {why}", file=sys.stderr)
+        print(
+            f"wrote {result.leaves} leaves ({result.bytes} bytes) as {result.format}: "
+            + ", ".join(result.files)
+        )
+    return EXIT_OK
+
+
+@_guard
+def _cmd_cp(args: argparse.Namespace) -> int:
+    from .transfer import copy
+
+    count = copy(args.src, args.dst, overwrite=args.overwrite, progress=not args.no_progress)
+    if args.json:
+        _dump({"src": args.src, "dst": args.dst, "files": count})
+    else:
+        print(f"copied {count} files to {args.dst}")
+    return EXIT_OK
+
+
+def _where(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--step", type=int, help="step of a checkpoint-manager root (default: latest)")
+    p.add_argument("--item", help="item of a step or v1 checkpoint (default: the pytree item)")
+
+
+def add_parsers(sub: Any) -> None:
+    """Add the data commands to the `ockpt` subparsers."""
+    json_help = "machine-readable output"
+    p = sub.add_parser(
+        "inspect",
+        help="tree with shape, dtype, bytes, chunks and sharding per leaf; steps of a manager",
+        description="Show every leaf of a checkpoint (item, v1 checkpoint, step or manager "
+        "root; local or s3:// / gs:// URL) without reading array data.",
+    )
+    p.add_argument("path")
+    _where(p)
+    p.add_argument("--json", action="store_true", help=json_help)
+    p.set_defaults(func=_cmd_inspect)
+
+    p = sub.add_parser("ls", help="steps, checkpointables and items with commit state and times")
+    p.add_argument("path")
+    p.add_argument("--json", action="store_true", help=json_help)
+    p.set_defaults(func=_cmd_ls)
+
+    p = sub.add_parser("cat", help="values of one leaf (or a slice of it)")
+    p.add_argument("path")
+    p.add_argument("leaf", help="param name (a.b.c) or key path (a/b/c)")
+    p.add_argument("--slice", help="numpy basic index, for example 0:4,: or 2,...,::2")
+    p.add_argument("--full", action="store_true", help="print every value (no '...')")
+    _where(p)
+    p.add_argument("--json", action="store_true", help=json_help)
+    p.set_defaults(func=_cmd_cat)
+
+    p = sub.add_parser(
+        "diff",
+        help="structure, dtype, shape and value differences (exit 1 when different)",
+        description="Compare two checkpoints (Orbax, safetensors or npz). Exit 0 when equal, "
+        "1 when different, 2 on errors.",
+    )
+    p.add_argument("a")
+    p.add_argument("b")
+    p.add_argument("--rtol", type=float, default=0.0, help="relative tolerance (default 0)")
+    p.add_argument("--atol", type=float, default=0.0, help="absolute tolerance (default 0)")
+    p.add_argument("--sep", choices=(".", "/"), default=".", help="key separator for flat files")
+    p.add_argument("--step-a", type=int, help="step of A when it is a manager root")
+    p.add_argument("--step-b", type=int, help="step of B when it is a manager root")
+    p.add_argument("--item", help="item of a step or v1 checkpoint")
+    p.add_argument("--json", action="store_true", help=json_help)
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_diff)
+
+    p = sub.add_parser(
+        "convert",
+        help="Orbax <-> safetensors (single or sharded), .npz; Orbax -> PyTorch .pt",
+        description="Convert leaf by leaf. The format comes from the suffix (.safetensors, "
+        ".safetensors.index.json, .npz, .pt); anything else is an Orbax checkpoint directory.",
+    )
+    p.add_argument("src")
+    p.add_argument("dst")
+    formats = ("orbax", "safetensors", "npz", "pt")
+    p.add_argument("--to", dest="to_format", choices=formats, help="output format")
+    p.add_argument("--from", dest="from_format", choices=formats[:3], help="input format")
+    p.add_argument("--sep", choices=(".", "/"), default=".", help="key separator (default .)")
+    p.add_argument("--max-shard-size", help="shard safetensors output, e.g. 5GB or 500MiB")
+    p.add_argument(
+        "--skip-unsupported",
+        action="store_true",
+        help="leave out leaves the output format cannot hold (instead of failing)",
+    )
+    _where(p)
+    p.add_argument("--layout", choices=("v1", "item"), default="v1", help="Orbax output layout")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing output")
+    p.add_argument("--json", action="store_true", help=json_help)
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_convert)
+
+    p = sub.add_parser(
+        "cp",
+        help="copy a checkpoint to or from a bucket (commit_success.txt written last)",
+    )
+    p.add_argument("src")
+    p.add_argument("dst")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing destination")
+    p.add_argument("--json", action="store_true", help=json_help)
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_cp)

@@ -1,0 +1,292 @@
+"""`ockpt.convert` on real-Orbax fixtures: what each output format's own library reads back is
+bit-equal to what the fixture recorded; unsupported dtypes and names fail clearly; memory stays
+near one leaf; a safetensors-built checkpoint restores in real Orbax."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tracemalloc
+import zipfile
+
+import _record
+import ml_dtypes
+import numpy as np
+import pytest
+
+import ockpt
+from conftest import FIXTURES
+from ockpt.convert import convert, open_source, parse_size
+from ockpt.errors import UnsupportedError
+
+safetensors = pytest.importorskip("safetensors")
+from safetensors import safe_open  # noqa: E402
+
+CASES = FIXTURES / "orbax-0.12.8"
+
+
+def _arrays(case: str, item: str = "") -> dict[str, np.ndarray]:
+    """Every array leaf of a fixture's record, by '.'-joined key path."""
+    record = _record.load_expected(CASES / case)
+    out = {}
+    for path, node in _record.iter_nodes(record["items"][item]):
+        if node["type"] in ("ndarray", "jax.Array"):
+            out[".".join(str(p) for p in path)] = _record.load_array(node, CASES / case)
+    return out
+
+
+def _bits(a: np.ndarray) -> bytes:
+    a = np.ascontiguousarray(a)
+    return a.reshape(-1).view(np.uint8).tobytes() if a.size else b""
+
+
+def _st_tensors(path) -> dict[str, np.ndarray]:
+    """Read with the safetensors library: numpy API, through torch for float8 when present."""
+    out = {}
+    with safe_open(str(path), framework="numpy") as f:
+        for k in f.keys():
+            try:
+                out[k] = f.get_tensor(k)
+            except (AttributeError, TypeError):  # float8: numpy has no such attribute
+                torch = pytest.importorskip("torch")
+                with safe_open(str(path), framework="pt") as g:
+                    t = g.get_tensor(k)
+                    width = {1: torch.uint8, 2: torch.int16}[t.element_size()]
+                    raw = t.view(width).numpy()
+                    out[k] = raw.view(getattr(ml_dtypes, str(t.dtype).split(".")[1]))
+    return out
+
+
+def test_safetensors_bit_equal_every_dtype(tmp_path):
+    dst = tmp_path / "model.safetensors"
+    result = convert(str(CASES / "numpy_dtypes" / "checkpoint"), str(dst), skip_unsupported=True)
+    assert dict(result.skipped).keys() == {"complex128", "int4"}
+    got = _st_tensors(dst)
+    want = _arrays("numpy_dtypes")
+    assert set(got) == set(want) - {"complex128", "int4"}
+    for name, tensor in got.items():
+        assert tensor.dtype == want[name].dtype and tensor.shape == want[name].shape, name
+        assert _bits(tensor) == _bits(want[name]), name
+
+
+def test_safetensors_refuses_unsupported_with_clear_error(tmp_path):
+    dst = tmp_path / "model.safetensors"
+    with pytest.raises(UnsupportedError, match="complex128.*safetensors has no dtype"):
+        convert(str(CASES / "numpy_dtypes" / "checkpoint"), str(dst))
+    with pytest.raises(UnsupportedError, match="holds only tensors, not strings"):
+        convert(str(CASES / "v1_pytree" / "checkpoint"), str(dst))
+    assert not os.listdir(tmp_path)
+
+
+def test_sharded_safetensors_follow_hf_index(tmp_path):
+    dst = tmp_path / "model.safetensors"
+    src = str(CASES / "sharded" / "checkpoint")
+    result = convert(src, str(dst), max_shard_size="200B", sep="/")
+    index_path = tmp_path / "model.safetensors.index.json"
+    assert str(index_path) in result.files and not dst.exists()
+    index = json.loads(index_path.read_text())
+    want = _arrays("sharded")
+    assert index["metadata"]["total_size"] == sum(a.nbytes for a in want.values())
+    assert set(index["weight_map"]) == set(want)
+    shards = sorted(set(index["weight_map"].values()))
+    assert len(shards) > 1 and all(s.endswith(f"-of-{len(shards):05d}.safetensors") for s in shards)
+    for shard in shards:
+        got = _st_tensors(tmp_path / shard)
+        assert sum(t.nbytes for t in got.values()) <= 200 or len(got) == 1
+        for name, tensor in got.items():
+            assert index["weight_map"][name] == shard
+            assert _bits(tensor) == _bits(want[name])
+    # and back: the index is a source too
+    with open_source(str(index_path), sep="/") as source:
+        assert {leaf.name("/") for leaf in source.leaves} == set(want)
+
+
+def test_npz_loads_with_numpy_and_refuses_ml_dtypes(tmp_path):
+    dst = tmp_path / "out.npz"
+    with pytest.raises(UnsupportedError, match="bfloat16.*use safetensors or .pt"):
+        convert(str(CASES / "numpy_dtypes" / "checkpoint"), str(dst))
+    result = convert(str(CASES / "numpy_dtypes" / "checkpoint"), str(dst), skip_unsupported=True)
+    assert {n for n, _ in result.skipped} == {"bfloat16", "float8_e4m3fn", "float8_e5m2", "int4"}
+    want = _arrays("numpy_dtypes")
+    with np.load(dst, allow_pickle=False) as data:
+        assert set(data.files) == set(want) - {n for n, _ in result.skipped}
+        for name in data.files:
+            assert data[name].dtype == want[name].dtype and _bits(data[name]) == _bits(want[name])
+
+
+def test_npz_keeps_strings_and_scalars(tmp_path):
+    dst = tmp_path / "s.npz"
+    src = str(CASES / "scalars_strings" / "checkpoint")
+    with pytest.raises(UnsupportedError, match="NUL"):
+        convert(src, str(dst))
+    assert not dst.exists() and not list(tmp_path.iterdir())
+    record = _record.load_expected(CASES / "scalars_strings")
+    nodes = {".".join(map(str, p)): n for p, n in _record.iter_nodes(record["items"][""])}
+    # a copy without the NUL string
+    with np.load(_npz_without_nul(src, tmp_path)) as data:
+        assert str(data["str_unicode"]) == nodes["str_unicode"]["value"]
+        assert data["int_min"].dtype == np.int64 and int(data["int_min"]) == -(2**63)
+
+
+def _npz_without_nul(src: str, tmp_path) -> str:
+    out = tmp_path / "clean.npz"
+    # The same writer, on every leaf but the NUL-terminated string.
+    from ockpt.convert import OrbaxSource, _write_npz
+
+    with OrbaxSource(src) as source:
+        items = [
+            (leaf.name("."), leaf) for leaf in source.leaves if leaf.key != ("str_json_special",)
+        ]
+
+        class _Bar:
+            def update(self, n: int) -> None:
+                pass
+
+        _write_npz(source, items, str(out), bar=_Bar())
+    return str(out)
+
+
+def test_pt_state_dict_bit_equal(tmp_path):
+    torch = pytest.importorskip("torch")
+    dst = tmp_path / "model.pt"
+    result = convert(str(CASES / "numpy_dtypes" / "checkpoint"), str(dst), skip_unsupported=True)
+    assert dict(result.skipped).keys() == {"int4"}
+    state = torch.load(dst, weights_only=True)
+    want = _arrays("numpy_dtypes")
+    for name, tensor in state.items():
+        assert tuple(tensor.shape) == want[name].shape
+        assert str(tensor.dtype) == f"torch.{want[name].dtype.name}"
+        raw = tensor.contiguous().view(-1).view(torch.uint8).numpy().tobytes()
+        assert raw == _bits(want[name]), name
+    assert [p.name for p in tmp_path.iterdir()] == ["model.pt"]  # no temporary files left
+
+
+def test_pt_without_torch_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)
+    with pytest.raises(UnsupportedError, match="pip install torch"):
+        convert(str(CASES / "nested" / "checkpoint"), str(tmp_path / "x.pt"), skip_unsupported=True)
+
+
+def test_key_collisions_and_sep(tmp_path):
+    src = str(CASES / "odd_keys_no_ocdbt" / "checkpoint")
+    with pytest.raises(ValueError, match="both join to"):
+        convert(src, str(tmp_path / "a.safetensors"), sep="/", skip_unsupported=True)
+    result = convert(src, str(tmp_path / "b.safetensors"), sep=".", skip_unsupported=True)
+    with safe_open(str(tmp_path / "b.safetensors"), framework="numpy") as f:
+        assert "dot.a.b" in f.keys() and "slash.a/b" in f.keys()
+        assert result.leaves == len(f.keys())
+
+
+def test_roundtrip_safetensors_to_orbax_every_layout(tmp_path):
+    st = tmp_path / "m.safetensors"
+    convert(str(CASES / "numpy_dtypes" / "checkpoint"), str(st), skip_unsupported=True)
+    for layout in ("v1", "item"):
+        out = tmp_path / f"ckpt-{layout}"
+        convert(str(st), str(out), layout=layout)
+        tree = ockpt.load_pytree(out)
+        got = _st_tensors(st)
+        assert set(tree) == set(got)
+        for name, value in tree.items():
+            assert value.dtype == got[name].dtype and _bits(value) == _bits(got[name])
+
+
+def test_nested_keys_become_nested_dicts(tmp_path):
+    from safetensors.numpy import save_file
+
+    st = tmp_path / "hf.safetensors"
+    w = np.arange(6, dtype=np.float32).reshape(2, 3)
+    save_file({"model.layers.0.w": w, "model.layers.1.w": w + 1, "lm_head": w[0]}, str(st))
+    convert(str(st), str(tmp_path / "ck"))
+    tree = ockpt.load_pytree(tmp_path / "ck")
+    assert tree["model"]["layers"]["1"]["w"].tolist() == (w + 1).tolist()
+    save_file({"a": w, "a.b": w}, str(tmp_path / "bad.safetensors"))
+    with pytest.raises(ValueError, match="leaf"):
+        convert(str(tmp_path / "bad.safetensors"), str(tmp_path / "ck2"))
+
+
+def test_npz_source_stored_and_deflated(tmp_path):
+    a = np.arange(12, dtype=">i4").reshape(3, 4)  # big-endian too
+    b = np.asfortranarray(np.arange(6, dtype=np.float64).reshape(2, 3))
+    np.savez(tmp_path / "s.npz", a=a, b=b, s=np.array("hello"))
+    np.savez_compressed(tmp_path / "c.npz", a=a, b=b)
+    for name in ("s.npz", "c.npz"):
+        out = tmp_path / f"{name}.ckpt"
+        convert(str(tmp_path / name), str(out))
+        tree = ockpt.load_pytree(out)
+        assert tree["a"].dtype == np.int32 and tree["a"].tolist() == a.tolist()
+        assert tree["b"].tolist() == b.tolist()
+    assert ockpt.load_pytree(tmp_path / "s.npz.ckpt")["s"] == "hello"
+    with zipfile.ZipFile(tmp_path / "p.npz", "w") as zf, zf.open("o.npy", "w") as f:
+        np.lib.format.write_array(f, np.array([{"x": 1}], dtype=object), allow_pickle=True)
+    with pytest.raises(UnsupportedError, match="pickled"):
+        open_source(str(tmp_path / "p.npz"))
+
+
+def test_streaming_memory_stays_near_one_block(tmp_path, monkeypatch):
+    """8 leaves of 4 MiB, blocks of 1 MiB: numpy allocations stay near one block (tracemalloc
+    sees numpy's buffers), not one leaf or the whole 32 MiB."""
+    import ockpt.convert as conv
+
+    monkeypatch.setattr(conv, "BLOCK_BYTES", 1 << 20)
+    rng = np.random.default_rng(0)
+    tree = {f"w{i}": rng.standard_normal((1024, 1024)).astype(np.float32) for i in range(8)}
+    ockpt.save_pytree(tmp_path / "big", tree, layout="item")
+    del tree
+    for dst in ("big.safetensors", "big.npz"):
+        tracemalloc.start()
+        convert(str(tmp_path / "big"), str(tmp_path / dst), progress=False)
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        assert peak < 3 << 20, f"{dst}: peak {peak} bytes"
+    tracemalloc.start()
+    convert(str(tmp_path / "big.safetensors"), str(tmp_path / "again"), progress=False)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert peak < 6 << 20, f"safetensors -> orbax: peak {peak} bytes"
+
+
+def test_parse_size():
+    assert parse_size("5GB") == 5 * 10**9 and parse_size("2GiB") == 2 << 30
+    assert parse_size("100") == 100 and parse_size("1.5MB") == 1_500_000
+    with pytest.raises(ValueError, match="not a size"):
+        parse_size("lots")
+
+
+def test_safetensors_built_checkpoint_restores_in_real_orbax(tmp_path):
+    pytest.importorskip("orbax.checkpoint")
+    from safetensors.numpy import save_file
+
+    rng = np.random.default_rng(1)
+    tensors = {
+        "model.embed.weight": rng.standard_normal((4, 3)).astype(ml_dtypes.bfloat16),
+        "model.layers.0.w": rng.standard_normal((3, 3)).astype(np.float32),
+        "model.layers.1.w": rng.standard_normal((3, 3)).astype(np.float16),
+        "step": np.array(5, np.int64),
+    }
+    save_file(tensors, str(tmp_path / "m.safetensors"))
+    convert(str(tmp_path / "m.safetensors"), str(tmp_path / "ckpt"), progress=False)
+    np.savez(tmp_path / "want.npz", **{k: v.view(f"u{v.itemsize}") for k, v in tensors.items()})
+    script = f"""
+import numpy as np
+from orbax.checkpoint import v1 as ocp
+tree = ocp.load_pytree({str(tmp_path / "ckpt")!r})
+want = np.load({str(tmp_path / "want.npz")!r})
+flat = {{
+    "model.embed.weight": tree["model"]["embed"]["weight"],
+    "model.layers.0.w": tree["model"]["layers"]["0"]["w"],
+    "model.layers.1.w": tree["model"]["layers"]["1"]["w"],
+    "step": tree["step"],
+}}
+for k, v in flat.items():
+    v = np.asarray(v)
+    assert v.view(want[k].dtype).tobytes() == want[k].tobytes(), k
+print("restored", sorted(flat), str(np.asarray(flat["model.embed.weight"]).dtype))
+"""
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "restored" in result.stdout and "bfloat16" in result.stdout
