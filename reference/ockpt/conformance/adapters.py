@@ -1,0 +1,149 @@
+"""The adapters shipped with ockpt, and how an adapter is found from its spec string.
+
+Spec strings (``--impl`` on the command line, ``adapters=`` of `run`):
+
+- ``ockpt-tensorstore``, ``ockpt-python``: the reference reader with either backend (the
+  writer is the same for both, so only ``ockpt-tensorstore`` declares writes);
+- ``orbax``: real Orbax, whatever release is installed: `conformance/adapters/orbax_adapter.py`
+  of the ockpt repository (it imports orbax, so it lives outside the package);
+- ``path/to/module.py`` or ``package.module``, optionally ``:name``: an adapter from
+  anywhere. ``name`` is an attribute that is an adapter or a callable returning one; without
+  it the module's ``make_adapter()`` or ``ADAPTER`` is used.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..dtypes import SUPPORTED
+from .protocol import Adapter, WriteCase
+
+__all__ = ["OckptAdapter", "load_adapter", "BUILTIN", "find_repo_file"]
+
+RELEASES = ["0.3", "0.4", "0.5", "0.10", "0.11", "0.12"]
+#: dtypes tensorstore (and so ockpt's writer) cannot store.
+_UNWRITABLE = {"float8_e4m3", "float6_e2m3fn", "float6_e3m2fn", "uint2", "uint4"}
+LEAVES = ["ndarray", "jax.Array", "scalar", "numpy_scalar", "string", "none", "empty"]
+
+
+class OckptAdapter:
+    """The reference implementation: `ockpt.load_pytree` with one backend, `ockpt.save_pytree`."""
+
+    def __init__(self, backend: str = "tensorstore") -> None:
+        self.backend = backend
+        self.name = f"ockpt-{backend}"
+        reads: dict[str, Any] = {
+            "layouts": ["item", "v1", "manager"],
+            "zarr": [2, 3],
+            "ocdbt": [True, False],
+            "releases": RELEASES,
+            "options": [
+                "partial",
+                "placeholder",
+                "pad_or_truncate",
+                "cast:checked",
+                "cast:lossy",
+                "jax",
+            ],
+            "multiprocess": True,
+            "errors": "ockpt",
+        }
+        writes: dict[str, Any] = {
+            "layouts": ["item", "v1"],
+            "zarr": [2, 3],
+            "ocdbt": [True, False],
+            "leaves": LEAVES,
+            "dtypes": sorted(set(SUPPORTED) - _UNWRITABLE),
+            "options": ["chunk_byte_size"],
+            "multiprocess": True,
+        }
+        # One writer serves both backends: the python adapter is a reader only.
+        self.capabilities = {"reads": reads, "writes": writes if backend == "tensorstore" else {}}
+
+    @property
+    def version(self) -> str:
+        from .. import __version__
+
+        return f"ockpt {__version__} (backend={self.backend})"
+
+    def write(self, case: WriteCase, directory: Path) -> None:
+        from ..writer import save_pytree
+
+        save_pytree(
+            directory,
+            case.tree,
+            layout=case.layout,
+            use_ocdbt=case.ocdbt,
+            zarr_version=case.zarr,
+            chunk_byte_size=case.options.get("chunk_byte_size"),
+        )
+
+    def read(self, path: Path, target: Any = None, **options: Any) -> Any:
+        from ..reader import load_pytree
+
+        return load_pytree(path, target, backend=self.backend, **options)
+
+
+BUILTIN = {
+    "ockpt-tensorstore": lambda: OckptAdapter("tensorstore"),
+    "ockpt-python": lambda: OckptAdapter("python"),
+}
+ALIASES = {"orbax": "conformance/adapters/orbax_adapter.py"}
+
+
+def find_repo_file(rel: str, *hints: Path) -> Path | None:
+    """`rel` under the first of the hint directories, the working directory or the source
+    checkout this package was loaded from, that has it."""
+    here = Path(__file__).resolve()
+    for base in (*hints, Path.cwd(), here.parents[3]):
+        if base is not None and (Path(base) / rel).exists():
+            return Path(base) / rel
+    return None
+
+
+def _from_module(module: Any, attr: str | None, spec: str) -> Adapter:
+    if attr is None:
+        attr = next((a for a in ("make_adapter", "ADAPTER") if hasattr(module, a)), None)
+        if attr is None:
+            raise ValueError(f"{spec}: the module has neither make_adapter() nor ADAPTER")
+    obj = getattr(module, attr)
+    adapter = obj() if callable(obj) and not isinstance(obj, Adapter) else obj
+    if not isinstance(adapter, Adapter):
+        raise TypeError(f"{spec}: {attr} is not an adapter (name, capabilities, write, read)")
+    return adapter
+
+
+def load_adapter(spec: str, *, repo: Path | None = None) -> Adapter:
+    """The adapter a spec string names (see the module docstring)."""
+    if spec in BUILTIN:
+        return BUILTIN[spec]()
+    if spec in ALIASES:
+        found = find_repo_file(ALIASES[spec], *([repo] if repo else []))
+        if found is None:
+            raise FileNotFoundError(
+                f"adapter {spec!r}: {ALIASES[spec]} not found (run from the ockpt repository)"
+            )
+        spec = str(found)
+    target, attr = spec, None
+    head, sep, tail = spec.rpartition(":")
+    if sep and tail.isidentifier():
+        target, attr = head, tail
+    if target.endswith(".py") or os.sep in target:
+        path = Path(target).resolve()
+        name = f"_ockpt_adapter_{abs(hash(str(path)))}"
+        module = sys.modules.get(name)
+        if module is None:
+            mspec = importlib.util.spec_from_file_location(name, path)
+            if mspec is None or mspec.loader is None:
+                raise ImportError(f"cannot load adapter module {path}")
+            module = importlib.util.module_from_spec(mspec)
+            sys.modules[name] = module
+            mspec.loader.exec_module(module)
+    else:
+        module = importlib.import_module(target)
+    return _from_module(module, attr or None, spec)
