@@ -20,15 +20,32 @@ from .errors import (
     OcdbtError,
     OckptError,
     OckptWarning,
+    TargetError,
     UnsupportedError,
     WriteConflictError,
     ZarrFormatError,
 )
 from .layout import Kind, Layout, detect
+from .manager import CheckpointManager
+from .reader import Checkpoint, LazyArray, LeafMetadata, load_pytree, open, pytree_metadata
+from .validate import Report, validate
+from .writer import (
+    JsonItem,
+    SaveHandle,
+    save_checkpointables,
+    save_pytree,
+    save_pytree_async,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "save_pytree",
+    "save_checkpointables",
+    "save_pytree_async",
+    "SaveHandle",
+    "JsonItem",
+    "CheckpointManager",
     "detect",
     "Kind",
     "Layout",
@@ -48,5 +65,14 @@ __all__ = [
     "MissingDataError",
     "UnsupportedError",
     "WriteConflictError",
+    "TargetError",
     "OckptWarning",
+    "load_pytree",
+    "pytree_metadata",
+    "open",
+    "Checkpoint",
+    "LazyArray",
+    "LeafMetadata",
+    "validate",
+    "Report",
 ]

@@ -139,6 +139,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from . import _commands  # inspect, ls, cat, diff, convert, cp
 
     _commands.add_parsers(sub)
+    from .conformance.cli import add_parser as _add_conformance  # ockpt conformance
+
+    _add_conformance(sub)
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))
