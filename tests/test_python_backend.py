@@ -221,16 +221,7 @@ def _flat(tree, path=()):
 def _loadable_cases():
     from conftest import fixture_cases
 
-    out = []
-    for case in fixture_cases():
-        try:
-            import ockpt
-
-            ockpt.load_pytree(case / "checkpoint")
-        except Exception:  # noqa: BLE001 - cases the reader refuses are not this test's concern
-            continue
-        out.append(case)
-    return out
+    return fixture_cases()  # every golden case loads (none is skipped)
 
 
 @pytest.mark.parametrize("case", _loadable_cases(), ids=lambda p: f"{p.parent.name}/{p.name}")

@@ -97,7 +97,7 @@ MESHES = [
 @pytest.mark.parametrize("case,rel", ITEMS)
 def test_fixture_as_jax_arrays(case, rel, mesh_shape, names):
     """LOAD-032: any mesh and PartitionSpec, independent of the saved sharding."""
-    expected = expected_items(case)[rel]
+    expected = expected_items(case, target=True)[rel]
     m = mesh(mesh_shape, names)
     target = _jax_target(expected, m, [sum(mesh_shape)])
     with jax.enable_x64(True):

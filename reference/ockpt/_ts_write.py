@@ -6,7 +6,8 @@ directory ``<param name>/`` of the item. After every process has written, the pr
 the per-process databases into the root database of the item (`merge_databases`): the root's
 B+tree then refers to the data files of the per-process databases, nothing is copied.
 
-`zarr_metadata` is pure (no I/O). Nothing here imports jax.
+`zarr_metadata` is pure (no I/O). Nothing here imports jax; tensorstore is imported when a write
+starts, so `import ockpt` works without it.
 """
 
 from __future__ import annotations
@@ -15,12 +16,14 @@ import math
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import tensorstore as ts
 
 from . import dtypes
+
+if TYPE_CHECKING:
+    import tensorstore as ts
 
 __all__ = [
     "OCDBT_CONFIG",
@@ -67,6 +70,7 @@ class ArrayWrite:
     write_shape: tuple[int, ...]  # v3: the shard (outer chunk)
     pieces: tuple[Piece, ...]
     write_metadata: bool  # the primary writes the zarr metadata once
+    compress: bool = True  # False: chunks stored uncompressed (compression="auto", WRITE-015)
 
 
 def chunk_shape_for(
@@ -187,6 +191,8 @@ def write_arrays(
     context: ts.Context,
 ) -> None:
     """Write this process's pieces of every array (and, where asked, their zarr metadata)."""
+    import tensorstore as ts
+
     arrays = list(arrays)
     opened = []
     for a in arrays:
@@ -196,7 +202,7 @@ def write_arrays(
             dtype=a.dtype,
             chunk_shape=a.chunk_shape,
             write_shape=a.write_shape,
-            compression_level=compression_level,
+            compression_level=compression_level if a.compress else None,
         )
         spec = {
             "driver": "zarr" if zarr_version == 2 else "zarr3",
@@ -232,6 +238,8 @@ def merge_databases(item_dir: str, process_indices: Iterable[int], *, context: t
     One atomic transaction copies every key range; tensorstore copies references to the
     per-process data files, not the values, when source and target share a context.
     """
+    import tensorstore as ts
+
     root = {
         "driver": "ocdbt",
         "base": {"driver": "file", "path": item_dir.rstrip("/") + "/"},

@@ -201,7 +201,7 @@ def _detect_dir(p: str, *, depth: int) -> Layout:
         return Layout(
             p, Kind.PYTREE_ITEM, reason, item=fmt, has_commit_file=commit, problems=problems
         )
-    if CHECKPOINT_METADATA_FILE in listing.files:
+    if CHECKPOINT_METADATA_FILE in listing.files or _is_bare_step(name, p, listing):
         return _detect_composite(p, listing, depth=depth)
     json_file = _json_item_file(listing) if depth > 0 else None
     if json_file is not None:
@@ -218,6 +218,33 @@ def _detect_dir(p: str, *, depth: int) -> Layout:
         "no _METADATA, checkpoint file, manifest.ocdbt, per-leaf zarr arrays, "
         "_CHECKPOINT_METADATA, orbax.checkpoint marker or step directories",
     )
+
+
+#: File names of JSON items (spec/directories.md §6).
+_JSON_ITEM_FILES = frozenset({"metadata", "metrics", "data.json"})
+
+
+def _is_bare_step(name: str, p: str, listing: _Listing) -> bool:
+    """A step without `_CHECKPOINT_METADATA` (LAYOUT-005: releases up to 0.4.8 write them).
+
+    Its name is a step name, it holds no file but `commit_success.txt`, and every subdirectory
+    that is not temporary is an item: a pytree item, or a JSON item holding one of the JSON item
+    file names; there is at least one. A directory that merely contains a checkpoint among other
+    things is not a step.
+    """
+    if parse_step_name(name) is None or listing.files - {COMMIT_FILE}:
+        return False
+    items = 0
+    for sub in listing.dirs:
+        if is_temporary_name(sub):
+            continue
+        sub_path = os.path.join(p, sub)
+        sub_listing = _list(sub_path)
+        if _item_format(sub_path, sub_listing) is None:
+            if _json_item_file(sub_listing) not in _JSON_ITEM_FILES:
+                return False
+        items += 1
+    return items > 0
 
 
 def _json_item_file(listing: _Listing) -> str | None:

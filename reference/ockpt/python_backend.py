@@ -169,9 +169,18 @@ class DirectoryStore(KeyValueStore):
         return sorted(out)
 
 
+#: The legacy strings document, kept by releases up to 0.3.x in a param's directory.
+_STRINGS_DOCUMENT = "_strings.json"
+
+
 def _per_leaf_skip(key: str) -> bool:
-    # top-level files are the item's documents; these directories are not arrays
-    return "/" not in key or key.startswith(("array_metadatas/", "ocdbt.process_", "d/"))
+    # top-level files are the item's documents; these directories are not arrays; a file
+    # `<param>/_strings.json` is the legacy strings document, never a zarr key (directories §2.1)
+    return (
+        "/" not in key
+        or key.startswith(("array_metadatas/", "ocdbt.process_", "d/"))
+        or key.endswith("/" + _STRINGS_DOCUMENT)
+    )
 
 
 def open_item_store(

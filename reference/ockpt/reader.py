@@ -6,19 +6,19 @@ caller's target against it (LOAD-001..005), checks every requested dtype and sha
 (LOAD-020..031), then reads only the regions the target needs, through `storage`.
 
 Nothing here imports jax: jax targets go through `_jax`, which imports jax lazily and only when
-the caller has imported it already.
+the caller has imported it already. Nothing here imports tensorstore either: `storage` does, on
+first use, so a local checkpoint read with ``backend="python"`` needs no tensorstore.
 """
 
 from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-import tensorstore as ts
 
 from . import _jax, dtypes, storage
 from .documents.array_metadatas import DIRECTORY as ARRAY_METADATAS_DIR
@@ -31,6 +31,7 @@ from .documents.strings import FILE_NAME as STRINGS_FILE
 from .documents.strings import StringsDocument
 from .errors import MissingDataError, NotACheckpointError, TargetError
 from .layout import (
+    COMMIT_FILE,
     MANIFEST_FILE,
     MSGPACK_FILE,
     PYTREE_CHECKPOINTABLES,
@@ -45,6 +46,9 @@ from .layout import (
 )
 from .msgpack_legacy import DEFAULT_MAX_BYTES, Placeholder, decode_checkpoint
 from .paths import EmptyNode, KeyType, param_name
+
+if TYPE_CHECKING:
+    import tensorstore as ts
 
 __all__ = [
     "LeafMetadata",
@@ -214,6 +218,21 @@ def _resolve_local(path: str, *, step: int | None, item: str | None) -> tuple[st
     return layout.path, layout.item
 
 
+def _bare_url_step(loc: storage.Location, files: set[str], dirs: set[str], context: Any) -> bool:
+    """A step-named directory without `_CHECKPOINT_METADATA` (releases up to 0.4.8 at least):
+    no file besides `commit_success.txt`, and a subdirectory that is a pytree item
+    (`layout.detect` decides the same for local paths)."""
+    name = loc.display.rstrip("/").rsplit("/", 1)[-1]
+    if parse_step_name(name) is None or files - {COMMIT_FILE}:
+        return False
+    for d in sorted(dirs):
+        if not is_temporary_name(d):
+            sub_files, _ = loc.join(d).listdir(context=context)
+            if {METADATA_FILE, MSGPACK_FILE, MANIFEST_FILE} & sub_files:
+                return True
+    return False
+
+
 def _resolve_url(
     loc: storage.Location, *, step: int | None, item: str | None, context: ts.Context, depth=0
 ) -> tuple[storage.Location, ItemFormat]:
@@ -246,7 +265,11 @@ def _resolve_url(
     if depth > 2:
         raise _fail(loc.display, "no pytree item found", "LOAD-050")
     candidates = sorted(d for d in dirs if not is_temporary_name(d))
-    if V1_MARKER in files or "_CHECKPOINT_METADATA" in files:
+    if (
+        V1_MARKER in files
+        or "_CHECKPOINT_METADATA" in files
+        or _bare_url_step(loc, files, dirs, context)
+    ):
         if step is not None:
             raise _fail(loc.display, f"step={step} given, but this is a step", "LOAD-053")
         names = [item] if item else ["default", *PYTREE_CHECKPOINTABLES, *candidates]
@@ -290,8 +313,10 @@ class _Item:
     ) -> None:
         if backend not in ("tensorstore", "python"):
             raise ValueError(f"backend must be 'tensorstore' or 'python', not {backend!r}")
-        self.context = storage.new_context(context)
         loc = storage.Location.of(path)
+        # a tensorstore context for the tensorstore backend and for URLs; none otherwise
+        need_context = backend == "tensorstore" or loc.local is None
+        self.context = storage.new_context(context) if need_context else None
         if loc.local is not None:
             local, fmt = _resolve_local(loc.local, step=step, item=item)
             loc = storage.Location.of(local)
@@ -312,6 +337,9 @@ class _Item:
                 raise MissingDataError(f"{loc.file(MSGPACK_FILE)}: cannot be read [LOAD-050]")
             self.msgpack = decode_checkpoint(data, file=loc.file(MSGPACK_FILE))
         self.metadata_file = loc.file(METADATA_FILE if self.doc is not None else MSGPACK_FILE)
+        self._strings: StringsDocument | None = None
+        self._strings_loaded = False
+        self._string_names: set[str] | None = None
         self.tree = self._saved_tree()
         self.leaves = {leaf.param_name: leaf for leaf in _leaves(self.tree)}
         zarr_version = None
@@ -336,7 +364,6 @@ class _Item:
             processes=fmt.ocdbt_processes,
             missing_chunks_are_errors=strict,
         )
-        self._strings: StringsDocument | None = None
         self._arrays: dict[str, storage.StoredArray] = {}
 
     # -- the saved tree --------------------------------------------------------------------
@@ -397,39 +424,49 @@ class _Item:
         return _Leaf(texts, param_name(texts), "inline", "inline", node)
 
     def _msgpack_strings(self) -> set[str]:
-        """Param names stored in `_strings.json` (placeholders for strings, no _METADATA)."""
-        if not hasattr(self, "_string_names"):
-            data = self.location.read(STRINGS_FILE, context=self.context)
-            names: set[str] = set()
-            if data is not None:
-                doc = StringsDocument.from_bytes(data, file=self.location.file(STRINGS_FILE))
-                names = set(doc.names())
-            self._string_names = names
+        """Param names stored as strings (placeholders for strings, no _METADATA)."""
+        if self._string_names is None:
+            doc = self._strings_document(_placeholder_names(self.msgpack))
+            self._string_names = set(doc.names()) if doc is not None else set()
         return self._string_names
 
     # -- documents -------------------------------------------------------------------------
 
+    def _strings_document(self, candidates: Iterable[str]) -> StringsDocument | None:
+        """The item's strings document, or None when it has none (JSON documents §7, STR-003).
+
+        `_strings.json` at the item root; else, as releases up to 0.3.x wrote it,
+        `<P>/_strings.json` for the first param name P of `candidates` (the string leaves, or
+        every placeholder when there is no `_METADATA`) in sorted order that has one; else a
+        file named P.
+        """
+        if self._strings_loaded:
+            return self._strings
+        data = self.location.read(STRINGS_FILE, context=self.context)
+        file = self.location.file(STRINGS_FILE)
+        if data is None:
+            names = sorted(set(candidates))
+            for rel in [f"{n}/{STRINGS_FILE}" for n in names] + names:
+                try:
+                    data = self.location.read(rel, context=self.context)
+                except (OSError, ValueError):
+                    data = None
+                if data is not None:
+                    file = self.location.file(rel)
+                    break
+        self._strings = None if data is None else StringsDocument.from_bytes(data, file=file)
+        self._strings_loaded = True
+        return self._strings
+
     def strings(self, leaf: _Leaf) -> str:
-        if self._strings is None:
-            data = self.location.read(STRINGS_FILE, context=self.context)
-            file = self.location.file(STRINGS_FILE)
-            if data is None:  # older: <first string param>/_strings.json, or a file <param>
-                names = sorted(n for n, lf in self.leaves.items() if lf.source == "string")
-                for rel in [f"{n}/{STRINGS_FILE}" for n in names] + names:
-                    try:
-                        data = self.location.read(rel, context=self.context)
-                    except (OSError, ValueError):
-                        data = None
-                    if data is not None:
-                        file = self.location.file(rel)
-                        break
-            if data is None:
-                raise MissingDataError(
-                    f"{self.location.file(STRINGS_FILE)}: missing; needed for string leaf "
-                    f"{leaf.param_name!r} [LOAD-042]"
-                )
-            self._strings = StringsDocument.from_bytes(data, file=file)
-        return self._strings.get(leaf.param_name)
+        names = [n for n, lf in self.leaves.items() if lf.source == "string"]
+        doc = self._strings_document(names)
+        if doc is None:
+            raise MissingDataError(
+                f"{self.location.file(STRINGS_FILE)}: missing (nor found in the directory of a "
+                f"string leaf); needed for string leaf {leaf.param_name!r} [LOAD-042]"
+            )
+        return doc.get(leaf.param_name)
 
     def shardings(self) -> Mapping[str, ShardingSpec]:
         data = self.location.read(SHARDING_FILE, context=self.context)
@@ -456,6 +493,19 @@ class _Item:
         if todo:
             self._arrays.update(self.store.open_many(todo))
         return {n: self._arrays[n] for n in names}
+
+
+def _placeholder_names(node: Any) -> Iterator[str]:
+    """The param names of every placeholder in a decoded msgpack tree."""
+    stack = [node]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Placeholder):
+            yield node.param_name
+        elif isinstance(node, dict):
+            stack.extend(node.values())
+        elif isinstance(node, (list, tuple)):
+            stack.extend(node)
 
 
 def _lookup(tree: Any, texts: tuple[str, ...]) -> tuple[bool, Any]:
@@ -777,6 +827,8 @@ def _check_job(
 
 def _final(job: _Job, value: Any) -> Any:
     if job.want == "as_saved":
+        # a msgpack placeholder without _METADATA (value_type "array") stays a 0-d array: nothing
+        # says it was a scalar (LOAD-044)
         if job.leaf.value_type == "scalar" and isinstance(value, np.ndarray):
             return value[()]
         return value

@@ -14,22 +14,25 @@ A pytree item keeps each array as a zarr array (v2 or v3) named by its param nam
 item; `StoredArray` reads regions of one array, touching only the chunks a region overlaps.
 `read_regions` runs many reads concurrently, batched, with a bound on reads in flight.
 
-Only this module and `reader` touch storage. Nothing here imports jax.
+Only this module and `reader` touch storage. Nothing here imports jax, and tensorstore is
+imported on first use: a local `Location`, `ReadRequest`, `tiles` and `read_regions` over arrays
+of the python backend work without it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import os
 import re
+import sys
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import tensorstore as ts
 
 from . import dtypes
 from .errors import (
@@ -37,9 +40,13 @@ from .errors import (
     MissingDataError,
     NotACheckpointError,
     OckptError,
+    UnsupportedError,
     ZarrFormatError,
 )
 from .paths import array_prefix
+
+if TYPE_CHECKING:
+    import tensorstore as ts
 
 __all__ = [
     "Location",
@@ -61,6 +68,18 @@ _NODE_CACHE_BYTES = 16 << 20
 _MAX_DOCUMENT_BYTES = 1 << 30
 
 
+def _tensorstore() -> Any:
+    """The tensorstore module, imported on first use (URLs and the tensorstore backend)."""
+    try:
+        import tensorstore
+    except ImportError as e:
+        raise UnsupportedError(
+            f"this needs the tensorstore package ({e}); local directories can be read without "
+            "it with backend='python'"
+        ) from None
+    return tensorstore
+
+
 def _is_url(path: str) -> bool:
     return re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", path) is not None
 
@@ -78,6 +97,7 @@ class Location:
     def of(cls, path: str | os.PathLike[str]) -> Location:
         text = os.fspath(path)
         if _is_url(text) and not text.startswith("file://"):
+            ts = _tensorstore()
             try:
                 spec = ts.KvStore.Spec(text).to_json()
             except ValueError as e:
@@ -85,6 +105,13 @@ class Location:
                     f"{text}: not a kvstore URL tensorstore knows ({e})"
                 ) from None
             spec = dict(spec)
+            if spec.get("driver") == "s3" and "endpoint" not in spec:
+                # An S3-compatible server (MinIO, moto, ...): the AWS SDKs' variables.
+                endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get(
+                    "AWS_ENDPOINT_URL"
+                )
+                if endpoint:
+                    spec["endpoint"] = endpoint
             p = spec.get("path", "")
             if p and not p.endswith("/"):
                 spec["path"] = p + "/"
@@ -106,7 +133,7 @@ class Location:
         return f"{self.display.rstrip('/')}/{name}"
 
     def _kvstore(self, context: ts.Context) -> ts.KvStore:
-        return ts.KvStore.open(self.spec, context=context).result()
+        return _tensorstore().KvStore.open(self.spec, context=context).result()
 
     def read(self, name: str, *, context: ts.Context, max_bytes: int = _MAX_DOCUMENT_BYTES):
         """The bytes of file `name`, or None when it does not exist."""
@@ -153,6 +180,7 @@ class Location:
 
 def new_context(parent: ts.Context | None = None) -> ts.Context:
     """A context for one reader: OCDBT nodes cached, array chunks not (no copy kept)."""
+    ts = _tensorstore()
     spec = {
         "cache_pool": {"total_bytes_limit": _NODE_CACHE_BYTES},
         "cache_pool#chunks": {"total_bytes_limit": 0},
@@ -162,6 +190,7 @@ def new_context(parent: ts.Context | None = None) -> ts.Context:
 
 def chunk_reads() -> int:
     """tensorstore's process-wide count of array chunks read (for tests and diagnostics)."""
+    ts = _tensorstore()
     for metric in ts.experimental_collect_matching_metrics("/tensorstore/cache/chunk_cache/reads"):
         return int(sum(v.get("value", 0) for v in metric["values"]))
     return 0
@@ -220,7 +249,7 @@ class StoredArray:
         view = self._store[tuple(slice(a, b) for a, b in box)] if box else self._store
         if dtype is not None and np.dtype(dtype) != self.dtype:
             try:
-                view = ts.cast(view, np.dtype(dtype))
+                view = _tensorstore().cast(view, np.dtype(dtype))
             except ValueError:  # a pair tensorstore cannot convert: numpy does it
                 future = view.read(batch=batch)
                 return _ImmediateFuture(
@@ -242,7 +271,7 @@ class StoredArray:
             else:
                 view = store[tuple(slice(s, e) for s, e in parts)] if parts else store
                 if dtype is not None and np.dtype(dtype) != self.dtype:
-                    view = ts.cast(view, np.dtype(dtype))
+                    view = _tensorstore().cast(view, np.dtype(dtype))
                 target = tuple(
                     slice(s - a, e - a) for (s, e), (a, _) in zip(parts, box, strict=True)
                 )
@@ -324,6 +353,7 @@ class ArrayStore:
         out: dict[str, StoredArray] = {}
         pending = names
         errors: dict[str, BaseException] = {}
+        ts = _tensorstore()
         for version in versions:
             futures = {
                 n: ts.open(self.spec(n, version), read=True, open=True, context=self.context)
@@ -369,6 +399,7 @@ class ArrayStore:
 
     def _open_split(self, param_name: str) -> StoredArray:
         """An array whose chunks are spread over `ocdbt.process_<N>/` databases."""
+        ts = _tensorstore()
         bases = [self.location.join(f"ocdbt.process_{p}") for p in self.processes]
         versions = [self.zarr_version] if self.zarr_version else [2, 3]
         meta_store = None
@@ -501,6 +532,14 @@ def read_regions(
     """
     if max_in_flight < 1:
         raise ValueError("max_in_flight must be at least 1")
+    requests = list(requests)
+    from . import python_backend
+
+    if requests and all(isinstance(r.array, python_backend.StoredArray) for r in requests):
+        from . import _fastread  # each chunk decoded once, in a thread per core
+
+        yield from _fastread.read_regions(requests, max_in_flight=max_in_flight)
+        return
 
     def pieces() -> Iterator[tuple[_Pending, tuple[tuple[int, int], ...]]]:
         for request in requests:
@@ -519,7 +558,7 @@ def read_regions(
     exhausted = False
     while True:
         if not exhausted and len(window) < max_in_flight:
-            with ts.Batch() as batch:
+            with _batch() as batch:
                 while len(window) < max_in_flight:
                     try:
                         state, part = next(it)
@@ -543,6 +582,13 @@ def read_regions(
             state.remaining -= 1
         if state.remaining <= 0:
             yield state.request, state.out
+
+
+def _batch() -> Any:
+    """A tensorstore batch when tensorstore is in use (its arrays exist only once it is
+    imported); otherwise nothing to batch (the python backend ignores `batch`)."""
+    ts = sys.modules.get("tensorstore")
+    return ts.Batch() if ts is not None else contextlib.nullcontext(None)
 
 
 def _finish(request: ReadRequest, part: Any, future: Any) -> np.ndarray:

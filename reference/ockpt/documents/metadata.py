@@ -16,6 +16,7 @@ from ..errors import DocumentError
 from ..paths import _INDEX, EmptyNode, KeyEntry, KeyPath, KeyType, param_name, tree_key, unflatten
 from ._json import (
     ABSENT,
+    MAX_DOCUMENT_BYTES,
     child,
     dump_json,
     expect,
@@ -198,6 +199,10 @@ def _key_entry(obj: Any, *, file: str, pointer: str) -> KeyEntry:
     return KeyEntry(key, key_type)
 
 
+_PARSED: dict[bytes, MetadataDocument] = {}
+_PARSED_KEEP = 4
+
+
 @dataclass(frozen=True, kw_only=True)
 class MetadataDocument:
     """The parsed `_METADATA` file of one pytree item.
@@ -246,11 +251,26 @@ class MetadataDocument:
 
     @classmethod
     def from_bytes(cls, data: bytes, *, file: str = FILE_NAME) -> MetadataDocument:
-        return cls.from_json(parse_json(data, file=file), file=file)
+        # Detecting a layout and then loading it parse the same _METADATA: the last few
+        # documents parsed are kept (they are immutable), keyed by their bytes.
+        data = bytes(data)
+        hit = _PARSED.get(data)
+        if hit is not None and type(hit) is cls:
+            return hit
+        doc = cls.from_json(parse_json(data, file=file), file=file)
+        while len(_PARSED) >= _PARSED_KEEP:
+            _PARSED.pop(next(iter(_PARSED)), None)
+        _PARSED[data] = doc
+        return doc
 
     @classmethod
     def read(cls, path: str | os.PathLike[str]) -> MetadataDocument:
-        return cls.from_json(read_json(path), file=os.fspath(path))
+        file = os.fspath(path)
+        size = os.stat(file).st_size
+        if size > MAX_DOCUMENT_BYTES:
+            return cls.from_json(read_json(path), file=file)  # refused for its size
+        with open(file, "rb") as f:
+            return cls.from_bytes(f.read(size + 1), file=file)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"tree_metadata": {e.tree_key: e.to_json() for e in self.entries}}

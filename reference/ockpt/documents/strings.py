@@ -1,7 +1,8 @@
 """`_strings.json`: the values of string leaves, addressed by JSON pointer ``"/" + param name``.
 
-Because the pointer is not escaped, a ``/`` inside a param name nests objects. Older releases
-kept the same document at `<first string param name>/_strings.json`.
+Because the pointer is not escaped, a ``/`` inside a param name nests objects. Releases up to
+0.3.x kept a flat object keyed by param name at `<first string param name>/_strings.json`;
+`get` accepts both forms.
 """
 
 from __future__ import annotations
@@ -89,7 +90,21 @@ class StringsDocument:
         return dump_json(self.values, compact=True)
 
     def get(self, name: str) -> str:
-        """The string stored for a param name; `MissingDataError` if absent (STR-002)."""
+        """The string stored for a param name; `MissingDataError` if absent (STR-002).
+
+        The param name is looked up as the JSON pointer ``"/" + name``; when that finds nothing
+        and the top-level object has a member named exactly `name` holding a string, that member
+        is the value (STR-004: releases up to 0.3.x wrote a flat object keyed by param name).
+        """
+        try:
+            return self._at_pointer(name)
+        except MissingDataError:
+            flat = self.values.get(name)
+            if isinstance(flat, str):
+                return flat
+            raise
+
+    def _at_pointer(self, name: str) -> str:
         node: Any = self.values
         for part in strings_pointer(name)[1:].split("/"):
             if not isinstance(node, dict) or part not in node:

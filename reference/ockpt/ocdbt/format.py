@@ -288,6 +288,18 @@ def zstd_decompress(
         raise fail(f"not a zstd frame: {exc}") from None
     size = params.content_size
     dctx = zstandard.ZstdDecompressor()
+    if size not in (_ZSTD_UNKNOWN, _ZSTD_ERROR) and size <= max_output_size:
+        # The fast path: one call that releases the GIL (parallel chunk reads need it). It
+        # ignores bytes after the frame, so the frame's length is checked first; any frame
+        # this walk does not accept takes the streaming path below, which names the fault.
+        if _zstd_frame_size(data) == len(data):
+            try:
+                out = dctx.decompress(data, max_output_size=size)
+            except zstandard.ZstdError as exc:
+                raise fail(f"corrupt zstd frame: {exc}") from None
+            if len(out) != size:
+                raise fail("zstd frame decodes to a size other than its content size")
+            return out
     dobj = dctx.decompressobj()
     try:
         if size not in (_ZSTD_UNKNOWN, _ZSTD_ERROR):
@@ -326,6 +338,32 @@ def zstd_decompress(
     if dobj.unused_data:
         raise fail("bytes after the zstd frame", expected=0, got=len(dobj.unused_data))
     return out
+
+
+def _zstd_frame_size(data: bytes) -> int | None:
+    """The length of the zstd frame at the start of `data` (RFC 8878 section 3.1.1), from its
+    header and block headers alone; None when they do not form a frame within `data`."""
+    n = len(data)
+    if n < 6 or data[:4] != b"\x28\xb5\x2f\xfd":
+        return None
+    fhd = data[4]
+    fcs_flag, single, checksum, did_flag = fhd >> 6, (fhd >> 5) & 1, (fhd >> 2) & 1, fhd & 3
+    if fhd & 0x08:  # reserved bit
+        return None
+    pos = 5 + (0 if single else 1) + (0, 1, 2, 4)[did_flag]
+    pos += (1 if single else 0, 2, 4, 8)[fcs_flag]
+    while True:
+        if pos + 3 > n:
+            return None
+        header = data[pos] | data[pos + 1] << 8 | data[pos + 2] << 16
+        last, kind, size = header & 1, (header >> 1) & 3, header >> 3
+        if kind == 3:
+            return None
+        pos += 3 + (1 if kind == 1 else size)
+        if last:
+            break
+    pos += 4 if checksum else 0
+    return pos if pos <= n else None
 
 
 # --------------------------------------------------------------------------------------------

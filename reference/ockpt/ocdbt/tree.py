@@ -12,7 +12,7 @@ import os
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ..errors import OcdbtError
@@ -204,6 +204,33 @@ class Database:
             offset += len(chunk)
             left -= len(chunk)
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    def read_range_into(
+        self,
+        ref: IndirectDataReference,
+        buffer: Callable[[int], memoryview],
+        *,
+        origin: str | None = None,
+        pointer: str | None = None,
+    ) -> memoryview:
+        """`read_range` into ``buffer(ref.length)``, a writable buffer of exactly that many bytes
+        the caller may reuse (no fresh memory per read); the same checks."""
+        fd, size, display = self._open(ref.file_id, pointer=pointer, origin=origin)
+        if ref.offset + ref.length > size:
+            return memoryview(self.read_range(ref, origin=origin, pointer=pointer))
+        view = buffer(ref.length)
+        got = 0
+        while got < ref.length:
+            n = os.preadv(fd, [view[got:]], ref.offset + got)
+            if not n:  # the file shrank under us
+                raise OcdbtError(
+                    "data file ended early",
+                    rule="OCDBT-022",
+                    file=display,
+                    pointer=f"@{ref.offset + got}",
+                )
+            got += n
+        return view
 
     def _file_display(self, ref: IndirectDataReference) -> str:
         try:
@@ -549,6 +576,22 @@ class Database:
         if isinstance(value, bytes):
             return value
         return self.read_range(value, origin="value", pointer=None if key is None else repr(key))
+
+    def get_into(
+        self,
+        key: str | bytes,
+        buffer: Callable[[int], memoryview],
+        *,
+        generation: int | None = None,
+    ) -> bytes | memoryview | None:
+        """`get`, reading an out-of-line value into ``buffer(n)`` (`read_range_into`)."""
+        k = _as_key(key)
+        entry = self._find(k, generation)
+        if entry is None:
+            return None
+        if isinstance(entry.value, bytes):
+            return entry.value
+        return self.read_range_into(entry.value, buffer, origin="value", pointer=repr(k))
 
     def get(self, key: str | bytes, *, generation: int | None = None) -> bytes | None:
         """The value of `key`, or None when the key is absent."""
