@@ -29,10 +29,6 @@ KNOWN_OCKPT_ISSUES = {
     ("casts", "float8_e8m0fnu->", "ockpt-tensorstore"): (
         "tensorstore's dtype conversion flushes 2**-127 (a float32 subnormal) to zero"
     ),
-    ("bad_corpus", "ocdbt_missing_", "ockpt-python"): (
-        "the python backend raises OcdbtError (OCDBT-022), not MissingDataError, for a missing"
-        " data file"
-    ),
 }
 
 

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ocdbt_support import build_database
-from ockpt.errors import FormatError, OcdbtError
+from ockpt.errors import FormatError, MissingDataError, OcdbtError
 from ockpt.ocdbt import Database
 from ockpt.ocdbt import format as fmt
 
@@ -182,8 +182,12 @@ def test_truncated_data_file(db_dir):
 
 
 def test_missing_data_file(db_dir):
+    """Absent data is a `MissingDataError` (still a `FormatError`) carrying the OCDBT rule."""
     (db_dir / "d" / "values").unlink()
-    raises("OCDBT-022", lambda: read_all(db_dir), file="d/values")
+    with pytest.raises(MissingDataError) as info:
+        read_all(db_dir)
+    assert info.value.rule == "OCDBT-022" and "d/values" in str(info.value)
+    assert isinstance(info.value, FormatError)
 
 
 def test_truncated_body_field(db_dir):

@@ -29,7 +29,7 @@ from .documents.sharding import FILE_NAME as SHARDING_FILE
 from .documents.sharding import ShardingDocument, ShardingSpec
 from .documents.strings import FILE_NAME as STRINGS_FILE
 from .documents.strings import StringsDocument
-from .errors import MissingDataError, NotACheckpointError, TargetError
+from .errors import FormatError, MissingDataError, NotACheckpointError, TargetError
 from .layout import (
     COMMIT_FILE,
     MANIFEST_FILE,
@@ -45,7 +45,7 @@ from .layout import (
     parse_step_name,
 )
 from .msgpack_legacy import DEFAULT_MAX_BYTES, Placeholder, decode_checkpoint
-from .paths import EmptyNode, KeyType, param_name
+from .paths import EmptyNode, KeyType, find_collisions, param_name
 
 if TYPE_CHECKING:
     import tensorstore as ts
@@ -140,6 +140,29 @@ def _insert(root: _Node, path: tuple[tuple[str, KeyType], ...], value: Any) -> A
         node.kind = kind
     node.children[key] = value
     return root
+
+
+def _by_param_name(leaves: Iterator[_Leaf], *, file: str) -> dict[str, _Leaf]:
+    """Leaves keyed by param name; colliding names are refused (PATH-001): each would read
+    the other's data."""
+    out: dict[str, _Leaf] = {}
+    for leaf in leaves:
+        if leaf.param_name in out:
+            raise FormatError(
+                f"two leaves share the param name {leaf.param_name!r}",
+                rule="PATH-001",
+                file=file,
+                pointer=leaf.param_name,
+            )
+        out[leaf.param_name] = leaf
+    for outer, inner in find_collisions(out):
+        raise FormatError(
+            f"param name {inner!r} nests inside param name {outer!r}",
+            rule="PATH-001",
+            file=file,
+            pointer=inner,
+        )
+    return out
 
 
 def _leaves(node: Any) -> Iterator[_Leaf]:
@@ -341,7 +364,7 @@ class _Item:
         self._strings_loaded = False
         self._string_names: set[str] | None = None
         self.tree = self._saved_tree()
-        self.leaves = {leaf.param_name: leaf for leaf in _leaves(self.tree)}
+        self.leaves = _by_param_name(_leaves(self.tree), file=self.metadata_file)
         zarr_version = None
         if self.doc is not None and isinstance(self.doc.use_zarr3, bool):
             zarr_version = 3 if self.doc.use_zarr3 else 2

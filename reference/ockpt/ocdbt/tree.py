@@ -15,7 +15,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from ..errors import OcdbtError
+from ..errors import MissingDataError, OcdbtError
 from . import format as fmt
 from .format import (
     BtreeGenerationReference,
@@ -79,6 +79,7 @@ class Database:
         self._cache_size = node_cache_size
         self._lock = threading.Lock()
         self._fds: dict[bytes, tuple[int, int, str]] = {}
+        self._key_lists: dict[int, tuple[BtreeNode, list[bytes]]] = {}
         self._manifest: Manifest | None = None
         self._manifest_file: str | None = None
 
@@ -90,6 +91,7 @@ class Database:
                 os.close(fd)
             self._fds.clear()
             self._cache.clear()
+            self._key_lists.clear()
 
     def __enter__(self) -> Database:
         return self
@@ -157,7 +159,7 @@ class Database:
         try:
             fd = os.open(full, os.O_RDONLY | getattr(os, "O_BINARY", 0))
         except FileNotFoundError:
-            raise OcdbtError(
+            raise MissingDataError(
                 "referenced data file is missing",
                 rule="OCDBT-022",
                 file=display,
@@ -544,6 +546,19 @@ class Database:
         p = _as_key(prefix)
         return [k for k, _ in self.entries(p, key_successor(p), generation=generation)]
 
+    def _keys_of(self, node: BtreeNode) -> list[bytes]:
+        """The keys of a node's entries, kept per node (a lookup bisects them; building the
+        list on every lookup made reading many keys quadratic)."""
+        hit = self._key_lists.get(id(node))
+        if hit is not None and hit[0] is node:
+            return hit[1]
+        keys = [e.key for e in node.entries]
+        with self._lock:
+            if len(self._key_lists) >= self._cache_size:
+                self._key_lists.clear()
+            self._key_lists[id(node)] = (node, keys)
+        return keys
+
     def _find(self, key: bytes, generation: int | None) -> LeafNodeEntry | None:
         version = self._root(generation)
         ref = version.root
@@ -556,7 +571,7 @@ class Database:
             if not key.startswith(prefix):
                 return None
             rel = key[len(prefix) :]
-            keys = [e.key for e in node.entries]
+            keys = self._keys_of(node)
             if height == 0:
                 i = bisect.bisect_left(keys, rel)
                 if i < len(keys) and keys[i] == rel:
