@@ -26,9 +26,6 @@ OCKPT = ["ockpt-tensorstore", "ockpt-python"]
 
 #: (group, case prefix, consumer) -> why: failures of ockpt known and tracked elsewhere.
 KNOWN_OCKPT_ISSUES = {
-    ("casts", "float8_e8m0fnu->", "ockpt-tensorstore"): (
-        "tensorstore's dtype conversion flushes 2**-127 (a float32 subnormal) to zero"
-    ),
 }
 
 

@@ -248,13 +248,13 @@ class StoredArray:
             return _ImmediateFuture(lambda: self._read_split(box, dtype))
         view = self._store[tuple(slice(a, b) for a, b in box)] if box else self._store
         if dtype is not None and np.dtype(dtype) != self.dtype:
-            try:
-                view = _tensorstore().cast(view, np.dtype(dtype))
-            except ValueError:  # a pair tensorstore cannot convert: numpy does it
+            cast = _ts_cast(view, self.dtype, np.dtype(dtype))
+            if cast is None:  # numpy / ml_dtypes convert it exactly as the spec says
                 future = view.read(batch=batch)
                 return _ImmediateFuture(
                     lambda: dtypes.astype(np.asarray(future.result()), np.dtype(dtype))
                 )
+            view = cast
         return view.read(batch=batch)
 
     def _read_split(self, box: Sequence[tuple[int, int]], dtype: np.dtype | None) -> np.ndarray:
@@ -270,13 +270,23 @@ class StoredArray:
                 parts.append((s, e))
             else:
                 view = store[tuple(slice(s, e) for s, e in parts)] if parts else store
-                if dtype is not None and np.dtype(dtype) != self.dtype:
-                    view = _tensorstore().cast(view, np.dtype(dtype))
                 target = tuple(
                     slice(s - a, e - a) for (s, e), (a, _) in zip(parts, box, strict=True)
                 )
-                out[target] = view.read().result()
+                out[target] = dtypes.astype(np.asarray(view.read().result()), out.dtype)
         return out
+
+
+def _ts_cast(view: Any, src: np.dtype, dst: np.dtype) -> Any:
+    """A tensorstore cast of `view`, or None where numpy must convert: tensorstore does not
+    convert every pair, and flushes subnormals of the ml_dtypes types (float8_e8m0fnu's
+    2**-127 becomes 0), so casts from or to those types go through ml_dtypes."""
+    if src.isbuiltin == 2 or dst.isbuiltin == 2:  # an ml_dtypes (user-defined) type
+        return None
+    try:
+        return _tensorstore().cast(view, dst)
+    except ValueError:
+        return None
 
 
 class _ImmediateFuture:
