@@ -3,7 +3,7 @@ real Orbax), write the matrix report to a temporary directory, and assert what t
 
 - every producer x consumer pair round-trips;
 - every reader adapter passes every golden fixture it declares it can read;
-- ockpt conforms in every group (except the issues listed in KNOWN_OCKPT_ISSUES);
+- ockpt conforms in every group;
 - every failure of a third-party adapter (Orbax) is one it documents in its capabilities
   (`deviations`): its deviations are data in the report, not test failures.
 """
@@ -23,10 +23,6 @@ ADAPTERS = ["ockpt-tensorstore", "ockpt-python"]
 if importlib.util.find_spec("orbax") is not None and importlib.util.find_spec("jax") is not None:
     ADAPTERS.append("orbax")
 OCKPT = ["ockpt-tensorstore", "ockpt-python"]
-
-#: (group, case prefix, consumer) -> why: failures of ockpt known and tracked elsewhere.
-KNOWN_OCKPT_ISSUES = {
-}
 
 
 @pytest.fixture(scope="session")
@@ -92,14 +88,7 @@ def test_ockpt_conforms(suite, group, consumer):
     result, _ = suite
     cells = [r for r in result.results if r.group == group and r.consumer == consumer]
     assert cells and all(r.status != "n/a" for r in cells), "ockpt declares every capability"
-    fails = [
-        r
-        for r in _failures(result, group, consumer)
-        if not any(
-            (g, c) == (group, consumer) and r.case.startswith(prefix)
-            for (g, prefix, c) in KNOWN_OCKPT_ISSUES
-        )
-    ]
+    fails = list(_failures(result, group, consumer))
     assert not fails, _show(fails)
 
 
