@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping
 from typing import Any, TypeVar
+
+import numpy as np
 
 from ..errors import DocumentError
 
@@ -45,12 +48,42 @@ class _DuplicateKey(Exception):
 
 
 def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise _DuplicateKey(key)
-        out[key] = value
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
     return out
+
+
+_STRING = re.compile(r'"[^"]*"')
+
+
+class _Keep(dict):
+    """str.translate table: keep quotes and brackets, drop every other character."""
+
+    def __missing__(self, code: int) -> int | None:
+        kept = self[code] = code if chr(code) in '"[]{}' else None
+        return kept
+
+
+_KEEP = _Keep()
+
+
+def _bracket_depth(text: str) -> int:
+    """The deepest nesting of objects and arrays in valid JSON `text`: escapes dropped, then
+    every character but quotes and brackets, then the strings (all at C speed)."""
+    if text.count("{") + text.count("[") < MAX_DEPTH:  # too few brackets to nest deeper
+        return text.count("{") + text.count("[")
+    text = text.replace("\\\\", "").replace('\\"', "").translate(_KEEP)
+    brackets = _STRING.sub("", text).encode("ascii")
+    if not brackets:
+        return 0
+    codes = np.frombuffer(brackets, dtype=np.uint8)
+    steps = np.where((codes == ord("{")) | (codes == ord("[")), 1, -1)
+    return int(np.cumsum(steps).max())
 
 
 def _no_constant(name: str) -> Any:
@@ -58,6 +91,8 @@ def _no_constant(name: str) -> Any:
 
 
 def _check_depth(value: Any, file: str, pointer: str = "") -> None:
+    if not isinstance(value, (dict, list)):
+        return
     stack = [(value, 1)]
     while stack:
         node, depth = stack.pop()
@@ -107,7 +142,8 @@ def parse_json(
         raise DocumentError(
             f"malformed JSON: {e}", rule="JSON-001", file=file, pointer=pointer
         ) from None
-    _check_depth(value, file, pointer)
+    if _bracket_depth(text) + 1 > MAX_DEPTH:  # values nest one deeper than their container
+        _check_depth(value, file, pointer)
     return value
 
 

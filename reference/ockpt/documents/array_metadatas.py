@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from ..errors import DocumentError
+from ._base import Document
 from ._json import (
     child,
-    dump_json,
     expect,
     expect_int_list,
     expect_object,
-    parse_json,
-    read_json,
     require,
 )
 
@@ -86,8 +83,10 @@ class ArrayMetadata:
 
 
 @dataclass(frozen=True, kw_only=True)
-class ArrayMetadatas:
+class ArrayMetadatas(Document):
     """The parsed `array_metadatas/process_<N>` file of one writing process."""
+
+    FILE_NAME: ClassVar[str] = DIRECTORY
 
     arrays: tuple[ArrayMetadata, ...]
     extra: Mapping[str, Any] = field(default_factory=dict)
@@ -123,23 +122,12 @@ class ArrayMetadatas:
             )
         return cls(arrays=tuple(arrays), extra=rest)
 
-    @classmethod
-    def from_bytes(cls, data: bytes, *, file: str = DIRECTORY) -> ArrayMetadatas:
-        return cls.from_json(parse_json(data, file=file), file=file)
-
-    @classmethod
-    def read(cls, path: str | os.PathLike[str]) -> ArrayMetadatas:
-        return cls.from_json(read_json(path), file=os.fspath(path))
-
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "array_metadatas": [{"array_metadata": a.to_json()} for a in self.arrays]
         }
         out.update(self.extra)
         return out
-
-    def to_bytes(self) -> bytes:
-        return dump_json(self.to_json())
 
     def by_param_name(self) -> dict[str, ArrayMetadata]:
         return {a.param_name: a for a in self.arrays}

@@ -6,12 +6,12 @@ metadata. Handler names are data: ockpt never imports them.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
-from ._json import ABSENT, child, dump_json, expect, expect_object, parse_json, read_json
+from ._base import Document
+from ._json import ABSENT, child, expect, expect_object
 
 __all__ = ["CHECKPOINT_METADATA_FILE", "ROOT_METADATA_FILE", "CheckpointMetadata", "RootMetadata"]
 
@@ -39,12 +39,14 @@ def _emit(out: dict[str, Any], doc: Any, names: tuple[str, ...]) -> dict[str, An
 
 
 @dataclass(frozen=True, kw_only=True)
-class CheckpointMetadata:
+class CheckpointMetadata(Document):
     """The parsed `_CHECKPOINT_METADATA` of an item directory, a step or a v1 checkpoint.
 
     `item_handlers` is one handler name (single item) or a map item name -> handler name
     (a step of a checkpoint manager, a v1 checkpoint).
     """
+
+    FILE_NAME: ClassVar[str] = CHECKPOINT_METADATA_FILE
 
     item_handlers: str | Mapping[str, str] | None | Any = ABSENT
     metrics: Mapping[str, Any] | None | Any = ABSENT
@@ -93,19 +95,8 @@ class CheckpointMetadata:
         }
         return cls(**values, extra=rest)
 
-    @classmethod
-    def from_bytes(cls, data: bytes, *, file: str = CHECKPOINT_METADATA_FILE) -> CheckpointMetadata:
-        return cls.from_json(parse_json(data, file=file), file=file)
-
-    @classmethod
-    def read(cls, path: str | os.PathLike[str]) -> CheckpointMetadata:
-        return cls.from_json(read_json(path), file=os.fspath(path))
-
     def to_json(self) -> dict[str, Any]:
         return _emit({}, self, self._FIELDS)
-
-    def to_bytes(self) -> bytes:
-        return dump_json(self.to_json())
 
     @property
     def item_names(self) -> tuple[str, ...] | None:
@@ -116,8 +107,10 @@ class CheckpointMetadata:
 
 
 @dataclass(frozen=True, kw_only=True)
-class RootMetadata:
+class RootMetadata(Document):
     """The parsed `metadata/_ROOT_METADATA` of a checkpoint-manager root (0.10+)."""
+
+    FILE_NAME: ClassVar[str] = ROOT_METADATA_FILE
 
     internal_metadata: Mapping[str, Any] | None | Any = ABSENT
     custom_metadata: Mapping[str, Any] | None | Any = ABSENT
@@ -133,16 +126,5 @@ class RootMetadata:
         }
         return cls(**values, extra=rest)
 
-    @classmethod
-    def from_bytes(cls, data: bytes, *, file: str = ROOT_METADATA_FILE) -> RootMetadata:
-        return cls.from_json(parse_json(data, file=file), file=file)
-
-    @classmethod
-    def read(cls, path: str | os.PathLike[str]) -> RootMetadata:
-        return cls.from_json(read_json(path), file=os.fspath(path))
-
     def to_json(self) -> dict[str, Any]:
         return _emit({}, self, self._FIELDS)
-
-    def to_bytes(self) -> bytes:
-        return dump_json(self.to_json())

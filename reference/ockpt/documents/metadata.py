@@ -10,15 +10,15 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from ..errors import DocumentError
 from ..paths import _INDEX, EmptyNode, KeyEntry, KeyPath, KeyType, param_name, tree_key, unflatten
+from ._base import Document
 from ._json import (
     ABSENT,
     MAX_DOCUMENT_BYTES,
     child,
-    dump_json,
     expect,
     expect_int_list,
     expect_object,
@@ -204,12 +204,14 @@ _PARSED_KEEP = 4
 
 
 @dataclass(frozen=True, kw_only=True)
-class MetadataDocument:
+class MetadataDocument(Document):
     """The parsed `_METADATA` file of one pytree item.
 
     Optional fields that the file lacks are `ABSENT` (a JSON null stays None), so `to_json`
     gives back exactly the keys that were read.
     """
+
+    FILE_NAME: ClassVar[str] = FILE_NAME
 
     entries: tuple[TreeEntry, ...]
     use_ocdbt: bool | Any = ABSENT
@@ -284,9 +286,6 @@ class MetadataDocument:
             out["value_metadata_tree"] = self.value_metadata_tree
         out.update(self.extra)
         return out
-
-    def to_bytes(self) -> bytes:
-        return dump_json(self.to_json())
 
     def by_param_name(self) -> dict[str, TreeEntry]:
         """Entries keyed by param name (only those that store a value, not empty nodes)."""

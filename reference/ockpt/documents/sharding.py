@@ -8,13 +8,13 @@ grid, and a reader must not need the saved devices to exist.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from ..errors import DocumentError
 from ..paths import decode_sharding_key, sharding_key
+from ._base import Document
 from ._json import (
     child,
     dump_json,
@@ -22,7 +22,6 @@ from ._json import (
     expect_int_list,
     expect_object,
     parse_json,
-    read_json,
     require,
 )
 
@@ -271,8 +270,11 @@ def parse_sharding(text: Any, *, file: str = FILE_NAME, pointer: str = "") -> Sh
 
 
 @dataclass(frozen=True, kw_only=True)
-class ShardingDocument:
+class ShardingDocument(Document):
     """The parsed `_sharding` file: param name -> saved sharding."""
+
+    FILE_NAME: ClassVar[str] = FILE_NAME
+    COMPACT: ClassVar[bool] = True  # the outer map has no spaces; inner strings have them
 
     shardings: Mapping[str, ShardingSpec]
 
@@ -285,20 +287,8 @@ class ShardingDocument:
             out[name] = parse_sharding(value, file=file, pointer=child("", key))
         return cls(shardings=out)
 
-    @classmethod
-    def from_bytes(cls, data: bytes, *, file: str = FILE_NAME) -> ShardingDocument:
-        return cls.from_json(parse_json(data, file=file), file=file)
-
-    @classmethod
-    def read(cls, path: str | os.PathLike[str]) -> ShardingDocument:
-        return cls.from_json(read_json(path), file=os.fspath(path))
-
     def to_json(self) -> dict[str, str]:
         return {
             sharding_key(name): dump_json(spec.to_json()).decode("utf-8")
             for name, spec in self.shardings.items()
         }
-
-    def to_bytes(self) -> bytes:
-        """Orbax writes the outer map compactly (no spaces) and the inner strings with them."""
-        return dump_json(self.to_json(), compact=True)

@@ -7,14 +7,14 @@ Because the pointer is not escaped, a ``/`` inside a param name nests objects. R
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from ..errors import DocumentError, MissingDataError
 from ..paths import strings_pointer
-from ._json import child, dump_json, expect_object, parse_json, read_json, type_name
+from ._base import Document
+from ._json import child, expect_object, type_name
 
 __all__ = ["FILE_NAME", "StringsDocument"]
 
@@ -22,8 +22,11 @@ FILE_NAME = "_strings.json"
 
 
 @dataclass(frozen=True)
-class StringsDocument:
+class StringsDocument(Document):
     """The parsed `_strings.json`: the raw object, with lookup by param name."""
+
+    FILE_NAME: ClassVar[str] = FILE_NAME
+    COMPACT: ClassVar[bool] = True
 
     values: Mapping[str, Any]  # nested objects whose leaves are str
     file: str = field(default=FILE_NAME, compare=False)  # where it was read, for errors
@@ -48,14 +51,6 @@ class StringsDocument:
                         got=type_name(value),
                     )
         return cls(obj, file)
-
-    @classmethod
-    def from_bytes(cls, data: bytes, *, file: str = FILE_NAME) -> StringsDocument:
-        return cls.from_json(parse_json(data, file=file), file=file)
-
-    @classmethod
-    def read(cls, path: str | os.PathLike[str]) -> StringsDocument:
-        return cls.from_json(read_json(path), file=os.fspath(path))
 
     @classmethod
     def from_values(cls, values: Mapping[str, str]) -> StringsDocument:
@@ -85,9 +80,6 @@ class StringsDocument:
 
     def to_json(self) -> Mapping[str, Any]:
         return self.values
-
-    def to_bytes(self) -> bytes:
-        return dump_json(self.values, compact=True)
 
     def get(self, name: str) -> str:
         """The string stored for a param name; `MissingDataError` if absent (STR-002).
