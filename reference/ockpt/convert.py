@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from . import listing, storage
+from . import dtypes, listing, storage
 from .errors import NotACheckpointError, UnsupportedError
 
 __all__ = [
@@ -66,33 +66,8 @@ FORMATS = ("orbax", "safetensors", "npz", "pt")
 #: The largest block read from a source and written to a sink at once.
 BLOCK_BYTES = 64 << 20
 _INDEX_SUFFIX = ".safetensors.index.json"
-_ML_NAMES = (
-    "bfloat16",
-    "float8_e4m3fn",
-    "float8_e4m3fnuz",
-    "float8_e5m2",
-    "float8_e5m2fnuz",
-    "float8_e8m0fnu",
-    "float8_e4m3b11fnuz",
-    "int4",
-    "uint4",
-)
-_NUMPY_NAMES = (
-    "bool",
-    "int8",
-    "uint8",
-    "int16",
-    "uint16",
-    "int32",
-    "uint32",
-    "int64",
-    "uint64",
-    "float16",
-    "float32",
-    "float64",
-    "complex64",
-    "complex128",
-)
+#: dtypes .npy describes natively (no ml_dtypes extension types).
+_NUMPY_NAMES = tuple(n for n in dtypes.SUPPORTED if n not in dtypes.EXTENSION_NAMES)
 #: numpy dtype names torch has a tensor dtype for (sub-byte ints are refused).
 _TORCH_NAMES = _NUMPY_NAMES + (
     "bfloat16",
@@ -102,16 +77,6 @@ _TORCH_NAMES = _NUMPY_NAMES + (
     "float8_e5m2fnuz",
     "float8_e8m0fnu",
 )
-
-
-def _np_dtype(name: str) -> np.dtype | None:
-    try:
-        return np.dtype(name)
-    except TypeError:
-        import ml_dtypes
-
-        kind = getattr(ml_dtypes, name, None)
-        return None if kind is None else np.dtype(kind)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -234,10 +199,7 @@ def _safetensors_dtypes() -> dict[str, np.dtype]:
     from safetensors import TensorSpec
 
     out: dict[str, np.dtype] = {}
-    for name in _NUMPY_NAMES + _ML_NAMES:
-        dtype = _np_dtype(name)
-        if dtype is None:
-            continue
+    for dtype in dtypes.SUPPORTED.values():
         code = _safetensors_code(dtype, TensorSpec)
         if code is not None:
             out[code] = dtype

@@ -34,12 +34,13 @@ __all__ = [
     "lossy_values",
     "astype",
     "SUPPORTED",
+    "EXTENSION_NAMES",
 ]
 
 CastKind = Literal["exact", "lossy"]
 
 #: ml_dtypes extension types, by the name zarr metadata (v2 and v3) gives them.
-_ML_NAMES = (
+EXTENSION_NAMES = (
     "bfloat16",
     "float8_e3m4",
     "float8_e4m3",
@@ -83,7 +84,7 @@ def _ml(name: str) -> np.dtype | None:
 #: name -> dtype for every element type a checkpoint may hold.
 SUPPORTED: dict[str, np.dtype] = {
     **{n: np.dtype(n) for n in _NUMPY_NAMES},
-    **{n: d for n in _ML_NAMES if (d := _ml(n)) is not None},
+    **{n: d for n in EXTENSION_NAMES if (d := _ml(n)) is not None},
 }
 
 #: zarr v2 typestr (little-endian or byte-order-free) -> name.

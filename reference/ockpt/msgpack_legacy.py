@@ -53,12 +53,8 @@ from typing import Any
 import msgpack
 import numpy as np
 
+from . import dtypes
 from .errors import MsgpackError, NotACheckpointError
-
-try:  # ml_dtypes provides bfloat16, float8_*, int4, ...; without it those dtypes are refused.
-    import ml_dtypes as _ml_dtypes
-except ImportError:  # pragma: no cover - ml_dtypes ships with every supported numpy stack
-    _ml_dtypes = None
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
@@ -91,47 +87,6 @@ _EXT_COMPLEX = 2
 _EXT_NPSCALAR = 3
 _EXT_TUPLE = 4
 
-# dtype names (numpy's ``dtype.name``) a checkpoint may use. Names are looked up in these sets
-# before any dtype is built, so ``np.dtype`` never sees a string from the file ('O', structured
-# and string dtypes are therefore refused).
-_NUMPY_DTYPES = frozenset(
-    {
-        "bool",
-        "int8",
-        "int16",
-        "int32",
-        "int64",
-        "uint8",
-        "uint16",
-        "uint32",
-        "uint64",
-        "float16",
-        "float32",
-        "float64",
-        "complex64",
-        "complex128",
-    }
-)
-_ML_DTYPES = frozenset(
-    {
-        "bfloat16",
-        "float8_e4m3fn",
-        "float8_e5m2",
-        "float8_e4m3b11fnuz",
-        "float8_e4m3fnuz",
-        "float8_e5m2fnuz",
-        "float8_e3m4",
-        "float8_e4m3",
-        "float8_e8m0fnu",
-        "float4_e2m1fn",
-        "float6_e2m3fn",
-        "float6_e3m2fn",
-        "int2",
-        "int4",
-        "uint2",
-        "uint4",
-    }
-)
 
 
 @dataclass(frozen=True)
@@ -418,18 +373,18 @@ def _resolve_dtype(ctx: _Ctx, name: Any, path: tuple[str, ...], what: str) -> np
             expected="str",
             got=_describe(name),
         )
-    if name in _NUMPY_DTYPES:
-        return np.dtype(name).newbyteorder("<")
-    if name in _ML_DTYPES:
-        scalar_type = getattr(_ml_dtypes, name, None) if _ml_dtypes is not None else None
-        if scalar_type is None:
-            raise ctx.error(
-                "MSGPACK-010",
-                f"{what}: dtype {name!r} needs a newer ml_dtypes package than the one installed",
-                _pointer(path),
-                got=name,
-            )
-        return np.dtype(scalar_type)
+    # Names are looked up in the dtype table before any dtype is built, so ``np.dtype`` never
+    # sees a string from the file ('O', structured and string dtypes are refused).
+    if name in dtypes.SUPPORTED:
+        found = dtypes.SUPPORTED[name]
+        return found if found.isbuiltin == 2 else found.newbyteorder("<")
+    if name in dtypes.EXTENSION_NAMES:
+        raise ctx.error(
+            "MSGPACK-010",
+            f"{what}: dtype {name!r} needs a newer ml_dtypes package than the one installed",
+            _pointer(path),
+            got=name,
+        )
     shown = name if len(name) <= 40 else name[:40] + "..."
     raise ctx.error(
         "MSGPACK-010",
