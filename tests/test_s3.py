@@ -218,3 +218,39 @@ def test_convert_through_bucket(s3, bucket, tmp_path):
     ockpt(s3, "diff", f"s3://{name}/rebuilt", str(local_st))
     listing = json.loads(ockpt(s3, "ls", "--json", f"s3://{name}/rebuilt").stdout)
     assert listing["kind"] == "v1_checkpoint" and listing["has_commit_file"]
+
+
+LOAD_FROM_BUCKET = """
+import json, sys
+import numpy as np
+import ockpt
+
+url, local = sys.argv[1], sys.argv[2]
+remote = ockpt.load_pytree(url)  # the latest COMMITTED step: 2, not the unfinished 3
+want = ockpt.load_pytree(local, step=2)
+assert remote.keys() == want.keys() and all(np.array_equal(remote[k], want[k]) for k in want)
+try:
+    ockpt.load_pytree(url, step=3)
+except ockpt.NotACheckpointError as e:
+    print("refused:", e)
+"""
+
+
+def test_load_pytree_from_a_bucket_skips_uncommitted_steps(s3, bucket):
+    """The Python API, not only the commands, treats a step in a bucket without
+    commit_success.txt as unfinished (directories §7)."""
+    name, client = bucket
+    local = CASES / "manager" / "checkpoint"
+    _upload(client, name, local, "run")
+    _upload(client, name, local / "2", "run/3", skip="commit_success.txt")
+    full = dict(os.environ, **s3)
+    full["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REFERENCE), full.get("PYTHONPATH")]))
+    result = subprocess.run(
+        [sys.executable, "-c", LOAD_FROM_BUCKET, f"s3://{name}/run", str(local)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=full,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "refused:" in result.stdout and "no committed step 3" in result.stdout

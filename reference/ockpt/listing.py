@@ -4,8 +4,9 @@ step of a checkpoint-manager root.
 Unlike `ockpt.detect` (local directories), this walks any tensorstore kvstore location: a local
 path or a URL (``s3://``, ``gs://``, ``file://``). Object stores have no atomic rename, so
 Orbax writes a step there under its final name and marks it complete with
-``commit_success.txt`` last: on a URL a step counts as committed only when that file is
-present. Locally a step is committed when its name is not a temporary one (LAYOUT-001).
+``commit_success.txt`` last: there a step counts as committed only when that file is
+present. Where saves rename (local paths, ``file://``, ``memory://``) a step is committed when
+its name is not a temporary one (LAYOUT-001).
 Reads only directory listings and the small ``_CHECKPOINT_METADATA`` documents.
 """
 
@@ -118,7 +119,7 @@ def _describe(
     parsed = parse_step_name(name) if in_manager else None
     step = parsed[1] if parsed is not None else None
     # On an object store a step is complete only once commit_success.txt is written.
-    committed = not is_temporary_name(name) and (loc.local is not None or commit or not in_manager)
+    committed = not is_temporary_name(name) and (loc.has_rename or commit or not in_manager)
     common = dict(name=name, path=loc.display, has_commit_file=commit, step=step)
     common.update(init_time_ns=init, commit_time_ns=done)
     if is_temporary_name(name):

@@ -306,7 +306,10 @@ def _resolve_url(
     steps = {}
     for d in candidates:
         parsed = parse_step_name(d)
-        if parsed is not None:
+        if parsed is None:
+            continue
+        # On an object store a step is committed only once commit_success.txt is written.
+        if loc.has_rename or COMMIT_FILE in loc.join(d).listdir(context=context)[0]:
             steps[parsed[1]] = d
     if not steps:
         raise _fail(loc.display, "no pytree item, v1 checkpoint or step found", "LOAD-050")
@@ -593,9 +596,36 @@ def _leaf_metadata(
     )
 
 
+def _quick_arrays(item: _Item, names: list[str]) -> Mapping[str, Any] | None:
+    """The zarr metadata of the many arrays of a local OCDBT item, read by ockpt's own decoder
+    (one pass over the B+tree instead of a tensorstore open per array); None when it does not
+    apply or fails (the caller then opens the arrays with tensorstore, which names the error)."""
+    store = item.store
+    if (
+        type(store) is not storage.ArrayStore
+        or store.storage != "ocdbt"
+        or item.location.local is None
+        or len(names) < 64
+    ):
+        return None
+    from . import python_backend
+    from .errors import OckptError
+
+    try:
+        quick = python_backend.ArrayStore(
+            item.location, storage="ocdbt", zarr_version=store.zarr_version
+        )
+        try:
+            return quick.open_many(names)
+        finally:
+            quick.close()
+    except (OckptError, OSError, ValueError):
+        return None
+
+
 def _metadata_tree(item: _Item) -> Any:
     names = [n for n, leaf in item.leaves.items() if leaf.source == "array"]
-    arrays = item.arrays(names)
+    arrays = _quick_arrays(item, names) or item.arrays(names)
     shardings = item.shardings()
     written = item.array_metadatas() if item.location.local is not None else {}
 

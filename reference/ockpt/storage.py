@@ -93,6 +93,12 @@ class Location:
     display: str
     local: str | None = None  # the OS path, for local directories
 
+    @property
+    def has_rename(self) -> bool:
+        """True where saves commit by an atomic rename (file systems, memory); on object
+        stores (`s3://`, `gs://`) `commit_success.txt` marks a complete step or item instead."""
+        return self.local is not None or self.spec.get("driver") in ("file", "memory")
+
     @classmethod
     def of(cls, path: str | os.PathLike[str]) -> Location:
         text = os.fspath(path)
