@@ -254,3 +254,44 @@ def test_load_pytree_from_a_bucket_skips_uncommitted_steps(s3, bucket):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "refused:" in result.stdout and "no committed step 3" in result.stdout
+
+
+SAVE_TO_BUCKET = """
+import sys
+import numpy as np
+import ockpt
+
+url = sys.argv[1]
+tree = {"w": np.arange(6, dtype=np.float32).reshape(2, 3), "name": "run", "n": 3}
+ockpt.save_pytree(url + "/v1", tree)
+ockpt.save_pytree(url + "/item", tree, layout="item")
+for sub in ("v1", "item"):
+    back = ockpt.load_pytree(url + "/" + sub)
+    assert np.array_equal(back["w"], tree["w"]) and back["name"] == "run" and back["n"] == 3
+try:
+    ockpt.save_pytree(url + "/item", tree, layout="item")
+except ockpt.WriteConflictError as e:
+    print("refused:", e)
+ockpt.save_pytree(url + "/item", {"w": np.zeros(2)}, layout="item", overwrite=True)
+assert list(ockpt.load_pytree(url + "/item")) == ["w"]
+"""
+
+
+def test_save_pytree_to_a_bucket(s3, bucket):
+    """save_pytree to an s3:// URL: staged locally, uploaded with commit_success.txt last;
+    an existing checkpoint is refused unless overwrite=True (and then replaced whole)."""
+    name, client = bucket
+    full = dict(os.environ, **s3)
+    full["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REFERENCE), full.get("PYTHONPATH")]))
+    result = subprocess.run(
+        [sys.executable, "-c", SAVE_TO_BUCKET, f"s3://{name}/ckpt"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=full,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "refused:" in result.stdout
+    keys = _keys(client, name, "ckpt/v1/")
+    assert "ckpt/v1/commit_success.txt" in keys and "ckpt/v1/orbax.checkpoint" in keys
+    assert "ckpt/item/commit_success.txt" in _keys(client, name, "ckpt/item/")

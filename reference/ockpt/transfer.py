@@ -67,8 +67,12 @@ def copy(src: Any, dst: Any, *, overwrite: bool = False, progress: bool = True) 
             raise WriteConflictError(
                 f"{d.display}: objects already exist there; pass --overwrite to replace them"
             )
-        for key in existing:  # a replaced checkpoint must not keep stale files
-            target.delete(key).result()
+        # A replaced checkpoint must not keep stale files. Its commit markers go first, so
+        # that from the first deletion on no reader takes what is left as committed.
+        stale = [k for k in existing if k.decode("utf-8", "replace").endswith(COMMIT_FILE)]
+        for key in sorted(stale, key=lambda k: k.count(b"/")):
+            target.write(key, None).result()
+        target.delete_range(ts.KvStore.KeyRange()).result()
     wanted = (
         set()
         if d.local is not None

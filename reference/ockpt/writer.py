@@ -51,7 +51,7 @@ from .documents import (
     TreeEntry,
     ValueMetadata,
 )
-from .errors import FormatError, OckptError
+from .errors import FormatError, OckptError, UnsupportedError
 from .paths import EmptyNode, KeyEntry, KeyPath, KeyType, check_param_names, flatten, param_name
 
 __all__ = [
@@ -789,6 +789,31 @@ def _check_item_name(name: Any) -> None:
 # Public API
 
 
+def _is_object_store(path: str | os.PathLike[str]) -> bool:
+    text = os.fspath(path)
+    return "://" in text and not text.startswith("file://")
+
+
+def _save_to_object_store(
+    url: str | os.PathLike[str], save_local: Callable[[str], None], *, overwrite: bool
+) -> None:
+    """Object stores have no rename (directories §7): stage the checkpoint in a local
+    temporary directory, then upload it with `commit_success.txt` last, so that readers take
+    it as committed only once it is whole."""
+    import tempfile
+
+    from . import transfer
+
+    if "jax" in sys.modules and sys.modules["jax"].process_count() > 1:
+        raise UnsupportedError(
+            f"{os.fspath(url)}: multi-process saves write to shared local storage only"
+        )
+    with tempfile.TemporaryDirectory(prefix="ockpt-upload-") as tmp:
+        local = os.path.join(tmp, "checkpoint")
+        save_local(local)
+        transfer.copy(local, os.fspath(url), overwrite=overwrite, progress=False)
+
+
 def save_pytree(
     path: str | os.PathLike[str],
     tree: Any,
@@ -806,7 +831,9 @@ def save_pytree(
     """Save `tree` as a checkpoint at `path` that Orbax restores exactly.
 
     Args:
-        path: a local directory that does not exist yet (or exists and `overwrite`).
+        path: a local directory that does not exist yet (or exists and `overwrite`), or an
+            object-store URL (``s3://``, ``gs://``): the checkpoint is staged locally and
+            uploaded with ``commit_success.txt`` last.
         tree: nested dicts, lists, tuples, NamedTuples and custom pytree nodes registered with
             jax, whose leaves are jax.Arrays (any sharding), numpy arrays (every dtype of the
             spec's table, incl. bfloat16, float8_*, int4), Python and numpy scalars, strings
@@ -832,6 +859,22 @@ def save_pytree(
         WriteConflictError: a checkpoint exists at `path` and `overwrite` is False (DIR-002),
             or another save is writing there (DIR-003).
     """
+    if _is_object_store(path):
+        options = dict(
+            layout=layout,
+            overwrite=overwrite,
+            use_ocdbt=use_ocdbt,
+            zarr_version=zarr_version,
+            compression=compression,
+            compression_level=compression_level,
+            chunk_byte_size=chunk_byte_size,
+            storage_dtypes=storage_dtypes,
+            custom_metadata=custom_metadata,
+        )
+        _save_to_object_store(
+            path, lambda local: save_pytree(local, tree, **options), overwrite=overwrite
+        )
+        return
     items = {"": tree} if layout == "item" else {V1_PYTREE_NAME: tree}
     save = _prepare(
         path,
@@ -870,6 +913,23 @@ def save_checkpointables(
     """
     if not isinstance(checkpointables, Mapping) or not checkpointables:
         raise ValueError("checkpointables must be a non-empty mapping name -> pytree")
+    if _is_object_store(path):
+        options = dict(
+            overwrite=overwrite,
+            use_ocdbt=use_ocdbt,
+            zarr_version=zarr_version,
+            compression=compression,
+            compression_level=compression_level,
+            chunk_byte_size=chunk_byte_size,
+            storage_dtypes=storage_dtypes,
+            custom_metadata=custom_metadata,
+        )
+        _save_to_object_store(
+            path,
+            lambda local: save_checkpointables(local, checkpointables, **options),
+            overwrite=overwrite,
+        )
+        return
     save = _prepare(
         path,
         checkpointables,
