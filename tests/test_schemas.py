@@ -15,7 +15,7 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from conftest import fixture_cases
-from ockpt import msgpack_legacy, schema
+from ockpt import dtypes, msgpack_legacy, schema
 from ockpt.findings import Finding
 from ockpt.rules import RULES
 
@@ -79,7 +79,8 @@ def test_spec_schemas_directory_is_a_pointer():
 def test_msgpack_view_dtypes_match_the_decoder():
     view = schema.load_schema("msgpack-view")
     names = set(view["$defs"]["dtype"]["enum"])
-    assert names == set(msgpack_legacy._NUMPY_DTYPES) | set(msgpack_legacy._ML_DTYPES)
+    # the decoder accepts exactly the names of the dtype table (ockpt.dtypes)
+    assert names == set(dtypes.SUPPORTED) | set(dtypes.EXTENSION_NAMES)
 
 
 def test_unknown_kind_is_refused():
