@@ -18,10 +18,15 @@ FIXTURES = ROOT / "fixtures"
 sys.path.insert(0, str(FIXTURES))  # fixtures/_record.py: the expected-content records
 
 
+#: Golden fixture sets: written by Orbax releases and by ockpt's own writer.
+FIXTURE_SETS = ("orbax-*", "ockpt-*")
+
+
 def fixture_cases(release: str | None = None) -> list[Path]:
-    """Every golden case directory (`fixtures/orbax-<version>/<case>/`)."""
-    pattern = f"orbax-{release}/*/expected.json" if release else "orbax-*/*/expected.json"
-    return sorted(p.parent for p in FIXTURES.glob(pattern))
+    """Every golden case directory (`fixtures/orbax-<version>/<case>/`, written by Orbax, and
+    `fixtures/ockpt-<version>/<case>/`, written by ockpt); with `release`, `orbax-<release>`."""
+    sets = [f"orbax-{release}"] if release else FIXTURE_SETS
+    return sorted(p.parent for s in sets for p in FIXTURES.glob(f"{s}/*/expected.json"))
 
 
 def case_id(path: Path) -> str:

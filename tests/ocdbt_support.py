@@ -8,18 +8,22 @@ from pathlib import Path
 
 import tensorstore as ts
 
-from conftest import FIXTURES
+from conftest import FIXTURE_SETS, FIXTURES
+
+
+def _glob(pattern: str) -> list[Path]:
+    return [p for s in FIXTURE_SETS for p in FIXTURES.glob(f"{s}/{pattern}")]
 
 
 def fixture_databases() -> list[Path]:
     """Every OCDBT database directory of the golden fixtures (root and per-process)."""
-    return sorted(p.parent for p in FIXTURES.glob("orbax-*/*/checkpoint/**/manifest.ocdbt"))
+    return sorted(p.parent for p in _glob("*/checkpoint/**/manifest.ocdbt"))
 
 
 def fixture_items() -> list[Path]:
     """Every item directory of the golden fixtures that holds arrays."""
     out = set()
-    for meta in FIXTURES.glob("orbax-*/*/checkpoint/**/_METADATA"):
+    for meta in _glob("*/checkpoint/**/_METADATA"):
         item = meta.parent
         names = set(os.listdir(item))
         if "manifest.ocdbt" in names or any(n.startswith("ocdbt.process_") for n in names):

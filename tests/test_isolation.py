@@ -7,7 +7,7 @@ import subprocess
 import sys
 import textwrap
 
-from conftest import FIXTURES, ROOT
+from conftest import ROOT, fixture_cases
 
 PACKAGE = ROOT / "reference" / "ockpt"
 
@@ -34,7 +34,7 @@ def run_without_jax(body: str) -> subprocess.CompletedProcess:
 
 
 def test_reading_works_with_jax_blocked():
-    cases = sorted(str(p) for p in FIXTURES.glob("orbax-*/*/checkpoint"))
+    cases = sorted(str(c / "checkpoint") for c in fixture_cases())
     assert cases
     result = run_without_jax(
         f"""

@@ -69,7 +69,7 @@ def test_merged_root_points_into_process_databases(path):
     bytes, 100 MB nodes) out-of-line values resolve through base paths into ocdbt.process_N/;
     0.5.x used tensorstore's defaults and copied values into the root's d/."""
     db = Database(path)
-    modern = "orbax-0.12" in str(path)
+    modern = "orbax-0.12" in str(path) or "ockpt-" in str(path)  # ockpt writes 0.12's config
     if modern:
         assert db.config.max_inline_value_bytes == 1024
         assert db.config.max_decoded_node_bytes == 100_000_000
@@ -186,6 +186,8 @@ def test_encode_inverts_decode(path):
     assert fmt.decode_manifest(fmt.encode_manifest(db.manifest)) == db.manifest
     for v in db.versions():
         ref = v.root.location
+        if ref is None:  # the empty tree (generation 1 of the databases ockpt writes)
+            continue
         node = db.read_btree_node(ref)
         enc = fmt.encode_btree_node(node, transitive_path=ref.file_id.base_path)
         assert fmt.decode_btree_node(enc, transitive_path=ref.file_id.base_path) == node

@@ -35,6 +35,7 @@ __all__ = [
     "astype",
     "SUPPORTED",
     "EXTENSION_NAMES",
+    "NOT_WRITABLE",
 ]
 
 CastKind = Literal["exact", "lossy"]
@@ -86,6 +87,10 @@ SUPPORTED: dict[str, np.dtype] = {
     **{n: np.dtype(n) for n in _NUMPY_NAMES},
     **{n: d for n in EXTENSION_NAMES if (d := _ml(n)) is not None},
 }
+
+#: Names in the table that tensorstore (the writer's array engine) cannot write: a writer
+#: built on it refuses them before writing anything (spec/arrays.md §7).
+NOT_WRITABLE = frozenset({"float8_e4m3", "float6_e2m3fn", "float6_e3m2fn", "uint2", "uint4"})
 
 #: zarr v2 typestr (little-endian or byte-order-free) -> name.
 _V2_TYPESTR = {

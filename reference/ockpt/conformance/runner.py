@@ -264,15 +264,22 @@ class _Runner:
         sys.path.insert(0, str(self.fixtures))
         import _record  # the fixtures' record reader (numpy + ml_dtypes only)
 
-        for case_dir in sorted(self.fixtures.glob("orbax-*/*/expected.json")):
+        # Written by Orbax releases (orbax-<version>) and by ockpt's writer (ockpt-<version>).
+        records = [
+            p for s in ("orbax-*", "ockpt-*") for p in self.fixtures.glob(f"{s}/*/expected.json")
+        ]
+        for case_dir in sorted(records):
             case_dir = case_dir.parent
-            release = case_dir.parent.name.removeprefix("orbax-")
-            era = ".".join(release.split(".")[:2])
             record = _record.load_expected(case_dir)
+            versions = record["versions"]
+            writer = versions.get("writer", "orbax")
+            # The Orbax release whose format the case holds (ockpt's: versions.orbax_format).
+            era = ".".join(map(str, _record.release_of(record)[:2]))
+            fixture_set = case_dir.parent.name.removeprefix("orbax-")
+            source = f"{writer} {versions['orbax-checkpoint' if writer == 'orbax' else writer]}"
             lay = record.get("layout", {})
-            source = f"orbax {release}"
             for rel, node in record["items"].items():
-                case = f"{release}/{case_dir.name}" + (f"/{rel}" if rel else "")
+                case = f"{fixture_set}/{case_dir.name}" + (f"/{rel}" if rel else "")
                 self.progress(f"fixture {case}")
                 tree = _record.decode_tree(node, case_dir)
                 for name in record.get("restored_as_none", []):
