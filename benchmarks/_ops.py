@@ -3,7 +3,8 @@
     python benchmarks/_ops.py OP '{"json": "arguments"}'
 
 Prints one JSON line: ``seconds`` (wall time of the operation alone: imports, data generation
-and target construction are outside it), ``bytes`` (array bytes moved), ``base_rss`` (RSS just
+and target construction are outside it), ``cpu_seconds`` (user + system time of all its
+threads over the same span), ``bytes`` (array bytes moved), ``base_rss`` (RSS just
 before the operation), ``peak_rss`` (the process's peak RSS, VmHWM, counted from the start of
 the operation; it includes the interpreter, the imports and anything already held) and
 ``import_seconds``. Running each operation in a fresh process keeps caches, thread pools and
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import sys
 import time
 from pathlib import Path
@@ -124,13 +126,25 @@ def _du(path: str) -> int:
     return total
 
 
+def _cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)  # every thread of the process
+    return r.ru_utime + r.ru_stime
+
+
 def _timed(fn):  # type: ignore[no-untyped-def]
     base = _status("VmRSS")
     _reset_peak()
+    c = _cpu()
     t = time.perf_counter()
     out = fn()
     seconds = time.perf_counter() - t
-    return out, {"seconds": seconds, "base_rss": base, "peak_rss": _status("VmHWM")}
+    cpu = _cpu() - c
+    return out, {
+        "seconds": seconds,
+        "cpu_seconds": cpu,
+        "base_rss": base,
+        "peak_rss": _status("VmHWM"),
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -211,7 +225,8 @@ def op_ockpt_load(a: dict) -> dict:
 
 
 def op_make_meta(a: dict) -> dict:
-    """A many-leaf checkpoint written by Orbax: small arrays in groups of 100."""
+    """A many-leaf checkpoint written by Orbax, shaped like a model: layers of 100 parameters
+    whose shapes differ within a layer and repeat across layers."""
     _setup_jax(1)
     import numpy as np
     import orbax.checkpoint as ocp
@@ -220,7 +235,7 @@ def op_make_meta(a: dict) -> dict:
     tree: dict = {}
     for i in range(n):
         tree.setdefault(f"layer{i // 100:03d}", {})[f"p{i % 100:02d}"] = np.full(
-            (4, 4), i, np.float32
+            (4, 1 + i % 100), i, np.float32
         )
     ckptr = ocp.PyTreeCheckpointer()
     _, r = _timed(lambda: ckptr.save(a["path"], tree))

@@ -30,6 +30,7 @@ CHAPTERS = (
     "loading.md",
     "writing.md",
     "validation.md",
+    "limits.md",
     "history.md",
     "CHANGELOG.md",
     "schemas/README.md",
@@ -275,3 +276,11 @@ def test_tree_key_algorithm_on_random_text():
         assert _spec_tree_key(texts) == repr(texts)
 
     check()
+
+
+def test_each_rule_is_registered_once():
+    """`rules.py` merges per-chapter blocks into one dict, which would hide a repeated id."""
+    source = (ROOT / "reference" / "ockpt" / "rules.py").read_text(encoding="utf-8")
+    ids = re.findall(r'\("([A-Z]+(?:-[A-Z]+)*-[0-9]{3})",', source)
+    repeated = sorted({i for i in ids if ids.count(i) > 1})
+    assert not repeated, repeated

@@ -1,6 +1,7 @@
 """compression="auto" (WRITE-015): arrays that zstd barely shrinks (stored raw they take at most
-10% more disk, as float weights do) are stored without a compressor, the others with zstd; real Orbax 0.12.8 and ockpt (both backends) restore the
-result exactly. No timing is asserted here: speed is measured by benchmarks/run.py."""
+10% more disk, as float weights do) are stored without a compressor, the others with zstd; real
+Orbax 0.12.8 and ockpt (both backends) restore the result exactly. No timing is asserted here:
+speed is measured by benchmarks/run.py."""
 
 from __future__ import annotations
 

@@ -219,15 +219,34 @@ def write_arrays(
         else:
             continue
         opened.append((a, future))
+    from . import _chunkwrite
+
     writes = []
+    direct = []  # chunks encoded by ockpt and written as OCDBT values (zarr v2)
     for a, future in opened:
         store = future.result()
+        if _chunkwrite.direct(a.dtype, zarr_version=zarr_version, use_ocdbt=use_ocdbt):
+            direct.append(a)
+            continue
         for piece in a.pieces:
             region = tuple(
                 slice(s, s + n) for s, n in zip(piece.start, piece.value.shape, strict=True)
             )
             target = store[region] if region else store
             writes.append(target.write(piece.value))
+    if direct:
+        base = os.path.join(item_dir, process_dir(process_index))
+        kvstore = ts.KvStore.open(
+            {
+                "driver": "ocdbt",
+                "base": {"driver": "file", "path": base + "/"},
+                "config": OCDBT_CONFIG,
+            },
+            context=context,
+        ).result()
+        _chunkwrite.write_chunks(
+            kvstore, direct, compression_level=compression_level, transaction=ts.Transaction
+        )
     for w in writes:
         w.result()
 

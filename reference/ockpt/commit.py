@@ -13,6 +13,7 @@ have no rename (see spec/writing.md).
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 from dataclasses import dataclass
@@ -184,7 +185,14 @@ def finish(pending: Pending, *, marker: bool = True) -> None:
         if os.path.lexists(old):
             _remove(old)
         os.rename(pending.final, old)
-    os.rename(pending.tmp, pending.final)
+    try:
+        os.rename(pending.tmp, pending.final)
+    except OSError as e:
+        if e.errno in (errno.ENOTEMPTY, errno.EEXIST) and not pending.overwrite:
+            raise WriteConflictError(  # another save committed between the check and here
+                f"{pending.final}: another save committed here while this one was writing [DIR-002]"
+            ) from None
+        raise
     fsync_dir(parent)
     if old is not None:
         _remove(old)

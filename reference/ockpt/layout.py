@@ -17,6 +17,7 @@ from .documents.checkpoint_metadata import CHECKPOINT_METADATA_FILE, CheckpointM
 from .documents.metadata import FILE_NAME as METADATA_FILE
 from .documents.metadata import MetadataDocument
 from .errors import OckptError
+from .paths import resolve_inside
 
 __all__ = [
     "Kind",
@@ -266,6 +267,8 @@ def _has_zarr_metadata(p: str, listing: _Listing, *, depth: int = 0) -> int | No
     for sub in sorted(listing.dirs):
         if _OCDBT_PROCESS_DIR.fullmatch(sub) or sub in ("d", "array_metadatas"):
             continue
+        if is_temporary_name(sub):  # an unfinished save is no leaf's array (LOAD-054)
+            continue
         sub_listing = _list(os.path.join(p, sub))
         if sub_listing.files & _ITEM_OR_STEP_FILES:
             continue  # an item (or step) of its own, not one leaf's array directory
@@ -314,7 +317,9 @@ def _item_format(p: str, listing: _Listing) -> tuple[str, ItemFormat, tuple[str,
 
 
 def _peek(path: str, reader):  # type: ignore[no-untyped-def]
-    """Parse a small document with `reader`, or None when it is too large to peek at."""
+    """Parse a small document with `reader`, or None when it is too large to peek at; a link
+    leading out of its directory is refused (PATH-004) before anything is opened."""
+    resolve_inside(os.path.dirname(path), os.path.basename(path), file=path)
     if os.stat(path).st_size > _MAX_PEEK_BYTES:
         return None
     return reader(path)

@@ -12,13 +12,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
 from . import commit
 from .documents import RootMetadata
 from .documents.checkpoint_metadata import ROOT_METADATA_FILE
-from .errors import NotACheckpointError, WriteConflictError
+from .errors import NotACheckpointError, OckptWarning, WriteConflictError
 from .layout import COMMIT_FILE, is_temporary_name, parse_step_name
 from .writer import STEP_JSON_FILE, _prepare
 
@@ -71,6 +72,15 @@ class CheckpointManager:
         self._save_options = dict(save_options or {})
         if self._metadata is not None:
             json.dumps(self._metadata, allow_nan=False)  # refuse non-JSON early
+        left = self.temporaries()
+        if left:  # an earlier save or delete was interrupted: say so, touch nothing
+            warnings.warn(
+                f"{self.root}: {len(left)} temporary director{'y' if len(left) == 1 else 'ies'} "
+                f"of unfinished saves or deletes ({os.path.basename(left[0])}, ...); they are "
+                "not steps; remove_temporaries() removes them",
+                OckptWarning,
+                stacklevel=2,
+            )
 
     # -- names ------------------------------------------------------------------------------
 
@@ -97,6 +107,30 @@ class CheckpointManager:
             if COMMIT_FILE in names or "_CHECKPOINT_METADATA" in names:
                 out.setdefault(parsed[1], entry.name)
         return out
+
+    def temporaries(self) -> list[str]:
+        """Paths under the root left by saves or deletes that did not finish (names carrying
+        the temporary marker: ``<step>.orbax-checkpoint-tmp``, ``…-deleted``, ``…-replaced``,
+        and temporary files of the root metadata). They are never steps (LOAD-054)."""
+        out = []
+        for base in (self.root, os.path.join(self.root, os.path.dirname(ROOT_METADATA_FILE))):
+            try:
+                names = os.listdir(base)
+            except OSError:
+                continue
+            out += [os.path.join(base, n) for n in names if is_temporary_name(n)]
+        return sorted(out)
+
+    def remove_temporaries(self) -> list[str]:
+        """Remove what `temporaries` lists and return it. Committed steps are not touched.
+        Call it only when no other process is saving under this root (a save in progress
+        writes in a temporary directory too)."""
+        removed = self.temporaries()
+        for path in removed:
+            commit._remove(path)
+        if removed:
+            commit.fsync_dir(self.root)
+        return removed
 
     def step_path(self, step: int) -> str:
         """The directory of a committed step."""
@@ -190,6 +224,8 @@ class CheckpointManager:
         it half deleted."""
         path = self.step_path(step)
         doomed = path + commit.TMP_SUFFIX + "-deleted"
+        if os.path.lexists(doomed):  # left by an earlier delete that was killed
+            commit._remove(doomed)
         os.rename(path, doomed)
         commit.fsync_dir(self.root)
         shutil.rmtree(doomed, ignore_errors=True)

@@ -55,6 +55,7 @@ import numpy as np
 
 from . import dtypes
 from .errors import MsgpackError, NotACheckpointError
+from .limits import LIMITS
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
@@ -69,13 +70,13 @@ __all__ = [
     "placeholders",
 ]
 
-DEFAULT_MAX_BYTES = 2**34
+DEFAULT_MAX_BYTES = LIMITS.max_msgpack_bytes
 """Default size limit of a ``checkpoint`` file (16 GiB)."""
 
-MAX_DEPTH = 64
+MAX_DEPTH = LIMITS.max_depth
 """Deepest allowed nesting of maps / arrays / tuples (the top-level value is depth 0)."""
 
-MAX_NDIM = 64
+MAX_NDIM = LIMITS.max_ndim
 """Most dimensions an array may declare."""
 
 _INT64_MAX = 2**63 - 1
@@ -86,7 +87,6 @@ _EXT_NDARRAY = 1
 _EXT_COMPLEX = 2
 _EXT_NPSCALAR = 3
 _EXT_TUPLE = 4
-
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,10 @@ __all__ = [
     "check_param_names",
     "flatten",
     "unflatten",
+    "unsafe_path",
+    "check_relative",
+    "resolve_inside",
+    "links_leading_out",
 ]
 
 
@@ -143,6 +147,79 @@ def array_prefix(name: str, *, per_leaf: bool = False) -> str:
     if not name:
         return ""
     return name if name.endswith("/") else name + "/"
+
+
+def unsafe_path(name: str, *, absolute_ok: bool = False) -> str | None:
+    """Why `name` (a param name used as a directory, a file name) may not name a path inside a
+    checkpoint, or None when it may (PATH-003): it must hold no NUL and no ``..`` segment
+    between its ``/``, and must not begin with ``/`` unless `absolute_ok` (a per-leaf param
+    name, which is joined to the item with leading and trailing ``/`` dropped, as Orbax does).
+    Empty and ``.`` segments add nothing and are allowed (Orbax writes ``a/`` for the key
+    ``a/``)."""
+    if "\0" in name:
+        return "NUL byte in path"
+    if name.startswith("/") and not absolute_ok:
+        return "absolute path"
+    if ".." in name and ".." in name.split("/"):
+        return "'..' path segment"
+    return None
+
+
+def check_relative(name: str, *, file: str | None = None, absolute_ok: bool = False) -> None:
+    """Raise PATH-003 when `unsafe_path` rejects `name`."""
+    why = unsafe_path(name, absolute_ok=absolute_ok)
+    if why is not None:
+        raise FormatError(
+            f"{why}: {name!r} would leave the checkpoint", rule="PATH-003", file=file, got=name
+        )
+
+
+def resolve_inside(root: str, name: str, *, file: str | None = None) -> str:
+    """The real path of `name` under the directory `root`, refusing a name that `unsafe_path`
+    rejects (PATH-003) and one that resolves, through symbolic links, to a place outside the
+    real path of `root` (PATH-004). The file need not exist."""
+    import os
+
+    check_relative(name, file=file)
+    real_root = os.path.realpath(root)
+    full = os.path.realpath(os.path.join(real_root, name))
+    if full != real_root and not full.startswith(real_root.rstrip(os.sep) + os.sep):
+        raise FormatError(
+            f"{name!r} resolves to {full!r}, outside the checkpoint {real_root!r} "
+            "(a symbolic link leads out)",
+            rule="PATH-004",
+            file=file,
+        )
+    return full
+
+
+def links_leading_out(root: str, *, limit: int = 1 << 22) -> list[tuple[str, str]]:
+    """(path, target) for each symbolic link under `root` whose target lies outside the real
+    path of `root` (PATH-004). Directories are not followed through links; at most `limit`
+    entries are visited (a larger tree is checked up to there)."""
+    import os
+
+    real_root = os.path.realpath(root)
+    prefix = real_root.rstrip(os.sep) + os.sep
+    out: list[tuple[str, str]] = []
+    stack = [root]
+    seen = 0
+    while stack and seen < limit:
+        d = stack.pop()
+        try:
+            it = os.scandir(d)
+        except OSError:
+            continue
+        with it:
+            for entry in it:
+                seen += 1
+                if entry.is_symlink():
+                    target = os.path.realpath(entry.path)
+                    if target != real_root and not target.startswith(prefix):
+                        out.append((entry.path, target))
+                elif entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+    return out
 
 
 def find_collisions(names: Iterable[str]) -> list[tuple[str, str]]:

@@ -29,7 +29,8 @@ from typing import Any
 import numpy as np
 
 from . import dtypes
-from .errors import MissingDataError, UnsupportedError, ZarrFormatError
+from .errors import FormatError, MissingDataError, UnsupportedError, ZarrFormatError
+from .limits import LIMITS
 from .ocdbt.tree import Database
 from .paths import array_prefix
 from .zarr import ArrayMetadata, open_metadata, read_region
@@ -48,7 +49,7 @@ __all__ = [
 ]
 
 _PROCESS_DIR = re.compile(r"ocdbt\.process_(\d+)")
-_MAX_FILE_BYTES = 1 << 34
+_MAX_FILE_BYTES = LIMITS.max_chunk_bytes
 
 
 def _local_path(location: Any) -> str:
@@ -142,7 +143,11 @@ class DirectoryStore(KeyValueStore):
             return None
         full = os.path.realpath(os.path.join(self.root, *parts))
         if os.path.commonpath([full, self.root]) != self.root:
-            return None
+            raise FormatError(  # not "absent": that would read as the fill value
+                f"{key!r} resolves to {full!r}, outside {self.root!r} (a symbolic link leads out)",
+                rule="PATH-004",
+                file=os.path.join(self.display, key),
+            )
         return full
 
     def get(self, key: str) -> bytes | None:
@@ -223,6 +228,17 @@ def item_keys(item_dir: str | os.PathLike, **kw: Any) -> list[str]:
 _METADATA_NAMES = (".zarray", "zarr.json")
 
 
+def _owner(key: str, params: dict[str, Any]) -> str | None:
+    """The longest param name `n` with ``key.startswith(n + "/")`` (else ``""`` if that is a
+    param): one dict lookup per ``/`` of the key, not one test per param."""
+    at = key.rfind("/")
+    while at >= 0:
+        if key[:at] in params:
+            return key[:at]
+        at = key.rfind("/", 0, at)
+    return "" if "" in params else None
+
+
 def key_listing(keys: Iterable[str]) -> dict[str, Any]:
     """Group an item database's keys per param (``schemas/ocdbt-keys.schema.json``).
 
@@ -239,14 +255,13 @@ def key_listing(keys: Iterable[str]) -> dict[str, Any]:
                 entry = params.setdefault(name, {"metadata_key": k, "chunk_keys": []})
                 if entry["metadata_key"] != k:
                     entry.setdefault("extra_metadata_keys", []).append(k)
-    names = sorted(params, key=len, reverse=True)
+    metadata_keys = {p["metadata_key"] for p in params.values()}
+    metadata_keys.update(k for p in params.values() for k in p.get("extra_metadata_keys", ()))
     unclaimed = []
     for k in keys:
-        if any(
-            k == p["metadata_key"] or k in p.get("extra_metadata_keys", ()) for p in params.values()
-        ):
+        if k in metadata_keys:
             continue
-        owner = next((n for n in names if n == "" or k.startswith(n + "/")), None)
+        owner = _owner(k, params)
         if owner is None:
             unclaimed.append(k)
         else:

@@ -45,7 +45,14 @@ from .layout import (
     parse_step_name,
 )
 from .msgpack_legacy import DEFAULT_MAX_BYTES, Placeholder, decode_checkpoint
-from .paths import EmptyNode, KeyType, find_collisions, param_name
+from .paths import (
+    EmptyNode,
+    KeyType,
+    check_relative,
+    find_collisions,
+    links_leading_out,
+    param_name,
+)
 
 if TYPE_CHECKING:
     import tensorstore as ts
@@ -368,6 +375,18 @@ class _Item:
         self._string_names: set[str] | None = None
         self.tree = self._saved_tree()
         self.leaves = _by_param_name(_leaves(self.tree), file=self.metadata_file)
+        if fmt.storage is not Storage.OCDBT:  # each array is the directory <param name>/
+            for name, leaf in self.leaves.items():
+                if leaf.source == "array":
+                    check_relative(name, file=self.metadata_file, absolute_ok=True)
+        if loc.local is not None and backend == "tensorstore":  # tensorstore follows links
+            out = links_leading_out(loc.local)
+            if out:
+                raise FormatError(
+                    f"symbolic link {out[0][0]!r} leads out of the checkpoint to {out[0][1]!r}",
+                    rule="PATH-004",
+                    file=loc.display,
+                )
         zarr_version = None
         if self.doc is not None and isinstance(self.doc.use_zarr3, bool):
             zarr_version = 3 if self.doc.use_zarr3 else 2

@@ -37,13 +37,15 @@ import numpy as np
 from . import dtypes
 from .errors import (
     DocumentError,
+    FormatError,
     MissingDataError,
     NotACheckpointError,
     OckptError,
     UnsupportedError,
     ZarrFormatError,
 )
-from .paths import array_prefix
+from .limits import LIMITS
+from .paths import array_prefix, check_relative, resolve_inside
 
 if TYPE_CHECKING:
     import tensorstore as ts
@@ -65,7 +67,7 @@ DEFAULT_MAX_IN_FLIGHT = 8
 TILE_BYTES = 4 << 20
 #: Cache for OCDBT tree nodes (shared by the arrays of one item); array chunks are not cached.
 _NODE_CACHE_BYTES = 16 << 20
-_MAX_DOCUMENT_BYTES = 1 << 30
+_MAX_DOCUMENT_BYTES = LIMITS.max_json_bytes
 
 
 def _tensorstore() -> Any:
@@ -142,9 +144,10 @@ class Location:
         return _tensorstore().KvStore.open(self.spec, context=context).result()
 
     def read(self, name: str, *, context: ts.Context, max_bytes: int = _MAX_DOCUMENT_BYTES):
-        """The bytes of file `name`, or None when it does not exist."""
+        """The bytes of file `name`, or None when it does not exist. A name that would leave this
+        directory (``..``, absolute, NUL, a symbolic link leading out) is refused (PATH-003/004)."""
         if self.local is not None:
-            path = os.path.join(self.local, name)
+            path = resolve_inside(self.local, name, file=self.file(name))
             try:
                 size = os.stat(path).st_size
             except OSError:
@@ -155,6 +158,7 @@ class Location:
                 )
             with open(path, "rb") as f:
                 return f.read(min(size, max_bytes) + 1)
+        check_relative(name, file=self.file(name))
         result = self._kvstore(context).read(name).result()
         if result.state != "value":
             return None
@@ -162,7 +166,10 @@ class Location:
 
     def exists(self, name: str, *, context: ts.Context) -> bool:
         if self.local is not None:
-            return os.path.exists(os.path.join(self.local, name))
+            try:
+                return os.path.exists(resolve_inside(self.local, name))
+            except FormatError:
+                return False
         return self.read(name, context=context) is not None
 
     def listdir(self, *, context: ts.Context) -> tuple[set[str], set[str]]:
@@ -230,8 +237,10 @@ class StoredArray:
     dtype: np.dtype  # the stored element type
     chunk_shape: tuple[int, ...]
     _store: ts.TensorStore
-    #: For arrays split over per-process databases: (chunk grid index -> store that holds it).
+    #: For arrays split over per-process databases: (chunk grid index -> store that holds it),
+    #: the grid being that of the chunk keys (zarr v3: shards, not inner chunks).
     _chunk_stores: dict[tuple[int, ...], ts.TensorStore] | None = field(default=None, repr=False)
+    _key_grid: tuple[int, ...] | None = field(default=None, repr=False)
 
     @property
     def nbytes(self) -> int:
@@ -266,10 +275,11 @@ class StoredArray:
     def _read_split(self, box: Sequence[tuple[int, int]], dtype: np.dtype | None) -> np.ndarray:
         out = np.zeros(tuple(b - a for a, b in box), dtype=dtype or self.dtype)
         assert self._chunk_stores is not None
+        cell = self._key_grid or self.chunk_shape
         for grid, store in self._chunk_stores.items():
-            lo = [g * c for g, c in zip(grid, self.chunk_shape, strict=True)]
+            lo = [g * c for g, c in zip(grid, cell, strict=True)]
             parts = []
-            for (a, b), low, c, n in zip(box, lo, self.chunk_shape, self.shape, strict=True):
+            for (a, b), low, c, n in zip(box, lo, cell, self.shape, strict=True):
                 s, e = max(a, low), min(b, low + c, n)
                 if s >= e:
                     break
@@ -454,6 +464,8 @@ class ArrayStore:
             for g in grids:
                 chunk_stores[g] = store
         array._chunk_stores = chunk_stores
+        write_chunk = meta_store.chunk_layout.write_chunk.shape
+        array._key_grid = tuple(int(c) for c in write_chunk) if write_chunk is not None else None
         return array
 
 

@@ -49,6 +49,7 @@ from .layout import (
     Storage,
     detect,
 )
+from .limits import LIMITS
 from .msgpack_legacy import DEFAULT_MAX_BYTES as MSGPACK_MAX_BYTES
 from .msgpack_legacy import Placeholder, decode_checkpoint
 from .paths import find_collisions
@@ -63,7 +64,7 @@ Progress = Callable[[int, int, str], None]
 _RULE_TAG = re.compile(r"\[([A-Z]+(?:-[A-Z]+)*-[0-9]{3})\]")
 _PROCESS_DIR = re.compile(r"ocdbt\.process_(0|[1-9][0-9]*)")
 #: the largest JSON document read (JSON-003)
-_MAX_DOCUMENT_BYTES = 1 << 30
+_MAX_DOCUMENT_BYTES = LIMITS.max_json_bytes
 #: findings reported per array for one kind of chunk problem before they are summarized
 _MAX_PER_ARRAY = 8
 #: chunk grids larger than this are not enumerated for the completeness check

@@ -295,9 +295,11 @@ def _classify(path: KeyPath, value: Any) -> _Leaf:
 
 def _check_array(path: KeyPath, shape: tuple[int, ...], dtype: Any) -> None:
     try:
-        dtypes.dtype_name(np.dtype(dtype))
+        name = dtypes.dtype_name(np.dtype(dtype))
     except (TypeError, ValueError):
         raise _refuse(path, f"unsupported dtype {dtype}", got=str(dtype)) from None
+    if name in dtypes.NOT_WRITABLE:
+        raise _refuse(path, f"dtype {name} cannot be written with tensorstore", got=name)
     if np.dtype(dtype).byteorder == ">":
         raise _refuse(path, "big-endian arrays are not supported", got=str(dtype))
     if math.prod(shape) == 0 and len(shape) > 0:
@@ -319,9 +321,9 @@ def _check_names(leaves: list[_Leaf], *, use_ocdbt: bool) -> None:
         name = leaf.name
         if name == "" and use_ocdbt:
             continue  # a bare leaf: keys `zarr.json`, `c/0` at the database root
-        if any(seg in _BAD_SEGMENTS for seg in name.split("/")):
+        if any(seg in _BAD_SEGMENTS for seg in name.split("/")) or "\0" in name:
             raise FormatError(
-                f"param name {name!r} has an empty, '.' or '..' path segment",
+                f"param name {name!r} has an empty, '.' or '..' path segment, or a NUL",
                 rule="WRITE-004",
                 pointer=name,
             )
@@ -352,11 +354,13 @@ def _storage_dtype(opts: _Options, name: str, dtype: np.dtype) -> np.dtype:
         return dtype
     try:
         out = np.dtype(want)
-        dtypes.dtype_name(out)
+        stored = dtypes.dtype_name(out)
     except (TypeError, ValueError):
+        stored = None
+    if stored is None or stored in dtypes.NOT_WRITABLE:
         raise FormatError(
             f"leaf {name!r}: unsupported storage dtype {want!r}", rule="WRITE-001", pointer=name
-        ) from None
+        )
     return out
 
 
@@ -674,6 +678,9 @@ class _Save:
         except BaseException as e:  # noqa: BLE001
             error = error or e
         if error is not None:
+            full = _disk_full(error, pending.final)
+            if full is not None:
+                raise full from error
             raise error
 
     def _commit(self, pending: commit.Pending, ctx: Any) -> None:
@@ -1022,3 +1029,20 @@ def _async_options(options: dict[str, Any]) -> dict[str, Any]:
     if unknown:
         raise TypeError(f"save_pytree_async() got unexpected keyword arguments {unknown}")
     return {k: options.get(k, v) for k, v in known.items()}
+
+
+def _disk_full(error: BaseException, final: str) -> OSError | None:
+    """tensorstore reports a full disk as a ValueError (RESOURCE_EXHAUSTED, os error 28): give it
+    back as the OSError(ENOSPC) it is, saying that nothing was committed."""
+    text = str(error)
+    if isinstance(error, OSError) or not (
+        "No space left on device" in text or "os_error_code='28'" in text
+    ):
+        return None
+    import errno
+
+    return OSError(
+        errno.ENOSPC,
+        f"No space left on device: the save to {final} failed, its temporary directory was "
+        f"removed and nothing was committed ({text.split(' [tensorstore_spec=')[0][:300]})",
+    )

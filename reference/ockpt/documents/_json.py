@@ -15,9 +15,10 @@ from typing import Any, TypeVar
 import numpy as np
 
 from ..errors import DocumentError
+from ..limits import LIMITS
 
-MAX_DOCUMENT_BYTES = 1 << 30  # 1 GiB: a 1M-leaf _METADATA is ~200 MiB
-MAX_DEPTH = 64
+MAX_DOCUMENT_BYTES = LIMITS.max_json_bytes  # 1 GiB: a 1M-leaf _METADATA is ~200 MiB
+MAX_DEPTH = LIMITS.max_depth
 
 T = TypeVar("T")
 
@@ -90,6 +91,13 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):  # 1e999: out of range, Infinity by another name
+        raise ValueError(f"number {text[:40]} is out of the range of a double")
+    return value
+
+
 def _check_depth(value: Any, file: str, pointer: str = "") -> None:
     if not isinstance(value, (dict, list)):
         return
@@ -125,7 +133,9 @@ def parse_json(
         )
     try:
         text = data.decode("utf-8") if isinstance(data, bytes) else data
-        value = json.loads(text, object_pairs_hook=_pairs, parse_constant=_no_constant)
+        value = json.loads(
+            text, object_pairs_hook=_pairs, parse_constant=_no_constant, parse_float=_finite_float
+        )
     except _DuplicateKey as e:
         raise DocumentError(
             f"duplicate key {e.key!r}", rule="JSON-002", file=file, pointer=pointer

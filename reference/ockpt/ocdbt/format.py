@@ -20,6 +20,7 @@ import google_crc32c
 import zstandard
 
 from ..errors import OcdbtError
+from ..limits import LIMITS
 
 __all__ = [
     "MANIFEST_MAGIC",
@@ -69,10 +70,10 @@ _U64_MAX = (1 << 64) - 1
 NO_ROOT = _U64_MAX
 
 #: default bound on a decoded (decompressed) manifest or node body
-DEFAULT_MAX_DECODED_BYTES = 1 << 30
+DEFAULT_MAX_DECODED_BYTES = LIMITS.max_node_bytes
 
-_MAX_VARINT_BYTES = 10  # ceil(64 / 7)
-_MAX_PATH_BYTES = 65535
+_MAX_VARINT_BYTES = LIMITS.max_varint_bytes  # ceil(64 / 7)
+_MAX_PATH_BYTES = LIMITS.max_key_bytes
 _MAX_ARITY_LOG2 = 16
 # fixed sizes: magic (4) + length (8) + version (>= 1) + compression (>= 1) + crc (4)
 _MIN_ENVELOPE = 18
@@ -241,6 +242,10 @@ class _Cursor:
 
     def varints(self, n: int, field: str, maximum: int = _U64_MAX) -> list[int]:
         self.need(n, field)  # every varint takes at least one byte
+        head = self.data[self.pos : self.pos + n]
+        if n and max(head) < 0x80 and max(head) <= maximum:  # n one-byte varints: C speed
+            self.pos += n
+            return list(head)
         return [self.varint(field, maximum) for _ in range(n)]
 
     def u8s(self, n: int, field: str) -> bytes:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ..errors import MissingDataError, OcdbtError
+from ..limits import LIMITS
 from . import format as fmt
 from .format import (
     BtreeGenerationReference,
@@ -34,8 +35,8 @@ __all__ = ["Database", "MANIFEST_NAME", "key_successor"]
 MANIFEST_NAME = "manifest.ocdbt"
 _NUMBERED = re.compile(r"manifest\.([0-9a-f]{16})")
 #: bound on the size of a manifest file
-MAX_MANIFEST_BYTES = 1 << 26
-_MAX_DEPTH = 64
+MAX_MANIFEST_BYTES = LIMITS.max_manifest_bytes
+_MAX_DEPTH = LIMITS.max_depth
 
 
 def key_successor(prefix: bytes) -> bytes | None:

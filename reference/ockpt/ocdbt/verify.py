@@ -12,12 +12,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from ..errors import FormatError
+from ..limits import LIMITS
 from .format import BtreeNodeReference, IndirectDataReference
 from .tree import Database
 
 __all__ = ["verify_database", "DatabaseStats"]
 
-_MAX_DEPTH = 64
+_MAX_DEPTH = LIMITS.max_depth
 
 
 class DatabaseStats:

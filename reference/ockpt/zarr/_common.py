@@ -10,13 +10,14 @@ import numpy as np
 from .. import dtypes as _dtypes
 from ..documents._json import parse_json
 from ..errors import DocumentError, ZarrFormatError
+from ..limits import LIMITS
 
 #: bound on the bytes of one decoded chunk (and one shard), checked before decoding
-MAX_CHUNK_BYTES = 1 << 34
+MAX_CHUNK_BYTES = LIMITS.max_chunk_bytes
 #: bound on an array's rank
-MAX_RANK = 32
+MAX_RANK = LIMITS.max_zarr_ndim
 #: bound on a zarr metadata document
-MAX_METADATA_BYTES = 1 << 24
+MAX_METADATA_BYTES = LIMITS.max_array_metadata_bytes
 
 
 def fail(message: str, rule: str, *, file: object = None, pointer: str | None = None, **kw):

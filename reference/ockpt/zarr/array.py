@@ -38,10 +38,24 @@ def open_metadata(
         data = get(key)
         if data is None:
             continue
-        where = f"{file}/{key}" if file is not None else key
         cls = ArrayV2Metadata if version == 2 else ArrayV3Metadata
-        return cls.from_bytes(data, file=where)
+        memo = (cls, bytes(data))
+        hit = _PARSED.get(memo)
+        if hit is None:
+            where = f"{file}/{key}" if file is not None else key
+            hit = cls.from_bytes(data, file=where)
+            if len(_PARSED) >= _PARSED_KEEP:
+                _PARSED.clear()
+            _PARSED[memo] = hit
+        return hit
     return None
+
+
+# Parsed metadata by document bytes: the arrays of a model repeat a few shapes (one per
+# parameter of a layer), so opening thousands of arrays parses each distinct document once.
+# The models are immutable.
+_PARSED: dict[tuple[type, bytes], ArrayMetadata] = {}
+_PARSED_KEEP = 4096
 
 
 def _check_box(meta: ArrayMetadata, box: Box | None, file: object) -> list[tuple[int, int]]:

@@ -1,0 +1,51 @@
+"""The limits ockpt enforces on what a checkpoint's files declare (spec/limits.md).
+
+A checkpoint is untrusted input: every size, count, length and depth that a file declares is
+checked against one of these limits before anything is allocated or recursed into, so that no
+input makes a reader allocate without bound, recurse without bound or hang. The defaults are
+`LIMITS`; each parser reads its limit from there, and the entry points that take a size option
+(``max_bytes=``, ``max_decoded_bytes=``) default to it. Exceeding a limit is a `FormatError`
+with the rule of the structure (``JSON-003``, ``MSGPACK-001``, ``OCDBT-006`` ...) and, where
+no other rule covers the limit, ``LIMIT-002`` .. ``LIMIT-004``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["Limits", "LIMITS"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Limits:
+    """Upper bounds on what a checkpoint may declare (all inclusive)."""
+
+    #: Bytes of one JSON document (`_METADATA` of a 1M-leaf tree is ~200 MiB). JSON-003
+    max_json_bytes: int = 1 << 30
+    #: Bytes of one zarr metadata document (``.zarray``, ``zarr.json``). JSON-003
+    max_array_metadata_bytes: int = 1 << 24
+    #: Nesting depth of JSON values, msgpack containers, key paths (LIMIT-004) and
+    #: OCDBT trees. JSON-003, MSGPACK-005
+    max_depth: int = 64
+    #: Entries of `_METADATA`'s tree_metadata (leaves and empty nodes). LIMIT-002
+    max_tree_entries: int = 1 << 24
+    #: UTF-8 bytes of one key text, param name, OCDBT key or data file path. LIMIT-003, OCDBT-008
+    max_key_bytes: int = 65535
+    #: Bytes of one OCDBT varint (ceil(64 / 7)). OCDBT-008
+    max_varint_bytes: int = 10
+    #: Decoded bytes of one OCDBT manifest, version node or B+tree node. OCDBT-006
+    max_node_bytes: int = 1 << 30
+    #: Stored bytes of one OCDBT manifest file. OCDBT-006
+    max_manifest_bytes: int = 1 << 26
+    #: Decoded bytes of one zarr chunk (or shard), and bytes of any one stored value. ZARR-005
+    max_chunk_bytes: int = 1 << 34
+    #: Bytes of the legacy msgpack ``checkpoint`` file. MSGPACK-001
+    max_msgpack_bytes: int = 1 << 34
+    #: Dimensions of one msgpack array. MSGPACK-011
+    max_ndim: int = 64
+    #: Dimensions of one zarr array (tensorstore's rank limit). ZARR-005
+    max_zarr_ndim: int = 32
+
+
+#: The limits every parser of ockpt enforces unless a caller passes its own.
+LIMITS = Limits()

@@ -1,0 +1,316 @@
+"""Hostile checkpoints: the limits of spec/limits.md (LIMIT-001..004) and names or links that
+would lead out of the checkpoint (PATH-003, PATH-004), on real fixtures copied and edited."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import ockpt
+from conftest import FIXTURES
+from ockpt.documents import MetadataDocument
+from ockpt.documents import metadata as metadata_module
+from ockpt.errors import FormatError
+from ockpt.limits import LIMITS, Limits
+from ockpt.paths import links_leading_out, resolve_inside, tree_key, unsafe_path
+from ockpt.storage import Location
+
+NO_OCDBT = FIXTURES / "orbax-0.12.8" / "no_ocdbt" / "checkpoint"
+OCDBT = FIXTURES / "orbax-0.12.8" / "sharded" / "checkpoint"
+BACKENDS = ["python", "tensorstore"]
+
+
+def _entry(keys: list[str]) -> tuple[str, dict]:
+    return tree_key(keys), {
+        "key_metadata": [{"key": k, "key_type": 2} for k in keys],
+        "value_metadata": {"value_type": "np.ndarray", "skip_deserialize": False},
+    }
+
+
+def _metadata(*paths: list[str]) -> bytes:
+    return json.dumps({"tree_metadata": dict(_entry(p) for p in paths)}).encode()
+
+
+def _rule(excinfo) -> str:  # type: ignore[no-untyped-def]
+    return excinfo.value.rule
+
+
+# ---------------------------------------------------------------------------------------------
+# limits
+
+
+def test_limit_001_defaults_are_the_spec_table():
+    """LIMIT-001: the reference reader enforces exactly the table of spec/limits.md."""
+    table = (Path(__file__).resolve().parents[1] / "spec" / "limits.md").read_text()
+    assert "| 1 GiB (2^30) | `JSON-003` |" in table and LIMITS.max_json_bytes == 1 << 30
+    assert "| 2^24 | `LIMIT-002` |" in table and LIMITS.max_tree_entries == 1 << 24
+    assert "| 65 535 | `LIMIT-003` |" in table and LIMITS.max_key_bytes == 65535
+    assert "| 64 | `LIMIT-004` |" in table and LIMITS.max_depth == 64
+    assert LIMITS.max_varint_bytes == 10 and LIMITS.max_node_bytes == 1 << 30
+    assert LIMITS.max_chunk_bytes == LIMITS.max_msgpack_bytes == 1 << 34
+    assert LIMITS.max_ndim == 64 and LIMITS.max_zarr_ndim == 32
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        LIMITS.max_depth = 1  # type: ignore[misc]
+    # every parser takes its bound from LIMITS
+    from ockpt import msgpack_legacy, python_backend
+    from ockpt.documents import _json
+    from ockpt.ocdbt import format as ocdbt_format
+    from ockpt.ocdbt import tree
+    from ockpt.zarr import _common
+
+    assert _json.MAX_DOCUMENT_BYTES == LIMITS.max_json_bytes
+    assert _json.MAX_DEPTH == msgpack_legacy.MAX_DEPTH == tree._MAX_DEPTH == LIMITS.max_depth
+    assert msgpack_legacy.DEFAULT_MAX_BYTES == LIMITS.max_msgpack_bytes
+    assert ocdbt_format.DEFAULT_MAX_DECODED_BYTES == LIMITS.max_node_bytes
+    assert ocdbt_format._MAX_VARINT_BYTES == LIMITS.max_varint_bytes
+    assert _common.MAX_CHUNK_BYTES == python_backend._MAX_FILE_BYTES == LIMITS.max_chunk_bytes
+    assert _common.MAX_RANK == LIMITS.max_zarr_ndim
+
+
+def test_limit_002_tree_entries(monkeypatch):
+    monkeypatch.setattr(metadata_module, "LIMITS", Limits(max_tree_entries=2))
+    MetadataDocument.from_bytes(_metadata(["a"], ["b"]), file="m")
+    with pytest.raises(FormatError) as e:
+        MetadataDocument.from_bytes(_metadata(["a"], ["b"], ["c"]), file="m")
+    assert _rule(e) == "LIMIT-002" and e.value.got == 3
+
+
+def test_limit_003_key_length():
+    ok = "k" * LIMITS.max_key_bytes
+    MetadataDocument.from_bytes(_metadata([ok]), file="m")
+    with pytest.raises(FormatError) as e:
+        MetadataDocument.from_bytes(_metadata([ok + "k"]), file="m")
+    assert _rule(e) == "LIMIT-003"
+    wide = "\u043a" * (LIMITS.max_key_bytes // 2 + 1)  # two UTF-8 bytes each
+    with pytest.raises(FormatError, match="LIMIT-003"):
+        MetadataDocument.from_bytes(_metadata([wide]), file="m")
+
+
+def test_limit_004_key_path_depth():
+    MetadataDocument.from_bytes(_metadata(["k"] * LIMITS.max_depth), file="m")
+    with pytest.raises(FormatError) as e:
+        MetadataDocument.from_bytes(_metadata(["k"] * (LIMITS.max_depth + 1)), file="m")
+    assert _rule(e) == "LIMIT-004"
+
+
+@pytest.mark.parametrize("number", ["1e999", "-1e400", "1E+309"])
+def test_json_number_out_of_double_range_is_json_001(number):
+    """Found by fuzzing: 1e999 parsed to inf, which JSON-001 forbids (and which then could not
+    be written back)."""
+    with pytest.raises(FormatError) as e:
+        ockpt.CheckpointMetadata.from_bytes(f'{{"init_timestamp_nsecs": {number}}}'.encode())
+    assert _rule(e) == "JSON-001"
+
+
+# ---------------------------------------------------------------------------------------------
+# paths: names
+
+
+@pytest.mark.parametrize(
+    "name, bad",
+    [
+        ("a", False),
+        ("a/b.c", False),
+        ("a/", False),
+        ("a//b", False),
+        ("./a", False),
+        ("..a/b..", False),
+        ("..", True),
+        ("a/../../b", True),
+        ("a/..", True),
+        ("/etc/passwd", True),
+        ("a\0b", True),
+    ],
+)
+def test_path_003_unsafe_path(name, bad):
+    assert (unsafe_path(name) is not None) == bad
+
+
+def _edit_metadata(item: Path, rename: dict[str, str]) -> None:
+    """Rename keys of `_METADATA` (tree keys follow)."""
+    doc = json.loads((item / "_METADATA").read_text())
+    tree = {}
+    for entry in doc["tree_metadata"].values():
+        for k in entry["key_metadata"]:
+            k["key"] = rename.get(k["key"], k["key"])
+        tree[tree_key([k["key"] for k in entry["key_metadata"]])] = entry
+    doc["tree_metadata"] = tree
+    (item / "_METADATA").write_text(json.dumps(doc))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("evil", ["../../outside", "x/../../../outside", "a\0b"])
+def test_path_003_reader_refuses_param_names_leaving_the_item(tmp_path, backend, evil):
+    """A per-leaf param name with `..` (or NUL) is refused before any file is opened."""
+    item = tmp_path / "item"
+    shutil.copytree(NO_OCDBT, item)
+    outside = tmp_path / "outside"
+    shutil.copytree(NO_OCDBT / "a", outside)  # a valid zarr array where `..` would lead
+    _edit_metadata(item, {"a": evil})
+    with pytest.raises(FormatError) as e:
+        ockpt.load_pytree(item, backend=backend)
+    assert _rule(e) == "PATH-003"
+
+
+def test_path_003_ocdbt_keys_may_hold_dots(tmp_path):
+    """Within OCDBT a param name is only a key: `..` there opens nothing and is not refused
+    by the path check (the key is simply absent)."""
+    item = tmp_path / "item"
+    shutil.copytree(OCDBT, item)
+    name = next(k for k in json.loads((item / "_METADATA").read_text())["tree_metadata"])
+    first = json.loads((item / "_METADATA").read_text())["tree_metadata"][name]
+    key = first["key_metadata"][0]["key"]
+    _edit_metadata(item, {key: "../" + key})
+    with pytest.raises(FormatError) as e:
+        ockpt.load_pytree(item, backend="python")
+    assert _rule(e) != "PATH-003"
+
+
+def test_path_003_location_read_refuses_escaping_names(tmp_path):
+    (tmp_path / "secret").write_text("{}")
+    item = tmp_path / "item"
+    item.mkdir()
+    loc = Location.of(item)
+    for name in ("../secret", "/etc/passwd", "a\0b", "x/../../secret"):
+        with pytest.raises(FormatError) as e:
+            loc.read(name, context=None)
+        assert _rule(e) == "PATH-003"
+        assert loc.exists(name, context=None) is False
+    assert loc.read("missing", context=None) is None
+
+
+def test_path_003_writer_refuses_names_leaving_the_target(tmp_path):
+    x = np.arange(3, dtype=np.int32)
+    for tree in ({"a/../../b": x}, {"/abs": x}, {"a\0b": x}, {"a": {"..": {"/": x}}}):
+        before = sorted(os.listdir(tmp_path))
+        with pytest.raises(FormatError) as e:
+            ockpt.save_pytree(tmp_path / "ckpt", tree, use_ocdbt=False)
+        assert _rule(e) == "WRITE-004"
+        assert sorted(os.listdir(tmp_path)) == before  # nothing written, inside or out
+
+
+# ---------------------------------------------------------------------------------------------
+# paths: symbolic links
+
+
+def _link_out(item: Path, rel: str, tmp_path: Path) -> None:
+    """Replace the file `rel` by a link to an identical copy outside the item."""
+    outside = tmp_path / "elsewhere" / rel.replace("/", "_")
+    outside.parent.mkdir(exist_ok=True)
+    shutil.copyfile(item / rel, outside)
+    (item / rel).unlink()
+    os.symlink(outside, item / rel)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_path_004_ocdbt_data_file_linked_out(tmp_path, backend):
+    item = tmp_path / "item"
+    shutil.copytree(OCDBT, item)
+    data = sorted(p.relative_to(item) for p in (item / "d").iterdir())[0]
+    _link_out(item, str(data), tmp_path)
+    with pytest.raises(FormatError) as e:
+        ockpt.load_pytree(item, backend=backend)
+    assert _rule(e) in ("PATH-004", "OCDBT-023")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_path_004_per_leaf_chunk_linked_out(tmp_path, backend):
+    """A chunk reached through a link leading out is refused, never read as the fill value."""
+    item = tmp_path / "item"
+    shutil.copytree(NO_OCDBT, item)
+    chunk = next(p for p in (item / "a").iterdir() if not p.name.startswith("."))
+    _link_out(item, f"a/{chunk.name}", tmp_path)
+    with pytest.raises(FormatError) as e:
+        ockpt.load_pytree(item, backend=backend)
+    assert _rule(e) == "PATH-004"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_path_004_document_linked_out(tmp_path, backend):
+    item = tmp_path / "item"
+    shutil.copytree(NO_OCDBT, item)
+    _link_out(item, "_strings.json", tmp_path)
+    with pytest.raises(FormatError) as e:
+        ockpt.load_pytree(item, backend=backend)
+    assert _rule(e) == "PATH-004"
+
+
+def test_path_004_links_inside_are_fine(tmp_path):
+    """A link that stays inside the checkpoint (or a checkpoint path that is itself a link) is
+    no escape."""
+    item = tmp_path / "item"
+    shutil.copytree(NO_OCDBT, item)
+    os.rename(item / "_strings.json", item / "strings-copy")
+    os.symlink("strings-copy", item / "_strings.json")
+    link = tmp_path / "link"
+    os.symlink(item, link)
+    assert links_leading_out(str(link)) == []
+    assert resolve_inside(str(link), "_strings.json").endswith("strings-copy")
+    for backend in BACKENDS:
+        ockpt.load_pytree(link, backend=backend)
+
+
+def test_path_004_detect_does_not_open_a_linked_out_metadata(tmp_path):
+    item = tmp_path / "item"
+    shutil.copytree(NO_OCDBT, item)
+    _link_out(item, "_METADATA", tmp_path)
+    layout = ockpt.detect(item)
+    assert any("PATH-004" in p for p in layout.problems)
+
+
+# ---------------------------------------------------------------------------------------------
+# no code from data
+
+
+def test_handler_names_are_never_imported(tmp_path, monkeypatch):
+    """Handler class names of _CHECKPOINT_METADATA are data: a module they name is never
+    imported, whatever the name."""
+    import builtins
+    import sys
+
+    step = tmp_path / "step"
+    shutil.copytree(FIXTURES / "orbax-0.12.8" / "manager" / "checkpoint", step)
+    evil = "evil_module_that_must_not_load.Handler"
+    for meta in step.rglob("_CHECKPOINT_METADATA"):
+        doc = json.loads(meta.read_text())
+        handlers = doc.get("item_handlers")
+        if isinstance(handlers, dict):
+            doc["item_handlers"] = {k: evil for k in handlers}
+        elif isinstance(handlers, str):
+            doc["item_handlers"] = evil
+        meta.write_text(json.dumps(doc))
+    imported = []
+    real_import = builtins.__import__
+
+    def spy(name, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if name.startswith("evil_module"):
+            imported.append(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", spy)
+    try:
+        ockpt.load_pytree(step, backend="python")
+    except ockpt.OckptError:
+        pass
+    ockpt.validate(step)
+    assert imported == [] and "evil_module_that_must_not_load" not in sys.modules
+
+
+def test_no_pickle_eval_or_dynamic_import_in_the_package():
+    root = Path(ockpt.__file__).parent
+    for path in root.rglob("*.py"):
+        text = path.read_text()
+        for word in ("pickle", "eval(", "exec(", "importlib.import_module", "__import__("):
+            hits = [
+                ln for ln in text.splitlines() if word in ln and not ln.lstrip().startswith("#")
+            ]
+            allowed = (path.name == "convert.py" and word == "pickle") or (  # torch.save .pt
+                path.name == "adapters.py" and word == "importlib.import_module"
+            )  # the conformance adapter the *command line* names, never a checkpoint's text
+            assert not hits or allowed, (path, word, hits[:3])

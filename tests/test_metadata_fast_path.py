@@ -1,0 +1,62 @@
+"""`_METADATA` entries of the usual form are built by a fast path (`metadata._plain_entry`); it
+must give exactly what the full parser gives, and leave everything unusual to it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import FIXTURES
+from ockpt.documents import metadata
+from ockpt.documents.metadata import MetadataDocument
+from ockpt.errors import DocumentError
+
+_FILES = sorted(FIXTURES.glob("orbax-*/*/checkpoint/**/_METADATA"))
+
+
+@pytest.mark.parametrize("path", _FILES, ids=lambda p: str(p.relative_to(FIXTURES)))
+def test_fast_path_equals_full_parser(path, monkeypatch):
+    data = path.read_bytes()
+    fast = MetadataDocument.from_json(json.loads(data))
+    monkeypatch.setattr(metadata, "_plain_entry", lambda cls, key, obj: None)
+    assert MetadataDocument.from_json(json.loads(data)) == fast
+
+
+def _entry(**value):
+    return {"key_metadata": [{"key": "a", "key_type": 2}], "value_metadata": value}
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"value_type": "scalar", "custom": 1},
+        {"value_type": "jax.Array", "write_shape": None},
+        {"value_type": "jax.Array", "write_shape": [2, 3]},
+    ],
+)
+def test_unusual_entries_take_the_full_parser(value):
+    got = metadata.TreeEntry.from_json("('a',)", _entry(**value), file="f")
+    assert metadata._plain_entry(metadata.TreeEntry, "('a',)", _entry(**value)) in (None, got)
+    assert got.to_json() == _entry(**value) or value.get("write_shape", 0) is None
+
+
+@pytest.mark.parametrize(
+    "entry, rule",
+    [
+        (_entry(value_type="scalar", write_shape=[True]), "JSON-004"),
+        (_entry(value_type="scalar", skip_deserialize=1), "JSON-004"),
+        (_entry(value_type="scalar", skip_deserialize=None), "JSON-004"),
+        ({"key_metadata": [{"key": "x", "key_type": 1}], "value_metadata": {"value_type": "s"}},
+         "META-005"),
+        (_entry(value_type="scalar") | {"more": 1}, None),
+    ],
+)  # fmt: skip
+def test_faults_still_raise_with_their_rule(entry, rule):
+    if rule is None:  # an unknown entry field is kept, not refused
+        assert metadata.TreeEntry.from_json("('a',)", entry, file="f").extra == {"more": 1}
+        return
+    with pytest.raises(DocumentError, match=rule):
+        metadata.TreeEntry.from_json(
+            "('x',)" if entry["key_metadata"][0]["key"] == "x" else "('a',)", entry, file="f"
+        )
