@@ -821,6 +821,26 @@ def _save_to_object_store(
         transfer.copy(local, os.fspath(url), overwrite=overwrite, progress=False)
 
 
+def _save(
+    path: str | os.PathLike[str],
+    items: Mapping[str, Any],
+    *,
+    layout: Layout,
+    overwrite: bool,
+    **options: Any,
+) -> None:
+    """Write `items` (checkpointable name -> tree) and commit; object stores via staging."""
+    if _is_object_store(path):
+        _save_to_object_store(
+            path,
+            lambda local: _save(local, items, layout=layout, overwrite=overwrite, **options),
+            overwrite=overwrite,
+        )
+        return
+    save = _prepare(path, items, layout=layout, overwrite=overwrite, copy=False, **options)
+    save.write(save.begin())
+
+
 def save_pytree(
     path: str | os.PathLike[str],
     tree: Any,
@@ -866,30 +886,13 @@ def save_pytree(
         WriteConflictError: a checkpoint exists at `path` and `overwrite` is False (DIR-002),
             or another save is writing there (DIR-003).
     """
-    if _is_object_store(path):
-        options = dict(
-            layout=layout,
-            overwrite=overwrite,
-            use_ocdbt=use_ocdbt,
-            zarr_version=zarr_version,
-            compression=compression,
-            compression_level=compression_level,
-            chunk_byte_size=chunk_byte_size,
-            storage_dtypes=storage_dtypes,
-            custom_metadata=custom_metadata,
-        )
-        _save_to_object_store(
-            path, lambda local: save_pytree(local, tree, **options), overwrite=overwrite
-        )
-        return
     items = {"": tree} if layout == "item" else {V1_PYTREE_NAME: tree}
-    save = _prepare(
+    _save(
         path,
         items,
         layout=layout,
         overwrite=overwrite,
         custom_metadata=custom_metadata,
-        copy=False,
         use_ocdbt=use_ocdbt,
         zarr_version=zarr_version,
         compression=compression,
@@ -897,7 +900,6 @@ def save_pytree(
         chunk_byte_size=chunk_byte_size,
         storage_dtypes=storage_dtypes,
     )
-    save.write(save.begin())
 
 
 def save_checkpointables(
@@ -920,30 +922,12 @@ def save_checkpointables(
     """
     if not isinstance(checkpointables, Mapping) or not checkpointables:
         raise ValueError("checkpointables must be a non-empty mapping name -> pytree")
-    if _is_object_store(path):
-        options = dict(
-            overwrite=overwrite,
-            use_ocdbt=use_ocdbt,
-            zarr_version=zarr_version,
-            compression=compression,
-            compression_level=compression_level,
-            chunk_byte_size=chunk_byte_size,
-            storage_dtypes=storage_dtypes,
-            custom_metadata=custom_metadata,
-        )
-        _save_to_object_store(
-            path,
-            lambda local: save_checkpointables(local, checkpointables, **options),
-            overwrite=overwrite,
-        )
-        return
-    save = _prepare(
+    _save(
         path,
         checkpointables,
         layout="v1",
         overwrite=overwrite,
         custom_metadata=custom_metadata,
-        copy=False,
         use_ocdbt=use_ocdbt,
         zarr_version=zarr_version,
         compression=compression,
@@ -951,7 +935,6 @@ def save_checkpointables(
         chunk_byte_size=chunk_byte_size,
         storage_dtypes=storage_dtypes,
     )
-    save.write(save.begin())
 
 
 class SaveHandle:
