@@ -2,10 +2,14 @@
 
     python _crash_child.py manager ROOT STEP [MAX_TO_KEEP] [USE_OCDBT]
     python _crash_child.py pytree PATH STEP
+    python _crash_child.py overwrite PATH STEP      (save_pytree with overwrite=True)
 
 Every file-system call the save makes from Python (open for writing, mkdir, rename, replace,
-unlink, rmtree, fsync) and each item write that tensorstore performs counts as one event.
+unlink, rmtree, fsync, renameat2 through ctypes) and each item write that tensorstore performs
+counts as one event.
 ``OCKPT_KILL_AT=N`` kills the process with SIGKILL just before event N (1-based);
+``OCKPT_NO_EXCHANGE=1`` makes renameat2 unavailable (the rename fallback of an overwrite);
+``OCKPT_TRACE=1`` adds the list of events (``"<call> <file name>"``) to the JSON line;
 ``OCKPT_ENOSPC_AT=N`` makes event N (and every later write) fail with ENOSPC instead;
 ``OCKPT_WAIT_FOR=FILE`` waits until FILE exists before saving (to start two writers together).
 The last line printed is a JSON object: ``{"result": ..., "events": N}``.
@@ -30,12 +34,16 @@ import numpy as np  # noqa: E402
 
 KILL_AT = int(os.environ.get("OCKPT_KILL_AT", "0"))
 ENOSPC_AT = int(os.environ.get("OCKPT_ENOSPC_AT", "0"))
+TRACE = bool(os.environ.get("OCKPT_TRACE"))
 events = 0
+trace: list[str] = []
 
 
 def _event(what: str, writes: bool = True) -> None:
     global events
     events += 1
+    if TRACE:
+        trace.append(what)
     if KILL_AT and events == KILL_AT:
         os.kill(os.getpid(), signal.SIGKILL)
     if ENOSPC_AT and events >= ENOSPC_AT and writes:
@@ -47,7 +55,8 @@ def _wrap(module, name: str, *, writes=lambda *a, **k: True) -> None:  # type: i
 
     def wrapper(*args, **kwargs):  # type: ignore[no-untyped-def]
         if writes(*args, **kwargs):
-            _event(name)
+            first = args[0] if args and isinstance(args[0], (str, os.PathLike)) else ""
+            _event(f"{name} {os.path.basename(os.fspath(first))}" if TRACE else name)
         return original(*args, **kwargs)
 
     setattr(module, name, wrapper)
@@ -67,7 +76,11 @@ def install() -> None:
     for name in ("mkdir", "rename", "replace", "unlink", "remove", "rmdir", "fsync"):
         _wrap(os, name)
     _wrap(shutil, "rmtree")
-    from ockpt import writer
+    from ockpt import commit, writer
+
+    if os.environ.get("OCKPT_NO_EXCHANGE"):
+        commit._renameat2 = lambda src, dst, flags: False  # as without renameat2
+    _wrap(commit, "_renameat2")
 
     for name in ("_write_item", "_finish_item"):  # array data written by tensorstore
         _wrap(writer, name)
@@ -102,7 +115,7 @@ def main() -> None:
             mgr = ockpt.CheckpointManager(path, max_to_keep=keep, save_options={"use_ocdbt": ocdbt})
             result = "saved" if mgr.save(step, tree(step)) else "skipped"
         else:
-            ockpt.save_pytree(path, tree(step))
+            ockpt.save_pytree(path, tree(step), overwrite=mode == "overwrite")
             result = "saved"
     except ockpt.WriteConflictError as e:
         result = f"conflict: {e}"
@@ -110,7 +123,10 @@ def main() -> None:
         result = f"{type(e).__name__}: {e}"
     except OSError as e:
         result = f"OSError: {e}"
-    sys.stdout.write(json.dumps({"result": result, "events": events}) + "\n")
+    out: dict = {"result": result, "events": events}
+    if TRACE:
+        out["trace"] = trace
+    sys.stdout.write(json.dumps(out) + "\n")
     sys.stdout.flush()
 
 

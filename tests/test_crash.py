@@ -1,12 +1,14 @@
-"""Crashes and concurrency: a writer killed (SIGKILL) at every file-system event of a save, two
-writers racing for one step, a reader listing while a writer saves, and a full disk.
+"""Crashes and concurrency: a writer killed (SIGKILL) at every file-system event of a save or
+of an overwrite, two writers racing for one step, a reader listing while a writer saves, and a
+full disk.
 
 The writer runs in a child process (tests/_crash_child.py) that counts the file-system calls
 the save makes from Python (and each item that tensorstore writes) and kills itself just before
 event N. After each kill: every checkpoint committed before still loads bit-equal; nothing
 partial is listed or detected as committed; the manager reports the temporary directories left
 behind and removes them on request without touching committed steps (DIR-004, DIR-005,
-LOAD-054).
+LOAD-054). An overwrite killed anywhere leaves the old checkpoint or the new one at the path,
+never neither once recovered (DIR-006, DIR-007), and a reader names the parked one (LAYOUT-006).
 """
 
 from __future__ import annotations
@@ -19,13 +21,15 @@ import subprocess
 import sys
 import time
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import ockpt
-from ockpt.layout import Kind, is_temporary_name
+from ockpt import commit
+from ockpt.layout import COMMIT_FILE, Kind, is_temporary_name
 
 HERE = Path(__file__).resolve().parent
 CHILD = HERE / "_crash_child.py"
@@ -295,3 +299,99 @@ def test_disk_full_tmpfs(tmp_path):
         check_root(root, must_have={0, 1}, may_have=set())
     finally:
         subprocess.run(["umount", str(mnt)], capture_output=True, timeout=10)
+
+
+# ---------------------------------------------------------------------------------------------
+# Overwrite killed at every event: the path holds the old or the new checkpoint (DIR-006)
+
+OLD, NEW, NEXT = 1, 2, 3
+
+
+def _overwrite_points(trace: list[str], aside_at: int, commit_at: int) -> list[int]:
+    """Kill points: every event from the last one before the old checkpoint is moved to a few
+    events into its removal (the renames and everything around them), the commit marker, and
+    a sample of the others (the array writes, the fsyncs, the removal). OCKPT_CRASH_ALL=1
+    kills at every event."""
+    n = len(trace)
+    if os.environ.get("OCKPT_CRASH_ALL"):
+        return list(range(1, n + 1))
+    marker = max(i for i, t in enumerate(trace[:commit_at], 1) if t == f"open {COMMIT_FILE}")
+    removal = next(i for i, t in enumerate(trace, 1) if t.startswith("rmtree") and i > commit_at)
+    around = range(aside_at - 1, removal + 3)
+    return sorted({*range(2, marker, 8), marker, marker + 1, *around, *range(removal + 3, n, 6), n})
+
+
+@pytest.mark.parametrize("exchange", [True, False], ids=["exchange", "rename_fallback"])
+def test_overwrite_killed_at_every_event(tmp_path, monkeypatch, exchange):
+    """SIGKILL before each event of ``save_pytree(path, new, overwrite=True)`` over an old
+    checkpoint. With atomic exchange (DIR-006) the path loads bit-equal as the old checkpoint
+    up to the exchange and as the new one after it, at every kill point. With the rename
+    fallback (exchange made unavailable), the one kill point between the two renames leaves
+    the path missing and the old checkpoint whole under ``-replaced``: a reader's error names
+    it (LAYOUT-006), and the next save puts it back before anything else (DIR-007). After
+    every kill, an overwrite saves again and leaves nothing but the checkpoint behind."""
+    env = {} if exchange else {"OCKPT_NO_EXCHANGE": "1"}
+    if not exchange:
+        monkeypatch.setattr(commit, "_renameat2", lambda src, dst, flags: False)
+    elif commit._load_renameat2() is None:
+        pytest.skip("renameat2 is not available here")
+    base = tmp_path / "base"
+    base.mkdir()
+    ockpt.save_pytree(base / "c", tree(OLD))
+    probe = tmp_path / "probe"
+    shutil.copytree(base, probe)
+    code, out = child("overwrite", probe / "c", NEW, env={**env, "OCKPT_TRACE": "1"})
+    assert code == 0 and out["result"] == "saved", out
+    trace = out["trace"]
+    tmp_name, old_name = "c" + commit.TMP_SUFFIX, os.path.basename(commit.replaced_name("c"))
+    if exchange:  # the exchange commits; no -replaced name is ever used
+        commit_at = trace.index(f"_renameat2 {tmp_name}") + 1
+        aside_at = commit_at
+        assert not any(old_name in t for t in trace), trace
+    else:  # final -> -replaced, then tmp -> final
+        aside_at = trace.index("rename c") + 1
+        commit_at = trace.index(f"rename {tmp_name}") + 1
+        assert commit_at == aside_at + 1, trace
+    points = _overwrite_points(trace, aside_at, commit_at)
+    assert {aside_at, commit_at, commit_at + 1} <= set(points)
+
+    def run(kill_at: int) -> tuple[int, int, dict]:
+        root = tmp_path / f"kill-{kill_at}"
+        shutil.copytree(base, root)
+        code, out = child("overwrite", root / "c", NEW, env={**env, "OCKPT_KILL_AT": str(kill_at)})
+        return kill_at, code, out
+
+    with ThreadPoolExecutor(2) as pool:  # two children at a time: ~16 kills, ~20 s
+        results = list(pool.map(run, points))
+    missing = 0
+    for kill_at, code, out in results:
+        assert code == -signal.SIGKILL, (kill_at, out)
+        root = tmp_path / f"kill-{kill_at}"
+        path = root / "c"
+        for name in os.listdir(root):  # whatever else is left is temporary, never read
+            if name != "c":
+                assert is_temporary_name(name), (kill_at, name)
+                assert ockpt.detect(root / name).kind is Kind.TEMPORARY
+        if aside_at < kill_at <= commit_at:  # only without exchange: between the renames
+            assert not exchange and not path.exists(), kill_at
+            missing += 1
+            parked = root / old_name
+            with pytest.raises(ockpt.NotACheckpointError, match=old_name):
+                ockpt.load_pytree(path, backend="python")
+            with pytest.raises(ockpt.NotACheckpointError, match=old_name):
+                ockpt.validate(path)
+            assert old_name in ockpt.detect(path).reason
+            assert ockpt.detect(parked).kind is Kind.TEMPORARY  # never read under that name
+            # recovery: the next save puts the old checkpoint back, then finds it there
+            with pytest.warns(ockpt.OckptWarning, match="DIR-007"):
+                with pytest.raises(ockpt.WriteConflictError, match="DIR-002"):
+                    ockpt.save_pytree(path, tree(NEXT))
+            assert not parked.exists()
+        want = OLD if kill_at <= commit_at else NEW
+        assert_tree_equal(ockpt.load_pytree(path, backend="python"), tree(want))
+        # the next overwrite succeeds and tidies up what the killed one left
+        ockpt.save_pytree(path, tree(NEXT), overwrite=True)
+        assert_tree_equal(ockpt.load_pytree(path, backend="python"), tree(NEXT))
+        assert os.listdir(root) == ["c"], (kill_at, os.listdir(root))
+        shutil.rmtree(root)
+    assert missing == (0 if exchange else 1)

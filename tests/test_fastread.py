@@ -108,3 +108,151 @@ def test_missing_chunk_names_its_rule(tmp_path):
 
 def test_one_worker_per_core():
     assert _fastread.workers() >= 1
+
+
+# ---------------------------------------------------------------------------------------------
+# large chunks streamed from their file (STREAM_BYTES lowered so small chunks take that path)
+
+
+@pytest.fixture
+def streamed(monkeypatch):
+    """Every chunk is 'large': decoded from its file, straight or in slabs of at most 64 bytes."""
+    monkeypatch.setattr(_fastread, "STREAM_BYTES", 0)
+    monkeypatch.setattr(_fastread, "SLAB_BYTES", 64)
+    calls = []
+    real = _fastread._stream
+    monkeypatch.setattr(_fastread, "_stream", lambda *a: calls.append(a[1]) or real(*a))
+    return calls
+
+
+def _flat(tree, path=()):
+    if isinstance(tree, dict):
+        for k, v in tree.items():
+            yield from _flat(v, (*path, k))
+    elif isinstance(tree, (list, tuple)):
+        for i, v in enumerate(tree):
+            yield from _flat(v, (*path, i))
+    else:
+        yield path, tree
+
+
+def _golden():
+    from conftest import fixture_cases
+
+    return fixture_cases()
+
+
+@pytest.mark.parametrize("case", _golden(), ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_streamed_golden_checkpoints_equal_tensorstore(case, streamed):
+    """Real Orbax (and ockpt) bytes read through the streaming path equal tensorstore's."""
+    a = dict(_flat(ockpt.load_pytree(case / "checkpoint")))
+    b = dict(_flat(ockpt.load_pytree(case / "checkpoint", backend="python")))
+    assert a.keys() == b.keys()
+    for k in a:
+        x, y = np.asarray(a[k]), np.asarray(b[k])
+        assert x.dtype == y.dtype and x.shape == y.shape, k
+        if x.dtype.kind not in "OUS":
+            assert x.tobytes() == y.tobytes(), k
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"compression": None}, {"compression": "auto"}, {"use_ocdbt": False}],
+    ids=["zstd", "raw", "auto", "files"],
+)
+def test_streamed_whole_and_slabs_and_casts(tmp_path, streamed, options):
+    """Chunks of 4 KiB (stored out of line in OCDBT, or as files): every whole-chunk, slab,
+    cast and resharded path of the streaming decoder equals tensorstore."""
+    path = tmp_path / "c"
+    save_pytree(path, _tree(), layout="item", chunk_byte_size=4096, **options)
+    test_numpy_and_casts_match_tensorstore(path)
+    for mesh_shape, spec in [((8,), P("x", None)), ((2,), P(None, "x")), ((1,), P())]:
+        test_jax_targets_any_sharding(path, mesh_shape, spec)  # regions cut across slabs
+    kinds = {"zstd"} if options.get("compression", "zstd") == "zstd" else {"raw"}
+    assert set(streamed) == kinds, streamed
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"compression": "zstd"},
+        {"compression": None},
+        {"zarr_version": 3},  # one shard holding one inner chunk, as Orbax writes
+        {"zarr_version": 3, "compression": None},
+        {"zarr_version": 3, "chunk_byte_size": 1 << 20},  # one shard of four inner chunks
+    ],
+    ids=["v2-zstd", "v2-raw", "v3-zstd", "v3-raw", "v3-inner"],
+)
+def test_large_chunk_costs_its_output_only(tmp_path, monkeypatch, options):
+    """An array stored in one value larger than STREAM_BYTES is decoded without a buffer of
+    that value's size: the memory numpy allocates while loading stays near the output's."""
+    import tracemalloc
+
+    a = np.random.default_rng(0).standard_normal((4096, 256)).astype(np.float32)  # 4 MiB
+    path = tmp_path / "c"
+    save_pytree(path, {"w": a}, layout="item", **options)
+    monkeypatch.setattr(_fastread, "STREAM_BYTES", 64 << 10)
+    monkeypatch.setattr(_fastread, "SLAB_BYTES", 64 << 10)
+    monkeypatch.setattr(_fastread, "_READ_SIZE", 16 << 10)
+    ockpt.load_pytree(path, backend="python")  # warm: metadata caches, thread pool
+    for target in (None, {"w": np.zeros((a.shape[0] - 7, 256), np.float32)}):  # whole, slabs
+        tracemalloc.start()
+        got = ockpt.load_pytree(path, target, backend="python", pad_or_truncate=True)["w"]
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        np.testing.assert_array_equal(got, a[: got.shape[0]])
+        assert peak < got.nbytes + (512 << 10), (peak, got.nbytes)
+
+
+@pytest.mark.parametrize("damage", ["trailing", "truncated", "flipped"])
+def test_damaged_large_chunk_keeps_its_rule(tmp_path, monkeypatch, damage):
+    """A large chunk that is not exactly one frame of its size falls back to the checked
+    decoder, which names the rule."""
+    monkeypatch.setattr(_fastread, "STREAM_BYTES", 0)
+    path2 = tmp_path / "p"
+    save_pytree(path2, {"w": np.ones((64, 256), np.float32)}, layout="item", use_ocdbt=False)
+    chunk = path2 / "w" / "0.0"
+    data = chunk.read_bytes()
+    if damage == "trailing":
+        data += b"\0"
+    elif damage == "truncated":
+        data = data[:-3]
+    else:
+        data = data[:-2] + bytes([data[-2] ^ 0xFF]) + data[-1:]
+    chunk.write_bytes(data)
+    with pytest.raises(ockpt.FormatError) as info:
+        ockpt.load_pytree(path2, backend="python")
+    assert "ZARR-" in str(info.value)
+
+
+def test_streamed_hostile_chunks_raise_only_format_errors(tmp_path_factory):
+    """Arbitrary bytes as a large chunk (zstd or raw, file or OCDBT value): the streaming
+    path either decodes or falls back to the checked decoder; nothing but FormatError."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    base = tmp_path_factory.mktemp("hostile")
+    value = np.arange(64 * 16, dtype=np.float32).reshape(64, 16)
+    paths = {}
+    for name, options in {"zstd": {}, "raw": {"compression": None}}.items():
+        paths[name] = base / name
+        save_pytree(paths[name], {"w": value}, layout="item", use_ocdbt=False, **options)
+    frame = (paths["zstd"] / "w" / "0.0").read_bytes()
+
+    @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(kind=st.sampled_from(["zstd", "raw"]), cut=st.integers(0, len(frame)),
+           junk=st.binary(max_size=64), flip=st.integers(0, 8 * len(frame)))  # fmt: skip
+    def check(kind, cut, junk, flip):
+        data = bytearray(frame if kind == "zstd" else value.tobytes())
+        if flip < 8 * len(data):
+            data[flip // 8] ^= 1 << (flip % 8)
+        (paths[kind] / "w" / "0.0").write_bytes(bytes(data[:cut]) + junk)
+        try:
+            got = ockpt.load_pytree(paths[kind], backend="python")["w"]
+        except ockpt.FormatError:
+            return
+        assert got.shape == value.shape and got.dtype == value.dtype
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(_fastread, "STREAM_BYTES", 0)
+        check()

@@ -27,6 +27,7 @@ import numpy as np
 import zstandard
 
 from . import dtypes
+from ._filerange import ByteRange
 from .errors import MissingDataError
 from .ocdbt.format import _zstd_frame_size
 from .zarr.array import _overlap, read_region
@@ -57,6 +58,13 @@ def _executor() -> ThreadPoolExecutor:
 
 _ALIGN = 64
 
+#: Chunks that decode to more than this are streamed from their file in slabs of at most
+#: `SLAB_BYTES` along their first axis (or straight into the output when it takes the whole
+#: chunk), so a one-chunk array of many GiB costs its output and not twice or thrice that.
+STREAM_BYTES = 64 << 20
+SLAB_BYTES = 16 << 20
+_READ_SIZE = 1 << 20  # compressed bytes handed to the zstd stream decoder at a time
+
 
 def _aligned(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     """An uninitialised array whose data starts on a 64-byte boundary (numpy's large arrays
@@ -82,24 +90,38 @@ class _Group:
             self.outs.append(_aligned(tuple(b - a for a, b in r.box), dtype))
 
     def tasks(self) -> Iterator[tuple[tuple[int, ...], list[tuple[int, tuple, tuple]]]]:
-        """(chunk grid index, [(request number, box within the array, target slices)])."""
+        """(chunk grid index, [(request number, box within the array, target slices)]).
+
+        A chunk is one task, except a large zarr v3 shard: one task per inner chunk (each
+        reads the shard index and its inner chunk from the file), decoded in parallel."""
         meta = self.array.metadata
         chunk = tuple(meta.chunk_shape)
-        by_chunk: dict[tuple[int, ...], list[tuple[int, tuple, tuple]]] = {}
+        unit = chunk
+        if _large_shard(meta, self.array.dtype):
+            unit = tuple(meta.sharding.chunk_shape)
+        by_unit: dict[tuple[int, ...], list[tuple[int, tuple, tuple]]] = {}
         for n, r in enumerate(self.requests):
             box = tuple(tuple(b) for b in r.box)
             if any(a >= b for a, b in box):
                 continue
-            ranges = [range(a // c, -(-b // c)) for (a, b), c in zip(box, chunk, strict=True)]
+            ranges = [range(a // c, -(-b // c)) for (a, b), c in zip(box, unit, strict=True)]
             for index in itertools.product(*ranges):
-                lo = tuple(i * c for i, c in zip(index, chunk, strict=True))
+                lo = tuple(i * c for i, c in zip(index, unit, strict=True))
                 sub = tuple(
                     (max(a, low), min(b, low + c))
-                    for (a, b), low, c in zip(box, lo, chunk, strict=True)
+                    for (a, b), low, c in zip(box, lo, unit, strict=True)
                 )
                 target = tuple(slice(s - a, e - a) for (s, e), (a, _) in zip(sub, box, strict=True))
-                by_chunk.setdefault(index, []).append((n, sub, target))
-        yield from by_chunk.items()
+                by_unit.setdefault(index, []).append((n, sub, target))
+        for index, dests in by_unit.items():
+            lo = tuple(i * c for i, c in zip(index, unit, strict=True))
+            yield tuple(low // c for low, c in zip(lo, chunk, strict=True)), dests
+
+
+def _large_shard(meta: Any, stored: np.dtype) -> bool:
+    """A zarr v3 shard above `STREAM_BYTES`: read by inner chunk from its file."""
+    sharding = getattr(meta, "sharding", None)
+    return sharding is not None and math.prod(meta.chunk_shape) * stored.itemsize > STREAM_BYTES
 
 
 def _assign(out: np.ndarray, target: tuple, value: np.ndarray) -> None:
@@ -112,7 +134,10 @@ _local = threading.local()
 
 
 def _scratch(nbytes: int, name: str = "buf") -> np.ndarray:
-    """One of this thread's reusable buffers (fresh memory costs a page fault per page)."""
+    """One of this thread's reusable buffers (fresh memory costs a page fault per page); a
+    request above `STREAM_BYTES` gets fresh memory that is freed after use, not kept."""
+    if nbytes > STREAM_BYTES:
+        return np.empty(nbytes, dtype=np.uint8)
     buf = getattr(_local, name, None)
     if buf is None or buf.nbytes < nbytes:
         buf = np.empty(max(nbytes, 1), dtype=np.uint8)
@@ -124,18 +149,21 @@ def _raw(nbytes: int) -> memoryview:
     return memoryview(_scratch(nbytes, "raw"))
 
 
-def _plain_zstd(meta: Any) -> bool:
-    """Chunks are C-order little-endian bytes under one zstd frame (Orbax's zarr v2)."""
-    p = getattr(meta, "pipeline", None)
-    return (
-        sys.byteorder == "little"
-        and p is not None
-        and not p.array_to_array
-        and isinstance(p.array_to_bytes, BytesCodec)
-        and p.array_to_bytes.endian in ("little", None)
-        and len(p.bytes_to_bytes) == 1
-        and isinstance(p.bytes_to_bytes[0], ZstdCodec)
-    )
+def _plain(p: Any) -> str | None:
+    """`"zstd"` when chunks are C-order native little-endian bytes under one zstd frame
+    (Orbax's zarr v2), "raw" when they are those bytes alone; None for any other pipeline."""
+    if (
+        sys.byteorder != "little"
+        or p.array_to_array
+        or not isinstance(p.array_to_bytes, BytesCodec)
+        or p.array_to_bytes.endian not in ("little", None)
+    ):
+        return None
+    if not p.bytes_to_bytes:
+        return "raw"
+    if len(p.bytes_to_bytes) == 1 and isinstance(p.bytes_to_bytes[0], ZstdCodec):
+        return "zstd"
+    return None
 
 
 def _zstd_into(data: Any, dst: np.ndarray) -> bool:
@@ -149,12 +177,9 @@ def _zstd_into(data: Any, dst: np.ndarray) -> bool:
         return False
     if _zstd_frame_size(data) != len(data):
         return False
-    dctx = getattr(_local, "dctx", None)
-    if dctx is None:
-        dctx = _local.dctx = zstandard.ZstdDecompressor()
     view = memoryview(dst.reshape(-1).view(np.uint8))
     try:
-        reader = dctx.stream_reader(data, read_size=len(data), read_across_frames=False)
+        reader = _decoder().stream_reader(data, read_size=len(data), read_across_frames=False)
         got = 0
         while got < len(view):
             n = reader.readinto(view[got:])
@@ -166,6 +191,88 @@ def _zstd_into(data: Any, dst: np.ndarray) -> bool:
         return False
 
 
+def _decoder() -> zstandard.ZstdDecompressor:
+    dctx = getattr(_local, "dctx", None)
+    if dctx is None:
+        dctx = _local.dctx = zstandard.ZstdDecompressor()
+    return dctx
+
+
+def _stream(
+    src: ByteRange,
+    kind: str,
+    chunk: tuple[int, ...],
+    stored: np.dtype,
+    lo: tuple[int, ...],
+    group: _Group,
+    dests: list[tuple[int, tuple, tuple]],
+) -> bool:
+    """Decode the large chunk at `lo` from `src` into its destinations: straight into the
+    output when one region takes the whole chunk, else in slabs along the first axis. False
+    (outputs in any state) when the bytes are not exactly one frame (or raw bytes) of the
+    chunk's size, or the layout does not allow slabs: the caller then takes the checked
+    path, which names the fault."""
+    nbytes = math.prod(chunk) * stored.itemsize
+    whole = tuple((low, low + c) for low, c in zip(lo, chunk, strict=True))
+    direct = None
+    if len(dests) == 1 and dests[0][1] == whole:
+        n, _, target = dests[0]
+        region = group.outs[n][(*target, ...)]
+        if region.dtype == stored and region.flags.c_contiguous:
+            direct = region
+    row = math.prod(chunk[1:]) * stored.itemsize
+    if direct is None and (not chunk or row > SLAB_BYTES):
+        return False
+    if kind == "zstd":
+        try:
+            if zstandard.get_frame_parameters(src.pread(0, 18)).content_size != nbytes:
+                return False
+        except zstandard.ZstdError:
+            return False
+        if _zstd_frame_size(src) != len(src):
+            return False
+        source: Any = _decoder().stream_reader(src, read_size=_READ_SIZE, read_across_frames=False)
+    elif len(src) != nbytes:
+        return False
+    else:
+        source = src
+
+    def fill(dst: np.ndarray) -> bool:
+        view = memoryview(dst.reshape(-1).view(np.uint8))
+        got = 0
+        while got < len(view):
+            n = source.readinto(view[got:])
+            if not n:
+                return False
+            got += n
+        return True
+
+    try:
+        if direct is not None:
+            if not fill(direct):
+                return False
+        else:
+            rows = max(1, SLAB_BYTES // max(row, 1))
+            buf = np.empty((min(rows, chunk[0]), *chunk[1:]), dtype=stored)
+            for r0 in range(0, chunk[0], rows):
+                slab = buf[: min(rows, chunk[0] - r0)]
+                if not fill(slab):
+                    return False
+                top = lo[0] + r0
+                for n, sub, target in dests:
+                    a, b = max(sub[0][0], top), min(sub[0][1], top + len(slab))
+                    if a >= b:
+                        continue
+                    part = ((a, b), *sub[1:])
+                    first = target[0].start + a - sub[0][0]
+                    to = (slice(first, first + b - a), *target[1:])
+                    _, source_slices = _overlap(part, (top, *lo[1:]), slab.shape)
+                    _assign(group.outs[n], to, slab[source_slices])
+        return not source.read(1)
+    except zstandard.ZstdError:
+        return False
+
+
 def _fetch(array: Any, key: str) -> Any:
     db = getattr(array._store, "db", None)
     if db is not None and hasattr(db, "get_into"):  # one OCDBT database: no fresh memory
@@ -173,41 +280,41 @@ def _fetch(array: Any, key: str) -> Any:
     return array._store.get(key)
 
 
-def _read_chunk(group: _Group, index: tuple[int, ...], dests: list[tuple[int, tuple, tuple]]):
+def _missing(group: _Group, dests: list[tuple[int, tuple, tuple]], what: str) -> None:
+    """A chunk that is not stored: the fill value, or an error where every chunk is stored."""
     array = group.array
-    meta = array.metadata
-    key = array._prefix + meta.chunk_key(index)
-    where = f"{array.file}/{key}"
-    data = _fetch(array, key)
-    if data is None:
-        if array._missing == "error":
-            raise MissingDataError(
-                f"{where}: chunk {list(index)} is missing and the checkpoint stores every "
-                "chunk (store_array_data_equal_to_fill_value; ZARR-008) [LOAD-041]"
-            )
-        for n, _, target in dests:
-            _assign(group.outs[n], target, np.broadcast_to(meta.fill, group.outs[n][target].shape))
-        return
-    stored = array.dtype
-    if isinstance(meta, ArrayV3Metadata) and meta.sharding is not None:
-        # a shard: decode only the inner chunks each region needs
-        for n, sub, target in dests:
-            out = group.outs[n]
-            if out.dtype == stored:
-                region = out[(*target, ...)]  # a view, also when 0-d
-                if region.flags.c_contiguous or region.ndim == 0:
-                    read_region(meta, lambda k: data, region, sub, prefix=array._prefix,
-                                missing=array._missing, file=array.file)  # fmt: skip
-                    continue
-            tmp = np.empty(tuple(b - a for a, b in sub), dtype=stored)
-            read_region(meta, lambda k: data, tmp, sub, prefix=array._prefix,
-                        missing=array._missing, file=array.file)  # fmt: skip
-            _assign(out, target, tmp)
-        return
-    chunk = tuple(meta.chunk_shape)
-    lo = tuple(i * c for i, c in zip(index, chunk, strict=True))
+    if array._missing == "error":
+        raise MissingDataError(
+            f"{what} is missing and the checkpoint stores every chunk "
+            "(store_array_data_equal_to_fill_value; ZARR-008) [LOAD-041]"
+        )
+    for n, _, target in dests:
+        out = group.outs[n]
+        _assign(out, target, np.broadcast_to(array.metadata.fill, out[target].shape))
+
+
+def _decode(
+    group: _Group,
+    pipeline: Any,
+    chunk: tuple[int, ...],
+    lo: tuple[int, ...],
+    data: Any,
+    dests: list[tuple[int, tuple, tuple]],
+    *,
+    where: str,
+    pointer: str | None,
+) -> None:
+    """Decode one chunk at `lo` (bytes, or a `ByteRange` of its file when it is large) into
+    every destination it overlaps: zstd straight into an output that takes the whole chunk,
+    a large chunk streamed, anything else (and every fault) through the checked pipeline."""
+    stored = group.array.dtype
+    kind = _plain(pipeline)
+    if isinstance(data, ByteRange):
+        if kind is not None and _stream(data, kind, chunk, stored, lo, group, dests):
+            return
+        data = data[:]  # the checked path below names the fault
     decoded = None
-    if _plain_zstd(meta):
+    if kind == "zstd":
         whole = tuple((low, low + c) for low, c in zip(lo, chunk, strict=True))
         if len(dests) == 1 and dests[0][1] == whole:  # one region takes the whole chunk
             n, _, target = dests[0]
@@ -215,15 +322,92 @@ def _read_chunk(group: _Group, index: tuple[int, ...], dests: list[tuple[int, tu
             if region.dtype == stored and region.flags.c_contiguous:
                 if _zstd_into(data, region):
                     return
-        nbytes = math.prod(chunk) * stored.itemsize
-        buf = _scratch(nbytes).view(stored).reshape(chunk)
+        buf = _scratch(math.prod(chunk) * stored.itemsize).view(stored).reshape(chunk)
         if _zstd_into(data, buf):
             decoded = buf
     if decoded is None:  # every other codec pipeline, and every error
-        decoded = meta.pipeline.decode(data, chunk, meta.numpy_dtype, file=where, pointer=None)
+        numpy_dtype = group.array.metadata.numpy_dtype
+        decoded = pipeline.decode(data, chunk, numpy_dtype, file=where, pointer=pointer)
     for n, sub, target in dests:
         _, source = _overlap(sub, lo, chunk)
         _assign(group.outs[n], target, decoded[source])
+
+
+def _read_inner_chunk(
+    group: _Group,
+    index: tuple[int, ...],
+    src: ByteRange,
+    dests: list[tuple[int, tuple, tuple]],
+    where: str,
+) -> None:
+    """One inner chunk of a large zarr v3 shard (every destination lies within it), read
+    from the shard's file: the shard index, then the inner chunk's bytes."""
+    meta = group.array.metadata
+    sharding = meta.sharding
+    shard = tuple(meta.chunk_shape)
+    inner = tuple(sharding.chunk_shape)
+    shard_index = sharding.decode_index(src, shard, file=where, pointer="shard index")
+    first = dests[0][1]  # (start, stop) per dimension
+    sub = tuple(
+        (a - i * s) // c for (a, _), i, s, c in zip(first, index, shard, inner, strict=True)
+    )
+    lo = tuple(i * s + j * c for i, s, j, c in zip(index, shard, sub, inner, strict=True))
+    entry = shard_index.get(sub)
+    if entry is None:
+        _missing(group, dests, f"{where}: inner chunk {list(sub)} of the shard")
+        return
+    offset, nbytes = entry
+    data: Any = src.part(offset, nbytes)
+    if math.prod(inner) * group.array.dtype.itemsize <= STREAM_BYTES:
+        data = data[:]
+    pointer = f"inner chunk {list(sub)}"
+    _decode(group, sharding.codecs, inner, lo, data, dests, where=where, pointer=pointer)
+
+
+def _read_shard(group: _Group, data: Any, dests: list[tuple[int, tuple, tuple]]) -> None:
+    """Decode, from one zarr v3 shard's bytes, only the inner chunks each region needs."""
+    array = group.array
+    get = lambda key: data  # noqa: E731 - the one shard this task reads
+    for n, sub, target in dests:
+        out = group.outs[n]
+        if out.dtype == array.dtype:
+            region = out[(*target, ...)]  # a view, also when 0-d
+            if region.flags.c_contiguous or region.ndim == 0:
+                read_region(array.metadata, get, region, sub, prefix=array._prefix,
+                            missing=array._missing, file=array.file)  # fmt: skip
+                continue
+        tmp = np.empty(tuple(b - a for a, b in sub), dtype=array.dtype)
+        read_region(array.metadata, get, tmp, sub, prefix=array._prefix,
+                    missing=array._missing, file=array.file)  # fmt: skip
+        _assign(out, target, tmp)
+
+
+def _read_chunk(group: _Group, index: tuple[int, ...], dests: list[tuple[int, tuple, tuple]]):
+    """Read one chunk grid cell (a chunk, or a zarr v3 shard) into its destinations."""
+    array = group.array
+    meta = array.metadata
+    key = array._prefix + meta.chunk_key(index)
+    where = f"{array.file}/{key}"
+    chunk = tuple(meta.chunk_shape)
+    lo = tuple(i * c for i, c in zip(index, chunk, strict=True))
+    sharded = isinstance(meta, ArrayV3Metadata) and meta.sharding is not None
+    large = math.prod(chunk) * array.dtype.itemsize > STREAM_BYTES
+    if large and (sharded or _plain(meta.pipeline) is not None):
+        src = array._store.value_range(key)  # None: inline, absent, or not in one file
+        if src is not None:
+            with src:
+                if sharded:
+                    _read_inner_chunk(group, index, src, dests, where)
+                else:
+                    _decode(group, meta.pipeline, chunk, lo, src, dests, where=where, pointer=None)
+            return
+    data = _fetch(array, key)
+    if data is None:
+        _missing(group, dests, f"{where}: chunk {list(index)}")
+    elif sharded:
+        _read_shard(group, data, dests)
+    else:
+        _decode(group, meta.pipeline, chunk, lo, data, dests, where=where, pointer=None)
 
 
 def read_regions(requests: Sequence[Any], *, max_in_flight: int) -> Iterator[tuple[Any, Any]]:

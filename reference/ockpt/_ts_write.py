@@ -12,6 +12,7 @@ starts, so `import ockpt` works without it.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from collections.abc import Iterable, Sequence
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import dtypes
+from .paths import array_prefix
 
 if TYPE_CHECKING:
     import tensorstore as ts
@@ -32,6 +34,7 @@ __all__ = [
     "ArrayWrite",
     "zarr_metadata",
     "chunk_shape_for",
+    "shard_shape_for",
     "process_dir",
     "write_arrays",
     "merge_databases",
@@ -73,19 +76,45 @@ class ArrayWrite:
     compress: bool = True  # False: chunks stored uncompressed (compression="auto", WRITE-015)
 
 
+#: Without a caller's limit, slices above this are divided into chunks of at most this size,
+#: unless that leaves chunks under `MIN_DEFAULT_CHUNK_BYTES` (WRITE-016).
+DEFAULT_MAX_CHUNK_BYTES = 64 << 20
+MIN_DEFAULT_CHUNK_BYTES = 1 << 20
+
+
 def chunk_shape_for(
     write_shape: Sequence[int], itemsize: int, chunk_byte_size: int | None
 ) -> tuple[int, ...]:
     """The chunk shape of an array written in slices of `write_shape` (WRITE-010).
 
-    Without a byte limit the chunk is the write shape. With one, dimensions are divided (the
-    largest first, by its smallest prime factor) until a chunk holds at most `chunk_byte_size`
-    bytes or every dimension is 1, so chunk edges stay on slice edges.
+    With a byte limit, dimensions are divided (the largest first, by its smallest prime
+    factor) until a chunk holds at most `chunk_byte_size` bytes or every dimension is 1, so
+    chunk edges stay on slice edges. Without one, the chunk is the write shape, divided the
+    same way to `DEFAULT_MAX_CHUNK_BYTES` when that keeps chunks of a useful size (WRITE-016).
     """
-    chunk = [max(1, int(n)) for n in write_shape]
     if chunk_byte_size is None:
-        return tuple(int(n) for n in write_shape)
-    while math.prod(chunk) * itemsize > chunk_byte_size:
+        whole = tuple(int(n) for n in write_shape)
+        if math.prod(whole) * itemsize <= DEFAULT_MAX_CHUNK_BYTES:
+            return whole
+        divided = _divide(whole, itemsize, DEFAULT_MAX_CHUNK_BYTES)
+        return divided if math.prod(divided) * itemsize >= MIN_DEFAULT_CHUNK_BYTES else whole
+    return _divide(write_shape, itemsize, chunk_byte_size)
+
+
+def shard_shape_for(
+    write_shape: Sequence[int], chunk_shape: Sequence[int], chunk_byte_size: int | None
+) -> tuple[int, ...]:
+    """The zarr v3 outer chunk (shard) of an array written in slices of `write_shape`: the
+    slice, or, where WRITE-016 divided the slice without a caller's limit, the chunk itself,
+    so that no stored value exceeds `DEFAULT_MAX_CHUNK_BYTES` (zarr v2 ignores it)."""
+    if chunk_byte_size is None:
+        return tuple(int(n) for n in chunk_shape)
+    return tuple(int(n) for n in write_shape)
+
+
+def _divide(write_shape: Sequence[int], itemsize: int, limit: int) -> tuple[int, ...]:
+    chunk = [max(1, int(n)) for n in write_shape]
+    while math.prod(chunk) * itemsize > limit:
         splittable = [i for i, n in enumerate(chunk) if n > 1]
         if not splittable:
             break
@@ -128,8 +157,12 @@ def zarr_metadata(
             "dimension_separator": ".",
         }
     inner: list[dict[str, Any]] = [{"name": "bytes", "configuration": {"endian": "little"}}]
+    if np.dtype(dtype).itemsize == 1:  # no byte order to state (tensorstore omits it)
+        inner = [{"name": "bytes"}]
     if compression_level is not None:
-        inner.append({"name": "zstd", "configuration": {"level": compression_level}})
+        inner.append(
+            {"name": "zstd", "configuration": {"level": compression_level, "checksum": False}}
+        )
     return {
         "zarr_format": 3,
         "node_type": "array",
@@ -190,13 +223,18 @@ def write_arrays(
     process_index: int,
     context: ts.Context,
 ) -> None:
-    """Write this process's pieces of every array (and, where asked, their zarr metadata)."""
+    """Write this process's pieces of every array (and, where asked, their zarr metadata).
+
+    Arrays `_chunkwrite` can encode (`_chunkwrite.direct`) are written as OCDBT values, their
+    zarr metadata documents included (`stored_metadata`); the others through tensorstore's
+    zarr drivers, one opened array each.
+    """
     import tensorstore as ts
 
-    arrays = list(arrays)
-    opened = []
-    for a in arrays:
-        metadata = zarr_metadata(
+    from . import _chunkwrite
+
+    def metadata(a: ArrayWrite) -> dict[str, Any]:
+        return zarr_metadata(
             zarr_version=zarr_version,
             shape=a.shape,
             dtype=a.dtype,
@@ -204,30 +242,27 @@ def write_arrays(
             write_shape=a.write_shape,
             compression_level=compression_level if a.compress else None,
         )
+
+    direct, opened = [], []
+    for a in arrays:
+        if _chunkwrite.direct(a, zarr_version=zarr_version, use_ocdbt=use_ocdbt):
+            direct.append(a)
+            continue
         spec = {
             "driver": "zarr" if zarr_version == 2 else "zarr3",
             "kvstore": _kvstore(
                 item_dir, a.param_name, use_ocdbt=use_ocdbt, process_index=process_index
             ),
-            "metadata": metadata,
+            "metadata": metadata(a),
             "store_data_equal_to_fill_value": True,
         }
         if a.write_metadata:
-            future = ts.open(spec, create=True, context=context)
+            opened.append((a, ts.open(spec, create=True, context=context)))
         elif a.pieces:
-            future = ts.open(spec, open=True, assume_metadata=True, context=context)
-        else:
-            continue
-        opened.append((a, future))
-    from . import _chunkwrite
-
+            opened.append((a, ts.open(spec, open=True, assume_metadata=True, context=context)))
     writes = []
-    direct = []  # chunks encoded by ockpt and written as OCDBT values (zarr v2)
     for a, future in opened:
         store = future.result()
-        if _chunkwrite.direct(a.dtype, zarr_version=zarr_version, use_ocdbt=use_ocdbt):
-            direct.append(a)
-            continue
         for piece in a.pieces:
             region = tuple(
                 slice(s, s + n) for s, n in zip(piece.start, piece.value.shape, strict=True)
@@ -235,6 +270,12 @@ def write_arrays(
             target = store[region] if region else store
             writes.append(target.write(piece.value))
     if direct:
+        name = ".zarray" if zarr_version == 2 else "zarr.json"
+        documents = {
+            array_prefix(a.param_name) + name: stored_metadata(metadata(a))
+            for a in direct
+            if a.write_metadata
+        }
         base = os.path.join(item_dir, process_dir(process_index))
         kvstore = ts.KvStore.open(
             {
@@ -245,10 +286,21 @@ def write_arrays(
             context=context,
         ).result()
         _chunkwrite.write_chunks(
-            kvstore, direct, compression_level=compression_level, transaction=ts.Transaction
+            kvstore,
+            direct,
+            documents=documents,
+            zarr_version=zarr_version,
+            compression_level=compression_level,
+            transaction=ts.Transaction,
         )
     for w in writes:
         w.result()
+
+
+def stored_metadata(metadata: dict[str, Any]) -> bytes:
+    """A zarr metadata document (`zarr_metadata`) as tensorstore's zarr drivers store it:
+    keys sorted, no spaces."""
+    return json.dumps(metadata, sort_keys=True, separators=(",", ":")).encode()
 
 
 def merge_databases(item_dir: str, process_indices: Iterable[int], *, context: ts.Context) -> None:

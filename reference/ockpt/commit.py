@@ -6,42 +6,62 @@ temporary directory to its final name. Readers never take a name containing
 ``.orbax-checkpoint-tmp`` for a checkpoint (LAYOUT-001), so a save that fails at any point
 leaves no directory a reader would take as committed.
 
-The pure helpers (`temporary_name`, `commit_text`) do no I/O; `begin`, `finish` and `abort`
-are the few calls that touch the file system. Only local paths are supported: object stores
-have no rename (see spec/writing.md).
+Overwriting swaps the new directory and the old one in one atomic step where the file system
+can (Linux ``renameat2(RENAME_EXCHANGE)``), so the final path holds a whole checkpoint, old or
+new, at every instant; elsewhere the old checkpoint is first renamed to
+``<name>.orbax-checkpoint-tmp-replaced``, and a save or `recover` that finds the final path
+missing renames it back (DIR-006, DIR-007).
+
+The pure helpers (`temporary_name`, `replaced_name`, `commit_text`) do no I/O; `begin`,
+`finish`, `abort` and `recover` are the few calls that touch the file system. Only local paths
+are supported: object stores have no rename (see spec/writing.md).
 """
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
 import shutil
+import sys
+import warnings
 from dataclasses import dataclass
 
-from .errors import FormatError, WriteConflictError
-from .layout import COMMIT_FILE, TMP_MARKER
+from .errors import FormatError, OckptWarning, WriteConflictError
+from .layout import COMMIT_FILE, REPLACED_SUFFIX, TMP_MARKER
 
 __all__ = [
     "TMP_SUFFIX",
     "COMMIT_FILE",
     "Pending",
     "temporary_name",
+    "replaced_name",
     "commit_text",
     "check_target",
     "begin",
     "finish",
     "abort",
+    "recover",
     "write_file",
     "fsync_dir",
 ]
 
 TMP_SUFFIX = TMP_MARKER
-_OLD_SUFFIX = TMP_MARKER + "-replaced"
+#: Suffix of the name an overwrite without atomic exchange parks the old checkpoint under.
+_OLD_SUFFIX = REPLACED_SUFFIX
+#: Suffix of the name a directory is renamed to just before it is removed.
+_DOOMED_SUFFIX = TMP_MARKER + "-deleted"
 
 
 def temporary_name(final: str) -> str:
     """The temporary path a save writes before it commits to `final`."""
     return final.rstrip(os.sep) + TMP_SUFFIX
+
+
+def replaced_name(final: str) -> str:
+    """Where an overwrite without atomic exchange keeps the old checkpoint until the new one
+    is in place: ``<final>.orbax-checkpoint-tmp-replaced`` (DIR-006)."""
+    return final.rstrip(os.sep) + _OLD_SUFFIX
 
 
 def commit_text(final: str) -> str:
@@ -103,10 +123,21 @@ def check_target(path: str | os.PathLike[str], *, overwrite: bool) -> str:
 def begin(path: str | os.PathLike[str], *, overwrite: bool = False) -> Pending:
     """Check the target and create its (empty) temporary directory.
 
+    A checkpoint that an interrupted overwrite left under the ``-replaced`` name while the
+    final path is missing is renamed back first (DIR-007); the target is then checked again,
+    so without `overwrite` that checkpoint is refused as any existing one (DIR-002).
     A leftover temporary directory of an earlier failed save is refused unless `overwrite`
     (then it is removed first): it may also belong to a save still running (DIR-003).
     """
     final = check_target(path, overwrite=overwrite)
+    if recover(final):
+        warnings.warn(
+            f"{final}: restored the checkpoint an interrupted overwrite had left at "
+            f"{replaced_name(final)} [DIR-007]",
+            OckptWarning,
+            stacklevel=2,
+        )
+        final = check_target(final, overwrite=overwrite)
     tmp = temporary_name(final)
     parent = os.path.dirname(final)
     try:
@@ -168,35 +199,160 @@ def _fsync_tree(root: str) -> None:
 def finish(pending: Pending, *, marker: bool = True) -> None:
     """Commit: write ``commit_success.txt``, flush, and rename the temporary directory.
 
-    With `overwrite`, an existing checkpoint at the final path is first moved aside under a
-    temporary name, and removed once the new one is in place.
+    With `overwrite`, an existing checkpoint at the final path is exchanged with the new one
+    atomically where the file system allows it, and otherwise renamed aside to
+    ``-replaced`` first (DIR-006); either way it is removed once the new one is in place.
     """
     if marker:
         write_file(os.path.join(pending.tmp, COMMIT_FILE), commit_text(pending.final).encode())
     _fsync_tree(pending.tmp)
     parent = os.path.dirname(pending.final)
-    old = None
     if os.path.lexists(pending.final):
         if not pending.overwrite:  # appeared while we were writing
-            raise WriteConflictError(
-                f"{pending.final}: another save committed here while this one was writing [DIR-002]"
-            )
-        old = pending.final + _OLD_SUFFIX
-        if os.path.lexists(old):
-            _remove(old)
-        os.rename(pending.final, old)
+            raise _conflict(pending.final)
+        _replace(pending.tmp, pending.final)
+        return
     try:
-        os.rename(pending.tmp, pending.final)
+        if not _renameat2(pending.tmp, pending.final, _RENAME_NOREPLACE):
+            os.rename(pending.tmp, pending.final)
     except OSError as e:
-        if e.errno in (errno.ENOTEMPTY, errno.EEXIST) and not pending.overwrite:
-            raise WriteConflictError(  # another save committed between the check and here
-                f"{pending.final}: another save committed here while this one was writing [DIR-002]"
-            ) from None
+        if e.errno in (errno.ENOTEMPTY, errno.EEXIST):
+            raise _conflict(pending.final) from None  # another save committed meanwhile
         raise
     fsync_dir(parent)
-    if old is not None:
-        _remove(old)
-        fsync_dir(parent)
+
+
+def _conflict(final: str) -> WriteConflictError:
+    return WriteConflictError(
+        f"{final}: another save committed here while this one was writing [DIR-002]"
+    )
+
+
+def _replace(tmp: str, final: str) -> None:
+    """Put the committed `tmp` in place of the checkpoint at `final`, then remove the old one.
+
+    At every instant `final` holds one whole checkpoint, the old or the new, where exchange is
+    available; without it, the old one is whole under `replaced_name(final)` during the one
+    window when `final` is missing, and `recover` renames it back (DIR-006, DIR-007).
+    """
+    parent = os.path.dirname(final)
+    old = replaced_name(final)
+    if _renameat2(tmp, final, _RENAME_EXCHANGE):
+        fsync_dir(parent)  # the new checkpoint is committed; the old one is at `tmp` now
+        _remove(tmp)
+        _tidy(final)
+        return
+    if os.path.lexists(old):  # left by an interrupted overwrite that got past its commit
+        _discard(old, final)
+    os.rename(final, old)
+    try:
+        os.rename(tmp, final)
+    except OSError as e:
+        try:  # put the old checkpoint back where it was
+            os.rename(old, final)
+        except OSError:
+            pass
+        if e.errno in (errno.ENOTEMPTY, errno.EEXIST):
+            raise _conflict(final) from None
+        raise
+    fsync_dir(parent)
+    _tidy(final)
+
+
+def _tidy(final: str) -> None:
+    """After an overwrite committed: remove what interrupted overwrites and removals left next
+    to `final` (it holds the newest checkpoint, so a ``-replaced`` one is older). A failure
+    here leaves only temporary names behind, and the save stays committed."""
+    try:
+        if os.path.lexists(replaced_name(final)):
+            _discard(replaced_name(final), final)
+        elif os.path.lexists(final + _DOOMED_SUFFIX):
+            _remove(final + _DOOMED_SUFFIX)
+    except OSError:
+        pass
+    fsync_dir(os.path.dirname(final))
+
+
+def _discard(path: str, final: str) -> None:
+    """Remove `path` under another temporary name first, so that no partly removed directory
+    is ever left under the ``-replaced`` name: such a name always holds a whole checkpoint."""
+    doomed = final.rstrip(os.sep) + _DOOMED_SUFFIX
+    if os.path.lexists(doomed):
+        _remove(doomed)
+    os.rename(path, doomed)
+    _remove(doomed)
+
+
+def recover(path: str | os.PathLike[str]) -> bool:
+    """Undo an interrupted overwrite: when `path` is missing and its ``-replaced`` sibling is
+    a directory, rename the sibling back to `path` (DIR-007). True when it did.
+
+    The old checkpoint comes back, not the new one: an overwrite takes effect only when the new
+    checkpoint takes the final name, so a committed temporary directory of that save stays a
+    temporary directory (removed by the next save with ``overwrite``, DIR-003).
+    """
+    final = _local(path)
+    old = replaced_name(final)
+    if os.path.lexists(final) or os.path.islink(old) or not os.path.isdir(old):
+        return False
+    try:
+        if not _renameat2(old, final, _RENAME_NOREPLACE):
+            os.rename(old, final)
+    except OSError as e:
+        # another process recovered it, or committed at `final`, in the meantime
+        if e.errno in (errno.ENOENT, errno.EEXIST, errno.ENOTEMPTY):
+            return False
+        raise
+    fsync_dir(os.path.dirname(final))
+    return True
+
+
+# ---------------------------------------------------------------------------------------------
+# renameat2(2): atomic exchange of two names, and rename that never replaces.
+
+_AT_FDCWD = -100
+_RENAME_NOREPLACE = 1
+_RENAME_EXCHANGE = 2
+#: errno values that mean "this kernel or file system cannot do it": fall back to rename(2).
+_UNSUPPORTED = frozenset(
+    {errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, getattr(errno, "ENOTSUP", errno.EOPNOTSUPP)}
+)
+_libc_renameat2: object = None  # None: not looked up yet; False: not available
+
+
+def _load_renameat2():  # type: ignore[no-untyped-def]
+    global _libc_renameat2
+    if _libc_renameat2 is None:
+        func = None
+        if sys.platform.startswith("linux"):
+            try:
+                func = ctypes.CDLL(None, use_errno=True).renameat2  # glibc 2.28 and later
+                func.argtypes = [
+                    ctypes.c_int,
+                    ctypes.c_char_p,
+                    ctypes.c_int,
+                    ctypes.c_char_p,
+                    ctypes.c_uint,
+                ]
+                func.restype = ctypes.c_int
+            except (OSError, AttributeError):
+                func = None
+        _libc_renameat2 = func or False
+    return _libc_renameat2 or None
+
+
+def _renameat2(src: str, dst: str, flags: int) -> bool:
+    """``renameat2(src, dst, flags)``: True when done; False when this system or file system
+    does not support it (the caller falls back); OSError for any other failure."""
+    func = _load_renameat2()
+    if func is None:
+        return False
+    if func(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), flags) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in _UNSUPPORTED:
+        return False
+    raise OSError(err, os.strerror(err), src, None, dst)
 
 
 def abort(pending: Pending) -> None:

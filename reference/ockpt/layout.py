@@ -29,11 +29,14 @@ __all__ = [
     "is_temporary_name",
     "parse_step_name",
     "TMP_MARKER",
+    "REPLACED_SUFFIX",
     "COMMIT_FILE",
     "V1_MARKER",
 ]
 
 TMP_MARKER = ".orbax-checkpoint-tmp"
+#: `<name>` + this: where an overwrite without atomic exchange parks the old checkpoint (DIR-006).
+REPLACED_SUFFIX = TMP_MARKER + "-replaced"
 COMMIT_FILE = "commit_success.txt"
 V1_MARKER = "orbax.checkpoint"
 MSGPACK_FILE = "checkpoint"
@@ -179,13 +182,28 @@ def detect(path: str | os.PathLike[str]) -> Layout:
     try:
         st = os.stat(p)
     except OSError as e:
-        return Layout(p, Kind.NOT_A_CHECKPOINT, f"cannot stat: {e.strerror or e}")
+        reason = f"cannot stat: {e.strerror or e}"
+        if isinstance(e, FileNotFoundError):
+            reason += interrupted_overwrite_note(p)
+        return Layout(p, Kind.NOT_A_CHECKPOINT, reason)
     if not stat.S_ISDIR(st.st_mode):
         return Layout(p, Kind.NOT_A_CHECKPOINT, "not a directory")
     try:
         return _detect_dir(p, depth=0)
     except (OSError, RecursionError) as e:
         return Layout(p, Kind.NOT_A_CHECKPOINT, f"cannot read directory: {e}")
+
+
+def interrupted_overwrite_note(p: str) -> str:
+    """For a missing path: a note naming its ``-replaced`` sibling when there is one, the
+    checkpoint an interrupted overwrite left there (LAYOUT-006); "" otherwise."""
+    sibling = os.path.normpath(p) + REPLACED_SUFFIX
+    if not os.path.isdir(sibling):
+        return ""
+    return (
+        f"; an interrupted overwrite left the checkpoint at {sibling}: the next save to this "
+        "path renames it back, or rename it back yourself"
+    )
 
 
 def _detect_dir(p: str, *, depth: int) -> Layout:

@@ -11,9 +11,11 @@ no other rule covers the limit, ``LIMIT-002`` .. ``LIMIT-004``.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from typing import BinaryIO
 
-__all__ = ["Limits", "LIMITS"]
+__all__ = ["Limits", "LIMITS", "read_capped"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,3 +51,13 @@ class Limits:
 
 #: The limits every parser of ockpt enforces unless a caller passes its own.
 LIMITS = Limits()
+
+
+def read_capped(f: BinaryIO, limit: int) -> bytes:
+    """The bytes of the open file `f`, at most ``limit + 1`` of them (more than `limit` tells
+    the caller the file is over its limit), allocating for the file's size, not the limit."""
+    try:
+        size = os.fstat(f.fileno()).st_size
+    except (AttributeError, OSError, ValueError):
+        size = limit
+    return f.read(min(size, limit) + 1)

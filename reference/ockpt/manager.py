@@ -20,7 +20,7 @@ from . import commit
 from .documents import RootMetadata
 from .documents.checkpoint_metadata import ROOT_METADATA_FILE
 from .errors import NotACheckpointError, OckptWarning, WriteConflictError
-from .layout import COMMIT_FILE, is_temporary_name, parse_step_name
+from .layout import COMMIT_FILE, REPLACED_SUFFIX, is_temporary_name, parse_step_name
 from .writer import STEP_JSON_FILE, _prepare
 
 __all__ = ["CheckpointManager", "DEFAULT_ITEM"]
@@ -74,10 +74,23 @@ class CheckpointManager:
             json.dumps(self._metadata, allow_nan=False)  # refuse non-JSON early
         left = self.temporaries()
         if left:  # an earlier save or delete was interrupted: say so, touch nothing
+            parked = [
+                p
+                for p in left
+                if p.endswith(REPLACED_SUFFIX)
+                and not os.path.lexists(p[: -len(REPLACED_SUFFIX)])
+            ]
+            note = (
+                f"; {len(parked)} of them hold the only copy of a step an interrupted overwrite "
+                f"left aside ({os.path.basename(parked[0])}), which remove_temporaries() "
+                "renames back [DIR-007]"
+                if parked
+                else ""
+            )
             warnings.warn(
                 f"{self.root}: {len(left)} temporary director{'y' if len(left) == 1 else 'ies'} "
                 f"of unfinished saves or deletes ({os.path.basename(left[0])}, ...); they are "
-                "not steps; remove_temporaries() removes them",
+                f"not steps; remove_temporaries() removes them{note}",
                 OckptWarning,
                 stacklevel=2,
             )
@@ -111,7 +124,8 @@ class CheckpointManager:
     def temporaries(self) -> list[str]:
         """Paths under the root left by saves or deletes that did not finish (names carrying
         the temporary marker: ``<step>.orbax-checkpoint-tmp``, ``…-deleted``, ``…-replaced``,
-        and temporary files of the root metadata). They are never steps (LOAD-054)."""
+        and temporary files of the root metadata). They are never steps (LOAD-054), even a
+        ``…-replaced`` whose step is missing (see `remove_temporaries`)."""
         out = []
         for base in (self.root, os.path.join(self.root, os.path.dirname(ROOT_METADATA_FILE))):
             try:
@@ -123,14 +137,25 @@ class CheckpointManager:
 
     def remove_temporaries(self) -> list[str]:
         """Remove what `temporaries` lists and return it. Committed steps are not touched.
-        Call it only when no other process is saving under this root (a save in progress
-        writes in a temporary directory too)."""
-        removed = self.temporaries()
-        for path in removed:
+
+        A ``<step>.orbax-checkpoint-tmp-replaced`` directory whose step is missing is the only
+        copy of that step, left by an interrupted overwrite: it is renamed back to the step,
+        not removed (DIR-007). Call this only when no other process is saving under this root
+        (a save in progress writes in a temporary directory too)."""
+        found = self.temporaries()
+        # first put back the steps an interrupted overwrite left aside, then remove the rest
+        for path in found:
+            if path.endswith(REPLACED_SUFFIX):
+                commit.recover(path[: -len(REPLACED_SUFFIX)])
+        for path in found:
+            if path.endswith(REPLACED_SUFFIX):
+                final = path[: -len(REPLACED_SUFFIX)]
+                if not os.path.lexists(final):
+                    continue  # could not be renamed back: never remove the only copy
             commit._remove(path)
-        if removed:
+        if found:
             commit.fsync_dir(self.root)
-        return removed
+        return found
 
     def step_path(self, step: int) -> str:
         """The directory of a committed step."""

@@ -55,7 +55,7 @@ import numpy as np
 
 from . import dtypes
 from .errors import MsgpackError, NotACheckpointError
-from .limits import LIMITS
+from .limits import LIMITS, read_capped
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
@@ -680,7 +680,7 @@ def read_checkpoint_file(path: str | os.PathLike, *, max_bytes: int = DEFAULT_MA
             got=st.st_size,
         )
     with open(name, "rb") as f:
-        data = f.read(max_bytes + 1)  # the file may have grown since stat
+        data = read_capped(f, max_bytes)  # the file may have grown since stat
     return decode_checkpoint(data, file=name, max_bytes=max_bytes)
 
 

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from . import dtypes
+from ._filerange import ByteRange
 from .errors import FormatError, MissingDataError, UnsupportedError, ZarrFormatError
 from .limits import LIMITS
 from .ocdbt.tree import Database
@@ -79,6 +80,10 @@ class KeyValueStore:
     def list(self, prefix: str = "") -> list[str]:  # pragma: no cover - interface
         raise NotImplementedError
 
+    def value_range(self, key: str) -> ByteRange | None:
+        """The value of `key` as a range of a file, for streaming; None where not possible."""
+        return None
+
     def close(self) -> None:
         pass
 
@@ -93,6 +98,9 @@ class OcdbtStore(KeyValueStore):
 
     def get(self, key: str) -> bytes | None:
         return self.db.get(key, generation=self.generation)
+
+    def value_range(self, key: str) -> ByteRange | None:
+        return self.db.value_range(key, generation=self.generation)
 
     def list(self, prefix: str = "") -> list[str]:
         return [
@@ -116,6 +124,13 @@ class MultiOcdbtStore(KeyValueStore):
             value = s.get(key)
             if value is not None:
                 return value
+        return None
+
+    def value_range(self, key: str) -> ByteRange | None:
+        for s in self.stores:  # a large value is never inline: None means absent here
+            found = s.value_range(key)
+            if found is not None:
+                return found
         return None
 
     def list(self, prefix: str = "") -> list[str]:
@@ -159,6 +174,14 @@ class DirectoryStore(KeyValueStore):
             raise ZarrFormatError("file too large", rule="ZARR-003", file=full, got=size)
         with open(full, "rb") as f:
             return f.read(size + 1)
+
+    def value_range(self, key: str) -> ByteRange | None:
+        """The file of `key` as a `ByteRange` (for streaming a large chunk); None if absent."""
+        full = self._path(key)
+        if full is None or not os.path.isfile(full):
+            return None
+        fd = os.open(full, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+        return ByteRange(fd, 0, os.fstat(fd).st_size, full)
 
     def list(self, prefix: str = "") -> list[str]:
         out = []

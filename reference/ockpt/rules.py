@@ -90,6 +90,7 @@ _ALL: dict[str, Rule] = {
             "error",
             "a step-named directory holding only items is a step (up to 0.4.8)",
         ),
+        ("LAYOUT-006", "warning", "a reader should name the -replaced sibling of a missing path"),
     ),
     **_rules(
         "msgpack.md",
@@ -272,6 +273,7 @@ _ALL: dict[str, Rule] = {
         ("WRITE-013", "error", "every chunk must be stored, even one equal to the fill value"),
         ("WRITE-014", "error", "per-process OCDBT databases use Orbax's config, then a merge"),
         ("WRITE-015", "warning", "a writer may store chunks raw where zstd saves little"),
+        ("WRITE-016", "warning", "a writer should divide slices over 64 MiB into chunks"),
         ("WRITE-020", "error", "_METADATA must list every leaf and empty node with its flags"),
         ("WRITE-021", "error", "_sharding must describe every jax.Array's sharding"),
         ("WRITE-022", "error", "each process must write array_metadatas/process_<N>"),
@@ -285,6 +287,8 @@ _ALL: dict[str, Rule] = {
         ("DIR-003", "error", "a save must not write into another save's temporary directory"),
         ("DIR-004", "error", "a save must commit in order: tmp, data, documents, marker, rename"),
         ("DIR-005", "error", "a step must be renamed to a temporary name before it is deleted"),
+        ("DIR-006", "error", "an overwrite keeps the path whole (exchange) or the old -replaced"),
+        ("DIR-007", "error", "a missing path's -replaced checkpoint is renamed back, not removed"),
     ),
     **_rules(
         "limits.md",

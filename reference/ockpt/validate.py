@@ -48,8 +48,9 @@ from .layout import (
     Layout,
     Storage,
     detect,
+    interrupted_overwrite_note,
 )
-from .limits import LIMITS
+from .limits import LIMITS, read_capped
 from .msgpack_legacy import DEFAULT_MAX_BYTES as MSGPACK_MAX_BYTES
 from .msgpack_legacy import Placeholder, decode_checkpoint
 from .paths import find_collisions
@@ -162,7 +163,7 @@ def _read(path: str, limit: int) -> bytes | None:
     if os.path.getsize(path) > limit:
         return None
     with open(path, "rb") as f:
-        return f.read(limit + 1)
+        return read_capped(f, limit)
 
 
 @dataclass
@@ -247,7 +248,8 @@ class _Validator:
         layout = detect(path)
         if layout.kind is Kind.NOT_A_CHECKPOINT:
             if not os.path.exists(path):
-                raise NotACheckpointError(f"{path}: no such file or directory")
+                note = interrupted_overwrite_note(path)
+                raise NotACheckpointError(f"{path}: no such file or directory{note}")
             if not os.path.isdir(path):
                 raise NotACheckpointError(f"{path}: not a directory")
             self.report("VAL-001", f"not a checkpoint: {layout.reason}", file=path)

@@ -402,8 +402,9 @@ def _plan(tree: Any, opts: _Options, job: _Job, *, copy: bool) -> _ItemPlan:
             if job.primary:
                 host = value.astype(dtype, copy=copy) if dtype != value.dtype or copy else value
                 pieces = (_ts_write.Piece((0,) * len(shape), np.require(host, requirements="C")),)
+            shard = _ts_write.shard_shape_for(shape, chunk, opts.chunk_byte_size)
             plan.arrays.append(
-                _ts_write.ArrayWrite(leaf.name, shape, dtype, chunk, shape, pieces, job.primary)
+                _ts_write.ArrayWrite(leaf.name, shape, dtype, chunk, shard, pieces, job.primary)
             )
         elif leaf.kind == "jax":
             plan.arrays.append(_plan_jax(leaf, opts, job, plan, copy=copy))
@@ -482,9 +483,8 @@ def _plan_jax(
             host = np.array(host, copy=True)  # own the bytes: the device buffer may be reused
         pieces.append(_ts_write.Piece(start, np.require(host, requirements="C")))
     plan.jax_meta[leaf.name] = (write_shape, chunk, _sharding_spec(arr.sharding))
-    return _ts_write.ArrayWrite(
-        leaf.name, shape, dtype, chunk, write_shape, tuple(pieces), job.primary
-    )
+    shard = _ts_write.shard_shape_for(write_shape, chunk, opts.chunk_byte_size)
+    return _ts_write.ArrayWrite(leaf.name, shape, dtype, chunk, shard, tuple(pieces), job.primary)
 
 
 def _full_index(index: tuple[Any, ...], ndim: int) -> tuple[slice, ...]:

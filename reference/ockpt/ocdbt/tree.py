@@ -15,8 +15,9 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from .._filerange import ByteRange
 from ..errors import MissingDataError, OcdbtError
-from ..limits import LIMITS
+from ..limits import LIMITS, read_capped
 from . import format as fmt
 from .format import (
     BtreeGenerationReference,
@@ -274,7 +275,7 @@ class Database:
         path = self.path / name
         try:
             with open(path, "rb") as f:
-                data = f.read(MAX_MANIFEST_BYTES + 1)
+                data = read_capped(f, MAX_MANIFEST_BYTES)
         except FileNotFoundError:
             raise OcdbtError(
                 "OCDBT manifest is missing", rule="OCDBT-050", file=str(path)
@@ -608,6 +609,21 @@ class Database:
         if isinstance(entry.value, bytes):
             return entry.value
         return self.read_range_into(entry.value, buffer, origin="value", pointer=repr(k))
+
+    def value_range(self, key: str | bytes, *, generation: int | None = None) -> ByteRange | None:
+        """The out-of-line value of `key` as a `ByteRange` of its data file (on a file
+        descriptor of its own), for streaming a large value; None when the key is absent,
+        its value is inline, or the reference does not lie within the file (`get` names
+        that fault)."""
+        k = _as_key(key)
+        entry = self._find(k, generation)
+        if entry is None or isinstance(entry.value, bytes):
+            return None
+        ref = entry.value
+        fd, size, display = self._open(ref.file_id, pointer=repr(k), origin="value")
+        if ref.offset + ref.length > size:
+            return None
+        return ByteRange(os.dup(fd), ref.offset, ref.length, display)
 
     def get(self, key: str | bytes, *, generation: int | None = None) -> bytes | None:
         """The value of `key`, or None when the key is absent."""

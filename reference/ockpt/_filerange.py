@@ -1,0 +1,96 @@
+"""A byte range of an open file, read in bounded pieces (large chunks are streamed from it).
+
+A stored value of hundreds of MiB (one zarr chunk holding a whole unsharded array, as Orbax
+writes them) is decoded straight from its file rather than read into memory first:
+`ByteRange` gives the zstd stream decoder a ``read(n)`` source, ``readinto`` for raw
+chunks, and indexing with tiny reads so that the frame's block headers can be walked to
+check its length (`ocdbt.format._zstd_frame_size`) without reading the blocks.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+__all__ = ["ByteRange"]
+
+_WINDOW = 64  # bytes read per miss when indexing (block headers are 3 bytes)
+
+
+class ByteRange:
+    """`length` bytes at `offset` of the open file `fd`, which this object closes (unless it
+    is a `part` of another)."""
+
+    def __init__(
+        self, fd: int, offset: int, length: int, display: str, *, owner: bool = True
+    ) -> None:
+        self.fd = fd
+        self.offset = offset
+        self.length = length
+        self.display = display
+        self.owner = owner  # False: a part of another range, which closes the file
+        self.position = 0  # of the sequential `read`/`readinto`
+        self._window_at = -1
+        self._window = b""
+
+    def __enter__(self) -> ByteRange:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self.fd >= 0 and self.owner:
+            os.close(self.fd)
+        self.fd = -1
+
+    def part(self, offset: int, length: int) -> ByteRange:
+        """`length` bytes at `offset` within this range, on the same file (not owned)."""
+        if offset < 0 or length < 0 or offset + length > self.length:
+            raise ValueError(f"part [{offset}, {offset + length}) outside a range of {self.length}")
+        return ByteRange(self.fd, self.offset + offset, length, self.display, owner=False)
+
+    def __len__(self) -> int:
+        return self.length
+
+    def pread(self, at: int, n: int) -> bytes:
+        """Up to `n` bytes at `at` within the range (fewer at its end or if the file shrank)."""
+        n = max(0, min(n, self.length - at))
+        return os.pread(self.fd, n, self.offset + at) if n else b""
+
+    def __getitem__(self, index: int | slice) -> Any:
+        if isinstance(index, slice):
+            start, stop, step = index.indices(self.length)
+            if step != 1:
+                raise ValueError("ByteRange slices take step 1")
+            return self.pread(start, stop - start)
+        if index < 0:
+            index += self.length
+        if not 0 <= index < self.length:
+            raise IndexError(index)
+        if not self._window_at <= index < self._window_at + len(self._window):
+            self._window_at, self._window = index, self.pread(index, _WINDOW)
+            if not self._window:
+                raise IndexError(index)
+        return self._window[index - self._window_at]
+
+    def read(self, n: int = -1) -> bytes:
+        """The next `n` bytes (all that remain when n < 0): a source for a stream decoder."""
+        if n < 0:
+            n = self.length - self.position
+        data = self.pread(self.position, n)
+        self.position += len(data)
+        return data
+
+    def readinto(self, view: memoryview) -> int:
+        """Fill `view` from the current position; the number of bytes read (short at the end
+        of the range or when the file shrank)."""
+        got = 0
+        want = min(len(view), self.length - self.position)
+        while got < want:
+            n = os.preadv(self.fd, [view[got:want]], self.offset + self.position + got)
+            if not n:
+                break
+            got += n
+        self.position += got
+        return got
