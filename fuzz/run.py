@@ -208,7 +208,6 @@ def run_atheris(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
 
     seen: set[str] = set()
-    failures = [0]
 
     def one(data: bytes) -> None:
         # an unexpected exception is recorded and the run goes on (libFuzzer would stop at the
@@ -218,23 +217,12 @@ def run_atheris(args: argparse.Namespace) -> int:
         except targets.ALLOWED:
             pass
         except Exception as e:  # noqa: BLE001
-            failures[0] += 1
             sig = f"{type(e).__name__}:{traceback.extract_tb(e.__traceback__)[-1][:2]}"
             path = _save(out, data, "crash")
             if sig not in seen:
                 seen.add(sig)
                 print(f"FAILURE {sig}: {path}", flush=True)
                 traceback.print_exception(e, limit=-6)
-
-    import atexit
-
-    atexit.register(
-        lambda: print(
-            f"SUMMARY parser={args.parser} engine=atheris failures={failures[0]} "
-            f"distinct={len(seen)}",
-            flush=True,
-        )
-    )
 
     argv = [
         sys.argv[0],
@@ -267,6 +255,7 @@ def main() -> int:
     parser.add_argument("--corpus", default=None, help="atheris corpus directory")
     parser.add_argument("--rss-mb", type=int, default=4096)
     parser.add_argument("--max-len", type=int, default=1 << 16)
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.out = args.out or str(HERE / "crashes" / args.parser)
     engine = args.engine
@@ -281,7 +270,33 @@ def main() -> int:
     # the input shows up as MemoryError, a failure)
     limit = args.rss_mb << 20
     resource.setrlimit(resource.RLIMIT_AS, (limit * 4, resource.RLIM_INFINITY))
-    return run_atheris(args) if engine == "atheris" else run_random(args)
+    if engine == "random":
+        return run_random(args)
+    if args.child:
+        return run_atheris(args)
+    return _supervise(args)
+
+
+def _supervise(args: argparse.Namespace) -> int:
+    """Run the atheris engine in a child process (libFuzzer ends its process with exit(), so
+    nothing after the fuzzing loop runs there), then report the failing inputs it saved."""
+    import subprocess
+
+    out = Path(args.out)
+
+    def saved() -> set[Path]:  # ours (crash-) and libFuzzer's (timeout-, oom-, crash-)
+        return {p for kind in ("crash", "timeout", "oom") for p in out.glob(f"{kind}-*")}
+
+    before = saved()
+    start = time.monotonic()
+    rc = subprocess.call([sys.executable, __file__, *sys.argv[1:], "--child"])
+    found = saved() - before
+    print(
+        f"SUMMARY parser={args.parser} engine=atheris seconds={time.monotonic() - start:.0f} "
+        f"failures={len(found)} libfuzzer_exit={rc} (failing inputs: {out})",
+        flush=True,
+    )
+    return 1 if found or rc else 0
 
 
 def _names() -> list[str]:

@@ -225,9 +225,11 @@ def test_npz_source_stored_and_deflated(tmp_path):
 
 
 def test_streaming_memory_stays_near_one_block(tmp_path, monkeypatch):
-    """8 leaves of 4 MiB, blocks of 1 MiB: numpy allocations stay near one block (tracemalloc
-    sees numpy's buffers), not one leaf or the whole 32 MiB."""
+    """8 leaves of 4 MiB, blocks of 1 MiB: numpy allocations (tracemalloc sees numpy's
+    buffers) stay near one block plus what each decoding thread keeps (one chunk's encoded and
+    decoded bytes), not the whole 32 MiB."""
     import ockpt.convert as conv
+    from ockpt import _fastread
 
     monkeypatch.setattr(conv, "BLOCK_BYTES", 1 << 20)
     rng = np.random.default_rng(0)
@@ -239,16 +241,16 @@ def test_streaming_memory_stays_near_one_block(tmp_path, monkeypatch):
         convert(str(tmp_path / "big"), str(tmp_path / dst), progress=False)
         _, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
-        assert peak < 3 << 20, f"{dst}: peak {peak} bytes"
+        assert peak < min(_fastread.workers(), 3) * (8 << 20) + (2 << 20), f"{dst}: {peak}"
     from ockpt import _chunkwrite
 
     tracemalloc.start()
     convert(str(tmp_path / "big.safetensors"), str(tmp_path / "again"), progress=False)
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
-    # the source is memory-mapped; the writer holds at most its encoding window of leaves
-    # (one 4 MiB chunk each), not the 32 MiB checkpoint
-    bound = min(_chunkwrite.encode_window(), 8) * (4 << 20) + (2 << 20)
+    # the source is memory-mapped; the writer holds its encoding window of leaves (one 4 MiB
+    # chunk each) and the one being written, not the 32 MiB checkpoint
+    bound = min(_chunkwrite.encode_window() + 1, 8) * (4 << 20) + (2 << 20)
     assert peak < bound, f"safetensors -> orbax: peak {peak} bytes"
 
 

@@ -108,6 +108,24 @@ def test_json_number_out_of_double_range_is_json_001(number):
     assert _rule(e) == "JSON-001"
 
 
+@pytest.mark.parametrize("order", ['[1, "regular", 0]', "[true, false]", "[1.0, 0]", '"01"'])
+def test_transpose_order_of_other_types_is_zarr_013(order):
+    """Found by fuzzing (zarr target): an order mixing strings and ints raised TypeError from
+    sorting it; booleans and floats equal to a permutation were accepted."""
+    from ockpt.zarr.v3 import ArrayV3Metadata
+
+    text = (
+        '{"zarr_format": 3, "node_type": "array", "shape": [8, 8], "data_type": "int32",'
+        ' "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [8, 8]}},'
+        ' "chunk_key_encoding": {"name": "default"}, "fill_value": 0, "codecs": ['
+        f'{{"name": "transpose", "configuration": {{"order": {order}}}}},'
+        ' {"name": "bytes", "configuration": {"endian": "little"}}]}'
+    )
+    with pytest.raises(FormatError) as e:
+        ArrayV3Metadata.from_bytes(text.encode(), file="zarr.json")
+    assert _rule(e) == "ZARR-013"
+
+
 # ---------------------------------------------------------------------------------------------
 # paths: names
 

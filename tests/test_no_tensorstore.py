@@ -143,7 +143,7 @@ def _at(tree, path):
 @pytest.mark.parametrize(
     "call",
     [
-        'ockpt.load_pytree("fixtures/orbax-0.12.8/sharded/checkpoint")',
+        'ockpt.load_pytree("fixtures/orbax-0.12.8/sharded/checkpoint", backend="tensorstore")',
         'ockpt.open("memory://ckpt/", backend="python")',
     ],
 )

@@ -143,7 +143,7 @@ def test_many_small_arrays_do_not_look_up_a_key_each(many, monkeypatch):
     small = [v for k, g in tree.items() if k.startswith("block_") for v in g.values()]
     distinct = len({(v.shape, v.dtype.str) for v in small})
     assert opens.by_driver == {"ocdbt": 3, "memory": 240 + distinct}
-    assert lookups <= 3 * 3 + 2  # their metadata, shard index and shard; no lookup per small leaf
+    assert lookups <= 3 * 3  # those of the big leaves (metadata, shard): none per small leaf
     assert len(stages) == 1
     assert stages[0].kv.list().result() == []  # values dropped once read
 
@@ -159,6 +159,20 @@ def test_staged_and_direct_loads_are_equal(many, monkeypatch):
     got = ockpt.load_pytree(path, target, partial=True, cast="checked")
     monkeypatch.setattr(storage, "_STAGE_MIN_ARRAYS", 10**9)
     _same(got, ockpt.load_pytree(path, target, partial=True, cast="checked"))
+
+
+def test_views_of_staged_arrays_read_the_database(many, monkeypatch):
+    from ockpt.reader import _Item
+
+    path, tree = many
+    _stage_everything(monkeypatch)
+    item = _Item(path, step=None, item=None, context=None, backend="tensorstore")
+    arrays = item.arrays([n for n, leaf in item.leaves.items() if leaf.source == "array"])
+    array = arrays["block_1.p04"]
+    assert array._staged is not None
+    want = tree["block_1"]["p04"]
+    assert np.array_equal(np.asarray(array.view(slice(1, 3)).read().result()), want[1:3])
+    assert array._staged._direct is not None  # the view is of the array in the database
 
 
 def test_opens_in_flight_are_bounded(many, monkeypatch):
@@ -211,11 +225,13 @@ def _chunk_value(path: Path, param: str):
     raise AssertionError(f"no chunk of {param}")
 
 
-def _error(path: Path, stage_min: int, monkeypatch) -> BaseException:
-    monkeypatch.setattr(storage, "_STAGE_MIN_ARRAYS", stage_min)
-    with pytest.raises(OckptError) as info:
-        ockpt.load_pytree(path, backend="tensorstore")
-    return info.value
+def _error(path: Path, stage_min: int) -> tuple[BaseException, dict[str, int]]:
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setattr(storage, "_STAGE_MIN_ARRAYS", stage_min)
+        opens = _Opens(monkeypatch)
+        with pytest.raises(OckptError) as info:
+            ockpt.load_pytree(path, backend="tensorstore")
+    return info.value, opens.by_driver
 
 
 @pytest.mark.parametrize("damage", ["garbage", "truncate"])
@@ -232,15 +248,22 @@ def test_staged_errors_are_the_direct_errors(tmp_path, monkeypatch, damage):
             f.write(b"\x17" * length)
         else:
             f.truncate(offset + length // 2)
-    direct = _error(path, 10**9, monkeypatch)
-    staged = _error(path, 1, monkeypatch)
+    direct, _ = _error(path, 10**9)
+    staged, drivers = _error(path, 1)
+    assert drivers.get("memory", 0) > 0  # read through the stage, the damaged one again without
     assert type(staged) is type(direct)
     assert str(staged) == str(direct)
+    assert "w05" in str(direct)
+
+
+def _stage_everything(monkeypatch) -> None:
+    monkeypatch.setattr(storage, "_STAGE_MIN_ARRAYS", 1)
+    monkeypatch.setattr(storage, "_STAGE_KEYS_PER_ARRAY", 10**9)
 
 
 @pytest.mark.parametrize("case,rel", ITEMS)
 def test_every_fixture_loads_through_the_stage(case, rel, monkeypatch):
-    monkeypatch.setattr(storage, "_STAGE_MIN_ARRAYS", 1)
+    _stage_everything(monkeypatch)
     got = ockpt.load_pytree(case / "checkpoint", backend="tensorstore", **load_kwargs(case, rel))
     assert_same(got, expected_items(case)[rel])
     expected = expected_items(case, target=True)[rel]
@@ -248,6 +271,25 @@ def test_every_fixture_loads_through_the_stage(case, rel, monkeypatch):
         case / "checkpoint", expected, backend="tensorstore", **load_kwargs(case, rel)
     )
     assert_same(got, expected, strict=True)
+
+
+@pytest.mark.parametrize("case,rel", ITEMS)
+def test_every_fixture_loads_through_the_stage_as_jax_arrays(case, rel, monkeypatch):
+    """Several shards of one array are read from the stage at once (its values stay staged
+    until the last is read)."""
+    import jax
+
+    from test_reader_jax import _check_jax, _jax_target, mesh
+
+    _stage_everything(monkeypatch)
+    expected = expected_items(case, target=True)[rel]
+    m = mesh((2, 2), ("a", "b"))
+    target = _jax_target(expected, m, [4])
+    with jax.enable_x64(True):
+        got = ockpt.load_pytree(
+            case / "checkpoint", target, max_in_flight=3, **load_kwargs(case, rel)
+        )
+        _check_jax(got, target, expected)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -138,7 +138,8 @@ def _workers() -> int:
 
 def encode_window() -> int:
     """How many chunks (or shards) are encoded ahead of their writes: the encoded bytes held
-    at once are at most this many of the largest, plus one transaction of `BATCH_BYTES`."""
+    at once are at most one more than this many of the largest, plus a transaction of
+    `BATCH_BYTES`."""
     return max(2 * _workers(), 4)
 
 

@@ -254,7 +254,8 @@ def _stream(
         else:
             rows = max(1, SLAB_BYTES // max(row, 1))
             buf = np.empty((min(rows, chunk[0]), *chunk[1:]), dtype=stored)
-            for r0 in range(0, chunk[0], rows):
+            last = max(sub[0][1] for _, sub, _ in dests) - lo[0]  # rows after it are not needed
+            for r0 in range(0, last, rows):
                 slab = buf[: min(rows, chunk[0] - r0)]
                 if not fill(slab):
                     return False
@@ -268,6 +269,8 @@ def _stream(
                     to = (slice(first, first + b - a), *target[1:])
                     _, source_slices = _overlap(part, (top, *lo[1:]), slab.shape)
                     _assign(group.outs[n], to, slab[source_slices])
+            if last < chunk[0]:
+                return True  # the rest of the chunk is not decoded (nor checked)
         return not source.read(1)
     except zstandard.ZstdError:
         return False

@@ -7,7 +7,8 @@ caller's target against it (LOAD-001..005), checks every requested dtype and sha
 
 Nothing here imports jax: jax targets go through `_jax`, which imports jax lazily and only when
 the caller has imported it already. Nothing here imports tensorstore either: `storage` does, on
-first use, so a local checkpoint read with ``backend="python"`` needs no tensorstore.
+first use. Local checkpoints are read by ockpt's own decoders (``backend="python"``, the
+default for them) and need no tensorstore; URLs, and ``backend="tensorstore"``, use it.
 """
 
 from __future__ import annotations
@@ -342,11 +343,13 @@ class _Item:
         step: int | None,
         item: str | None,
         context: ts.Context | None,
-        backend: str = "tensorstore",
+        backend: str = "auto",
     ) -> None:
-        if backend not in ("tensorstore", "python"):
-            raise ValueError(f"backend must be 'tensorstore' or 'python', not {backend!r}")
+        if backend not in ("auto", "tensorstore", "python"):
+            raise ValueError(f"backend must be 'auto', 'tensorstore' or 'python', not {backend!r}")
         loc = storage.Location.of(path)
+        if backend == "auto":  # ockpt's own decoders where they can read: local directories
+            backend = "python" if loc.local is not None else "tensorstore"
         # a tensorstore context for the tensorstore backend and for URLs; none otherwise
         need_context = backend == "tensorstore" or loc.local is None
         self.context = storage.new_context(context) if need_context else None
@@ -666,7 +669,7 @@ def pytree_metadata(
     step: int | None = None,
     item: str | None = None,
     context: ts.Context | None = None,
-    backend: str = "tensorstore",
+    backend: str = "auto",
 ) -> Any:
     """The saved tree with a `LeafMetadata` per leaf; reads no array bytes, never imports jax.
 
@@ -1120,7 +1123,7 @@ def load_pytree(
     pad_or_truncate: bool = False,
     max_in_flight: int = storage.DEFAULT_MAX_IN_FLIGHT,
     context: ts.Context | None = None,
-    backend: str = "tensorstore",
+    backend: str = "auto",
 ) -> Any:
     """Load a pytree checkpoint.
 
@@ -1139,8 +1142,9 @@ def load_pytree(
     whose saved shape differs from the target's; `step` / `item` choose a step of a
     checkpoint-manager root and an item of a step or v1 checkpoint; `max_in_flight` bounds
     concurrent reads; `context` is a parent tensorstore context (e.g. for ``memory://``);
-    `backend` is ``"tensorstore"`` or ``"python"`` (ockpt's own OCDBT and zarr decoder,
-    local directories only).
+    `backend` is ``"python"`` (ockpt's own OCDBT and zarr decoders, local directories only),
+    ``"tensorstore"``, or ``"auto"`` (the default: python for a local directory, tensorstore
+    for a URL).
     """
     handle = _Item(path, step=step, item=item, context=context, backend=backend)
     return _load(
@@ -1359,7 +1363,7 @@ def open(  # noqa: A001 - the public name the issue gives
     step: int | None = None,
     item: str | None = None,
     context: ts.Context | None = None,
-    backend: str = "tensorstore",
+    backend: str = "auto",
 ) -> Checkpoint:
     """Open a pytree checkpoint for lazy reads (reads its tree documents, no array bytes)."""
     return Checkpoint(_Item(path, step=step, item=item, context=context, backend=backend))

@@ -270,7 +270,11 @@ def parse_codec(entry: object, *, rank: int, dtype: np.dtype, file: object, poin
     if name == "transpose":
         conf = _config(entry, {"order"}, file=file, pointer=pointer)
         order = conf.get("order")
-        if not isinstance(order, list) or sorted(order) != list(range(rank)):
+        if (
+            not isinstance(order, list)
+            or not all(type(i) is int for i in order)  # not bool, float or str
+            or sorted(order) != list(range(rank))
+        ):
             raise fail(
                 "transpose order must be a permutation of the dimensions",
                 "ZARR-013",
