@@ -29,6 +29,18 @@ def fixture_cases(release: str | None = None) -> list[Path]:
     return sorted(p.parent for s in sets for p in FIXTURES.glob(f"{s}/*/expected.json"))
 
 
+def flat_leaves(tree, path=()):  # type: ignore[no-untyped-def]
+    """(key path, leaf) for every leaf of nested dicts, lists and tuples."""
+    if isinstance(tree, dict):
+        for k, v in tree.items():
+            yield from flat_leaves(v, (*path, k))
+    elif isinstance(tree, (list, tuple)):
+        for i, v in enumerate(tree):
+            yield from flat_leaves(v, (*path, i))
+    else:
+        yield path, tree
+
+
 def case_id(path: Path) -> str:
     return f"{path.parent.name}/{path.name}"
 

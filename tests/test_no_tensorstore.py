@@ -112,7 +112,9 @@ def test_python_backend_loads_fixtures_without_tensorstore(tmp_path):
     for (name, rel), (tree, reads, meta) in loaded.items():
         case = FIXTURES / name
         assert_same(tree, expected_items(case)[rel], f"{name}:{rel}")
-        assert meta == ockpt.pytree_metadata(case / "checkpoint", **load_kwargs(case, rel))
+        assert meta == ockpt.pytree_metadata(
+            case / "checkpoint", backend="tensorstore", **load_kwargs(case, rel)
+        )
         for leaf in _leaf_metadata(meta):  # open()[param] reads the same values as load_pytree
             got = reads[leaf.param_name]
             want = _at(tree, leaf.path)

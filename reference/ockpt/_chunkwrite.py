@@ -15,7 +15,6 @@ drivers: the same zarr arrays (WRITE-011, WRITE-012), every chunk stored (WRITE-
 from __future__ import annotations
 
 import itertools
-import os
 import struct
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -24,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from ._fastread import workers  # one thread per core, as the reader
 from .paths import array_prefix
 
 __all__ = ["direct", "encode_window", "write_chunks"]
@@ -129,18 +129,11 @@ def _encoder(level: int | None) -> Callable[[np.ndarray], bytes]:
     )
 
 
-def _workers() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):  # pragma: no cover - not Linux
-        return max(1, os.cpu_count() or 1)
-
-
 def encode_window() -> int:
     """How many chunks (or shards) are encoded ahead of their writes: the encoded bytes held
     at once are at most one more than this many of the largest, plus a transaction of
     `BATCH_BYTES`."""
-    return max(2 * _workers(), 4)
+    return max(2 * workers(), 4)
 
 
 def write_chunks(
@@ -159,7 +152,7 @@ def write_chunks(
     jobs = (  # lazy: a chunk that is not contiguous in its piece is copied when encoded
         job for a in arrays for job in cells(a, _encoder(compression_level if a.compress else None))
     )
-    workers = _workers()
+    threads = workers()
     previous: tuple[Any, list[Any]] | None = None  # the batch being committed
 
     def finish(batch: tuple[Any, list[Any]] | None) -> None:
@@ -173,7 +166,7 @@ def write_chunks(
     writes: list[Any] = [target.write(key, data) for key, data in documents.items()]
     held = 0
     window = encode_window()  # encodings ahead of the writes: bounded memory
-    with ThreadPoolExecutor(workers, thread_name_prefix="ockpt-encode") as pool:
+    with ThreadPoolExecutor(threads, thread_name_prefix="ockpt-encode") as pool:
         it = iter(jobs)
         pending = deque((key, pool.submit(job)) for key, job in itertools.islice(it, window))
         while pending:

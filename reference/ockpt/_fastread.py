@@ -177,18 +177,23 @@ def _zstd_into(data: Any, dst: np.ndarray) -> bool:
         return False
     if _zstd_frame_size(data) != len(data):
         return False
-    view = memoryview(dst.reshape(-1).view(np.uint8))
     try:
         reader = _decoder().stream_reader(data, read_size=len(data), read_across_frames=False)
-        got = 0
-        while got < len(view):
-            n = reader.readinto(view[got:])
-            if not n:
-                return False
-            got += n
-        return not reader.read(1)
+        return _fill(reader, dst) and not reader.read(1)
     except zstandard.ZstdError:
         return False
+
+
+def _fill(source: Any, dst: np.ndarray) -> bool:
+    """Fill the C-contiguous `dst` from ``source.readinto``; False if the source ends first."""
+    view = memoryview(dst.reshape(-1).view(np.uint8))
+    got = 0
+    while got < len(view):
+        n = source.readinto(view[got:])
+        if not n:
+            return False
+        got += n
+    return True
 
 
 def _decoder() -> zstandard.ZstdDecompressor:
@@ -237,19 +242,9 @@ def _stream(
     else:
         source = src
 
-    def fill(dst: np.ndarray) -> bool:
-        view = memoryview(dst.reshape(-1).view(np.uint8))
-        got = 0
-        while got < len(view):
-            n = source.readinto(view[got:])
-            if not n:
-                return False
-            got += n
-        return True
-
     try:
         if direct is not None:
-            if not fill(direct):
+            if not _fill(source, direct):
                 return False
         else:
             rows = max(1, SLAB_BYTES // max(row, 1))
@@ -257,7 +252,7 @@ def _stream(
             last = max(sub[0][1] for _, sub, _ in dests) - lo[0]  # rows after it are not needed
             for r0 in range(0, last, rows):
                 slab = buf[: min(rows, chunk[0] - r0)]
-                if not fill(slab):
+                if not _fill(source, slab):
                     return False
                 top = lo[0] + r0
                 for n, sub, target in dests:
