@@ -3,7 +3,7 @@
 tensorstore checks every entry of an OCDBT B+tree node on each key it looks up, and Orbax
 writes the keys of a tree of small arrays into one leaf node, so a key lookup per array makes a
 load quadratic. Many small arrays of a local OCDBT database are therefore read through a stage
-(`storage._Stage`): ockpt lists the keys once, tensorstore decodes each array from a copy of
+(`_ts_stage.Stage`): ockpt lists the keys once, tensorstore decodes each array from a copy of
 its stored values. These tests pin that down (no OCDBT lookup per array, opens in flight
 bounded, the stage empty after a load) and that the stage changes neither values nor errors.
 """
@@ -18,7 +18,7 @@ import pytest
 import tensorstore as ts
 
 import ockpt
-from ockpt import storage
+from ockpt import _ts_stage, storage
 from ockpt.errors import OckptError
 from ockpt.ocdbt import Database
 from test_reader import ITEMS, assert_same, expected_items, load_kwargs
@@ -125,14 +125,14 @@ def test_many_small_arrays_do_not_look_up_a_key_each(many, monkeypatch):
     path, tree = many
     monkeypatch.setattr(storage, "_STAGE_MIN_ARRAYS", 16)
     monkeypatch.setattr(storage, "_STAGE_ARRAY_BYTES", 8 << 10)  # the big leaves: not staged
-    stages: list[storage._Stage] = []
-    real_init = storage._Stage.__init__
+    stages: list[_ts_stage.Stage] = []
+    real_init = _ts_stage.Stage.__init__
 
-    def init(self, local):
-        real_init(self, local)
+    def init(self, local, **kwargs):
+        real_init(self, local, **kwargs)
         stages.append(self)
 
-    monkeypatch.setattr(storage._Stage, "__init__", init)
+    monkeypatch.setattr(_ts_stage.Stage, "__init__", init)
     opens = _Opens(monkeypatch)
     before = _ocdbt_lookups()
     got = ockpt.load_pytree(path, backend="tensorstore")
@@ -189,7 +189,7 @@ def test_stage_failures_fall_back_to_the_database(many, monkeypatch):
     database."""
     path, tree = many
     monkeypatch.setattr(storage, "_STAGE_MIN_ARRAYS", 1)
-    real_put = storage._Stage.put
+    real_put = _ts_stage.Stage.put
 
     def put(self, entries):
         real_put(self, entries)
@@ -197,13 +197,13 @@ def test_stage_failures_fall_back_to_the_database(many, monkeypatch):
             if not key.endswith((b"zarr.json", b".zarray")):
                 self.kv.write(key, b"\xff" * 7).result()
 
-    monkeypatch.setattr(storage._Stage, "put", put)
+    monkeypatch.setattr(_ts_stage.Stage, "put", put)
     _same(ockpt.load_pytree(path, backend="tensorstore"), tree)
 
     def broken(self, entries):
         raise OSError("cannot read")
 
-    monkeypatch.setattr(storage._Stage, "put", broken)
+    monkeypatch.setattr(_ts_stage.Stage, "put", broken)
     _same(ockpt.load_pytree(path, backend="tensorstore"), tree)
 
 

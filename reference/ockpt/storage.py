@@ -13,9 +13,9 @@ A pytree item keeps each array as a zarr array (v2 or v3) named by its param nam
 ``gs://bucket/ckpt/``, ``s3://...``, ``memory://...``). `ArrayStore` opens the arrays of one
 item; `StoredArray` reads regions of one array, touching only the chunks a region overlaps.
 `read_regions` runs many reads concurrently, batched, with a bound on reads in flight.
-Many small arrays of a local OCDBT database are read through a `_Stage` (tensorstore's key
-lookups in a large B+tree node cost time in proportion to the node: one per array made loading
-a tree of many small arrays quadratic).
+Many small arrays of a local OCDBT database are read through a `_ts_stage.Stage` (tensorstore's
+key lookups in a large B+tree node cost time in proportion to the node: one per array made
+loading a tree of many small arrays quadratic).
 
 Only this module and `reader` touch storage. Nothing here imports jax, and tensorstore is
 imported on first use: a local `Location`, `ReadRequest`, `tiles` and `read_regions` over arrays
@@ -30,7 +30,6 @@ import math
 import os
 import re
 import sys
-import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -39,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import dtypes
+from ._ts_stage import Stage, StagedArray
 from .errors import (
     DocumentError,
     FormatError,
@@ -78,7 +78,7 @@ _NODE_CACHE_BYTES = 256 << 20
 #: `ArrayStore.open_many` keeps at most this many tensorstore opens in flight.
 _OPEN_IN_FLIGHT = 256
 #: Opening at least this many arrays of a local OCDBT database at once reads those of at most
-#: `_STAGE_ARRAY_BYTES` stored through a `_Stage` (see there), unless the database holds more
+#: `_STAGE_ARRAY_BYTES` stored through a `Stage` (`_ts_stage`), unless the database holds more
 #: than `_STAGE_KEYS_PER_ARRAY` keys per array opened (arrays of many chunks: its keys are not
 #: listed to find the few small arrays).
 _STAGE_MIN_ARRAYS = 512
@@ -258,8 +258,8 @@ class StoredArray:
     #: the grid being that of the chunk keys (zarr v3: shards, not inner chunks).
     _chunk_stores: dict[tuple[int, ...], ts.TensorStore] | None = field(default=None, repr=False)
     _key_grid: tuple[int, ...] | None = field(default=None, repr=False)
-    #: For an array read through a `_Stage` (`_store` then reads the stage's copy).
-    _staged: _StagedArray | None = field(default=None, repr=False)
+    #: For an array read through a `Stage` (`_ts_stage`) (`_store` then reads the stage's copy).
+    _staged: StagedArray | None = field(default=None, repr=False)
 
     @property
     def nbytes(self) -> int:
@@ -371,7 +371,7 @@ class ArrayStore:
         self.context = context
         self.processes = tuple(processes)
         self.missing_chunks_are_errors = missing_chunks_are_errors
-        self._stage: _Stage | None = None
+        self._stage: Stage | None = None
 
     def _kvstore_spec(self, param_name: str, base: Location | None = None) -> dict[str, Any]:
         if self.storage == "per_leaf":
@@ -437,7 +437,7 @@ class ArrayStore:
         return out
 
     def _open_staged(self, names: list[str]) -> dict[str, StoredArray]:
-        """Those of `names` read through a `_Stage`: none unless at least `_STAGE_MIN_ARRAYS`
+        """Those of `names` read through a `Stage`: none unless at least `_STAGE_MIN_ARRAYS`
         arrays of a local OCDBT database are opened. tensorstore opens one array of each
         distinct zarr metadata (its shape, element type and chunk shape are those of every
         array with the same metadata) and each array again, from the stage, when it is read:
@@ -456,7 +456,7 @@ class ArrayStore:
             if prefix:
                 prefixes[prefix] = n
         try:
-            stage = self._stage if self._stage is not None else _Stage(self.location.local)
+            stage = self._stage or Stage(self.location.local, max_array_bytes=_STAGE_ARRAY_BYTES)
             if stage.num_keys() > _STAGE_KEYS_PER_ARRAY * len(prefixes):
                 return {}
             found = stage.find(prefixes)
@@ -508,7 +508,7 @@ class ArrayStore:
                     shown.dtype,
                     shown.chunk_shape,
                     None,
-                    _staged=_StagedArray(self, stage, version, entries),
+                    _staged=StagedArray(self, stage, version, entries),
                 )
         return out
 
@@ -601,167 +601,6 @@ def _bounded(
             yield window.popleft()
     while window:
         yield window.popleft()
-
-
-class _Stage:
-    """Small arrays of a local OCDBT database, read by tensorstore from a copy of their stored
-    values in a memory kvstore.
-
-    tensorstore checks every entry of a B+tree node on each key it looks up in the node, and
-    Orbax writes the keys of a tree of small arrays into one leaf node: reading N arrays costs
-    about 3 N lookups of O(N) each (a second a key at a million keys). ockpt's own OCDBT decoder
-    lists the keys once; the stored values of an array are copied into the stage before it is
-    read and dropped when no read of it is in flight, so the stage holds the values of the
-    reads in flight only. tensorstore still decodes the zarr arrays (codecs, shards, fill
-    values) as it does from the database."""
-
-    def __init__(self, local: str) -> None:
-        from .ocdbt.tree import Database
-
-        ts = _tensorstore()
-        self.db = Database(local, root=local)
-        self.context = ts.Context(
-            {
-                "cache_pool": {"total_bytes_limit": 0},
-                "cache_pool#chunks": {"total_bytes_limit": 0},
-            }
-        )
-        self.kv = ts.KvStore.open({"driver": "memory"}, context=self.context).result()
-        self.lock = threading.Lock()  # over the counts of reads in flight of its arrays
-
-    def num_keys(self) -> int:
-        """The number of keys in the database (its latest version), as its manifest says."""
-        return self.db.version().root.statistics.num_keys
-
-    def find(self, prefixes: dict[bytes, str]) -> dict[bytes, list[tuple[bytes, Any]]]:
-        """The keys and leaf entries under each of `prefixes` (array prefixes), for those whose
-        stored values come to at most `_STAGE_ARRAY_BYTES` and that share no key with another
-        (nested param names)."""
-        found: dict[bytes, list[tuple[bytes, Any]]] = {}
-        size: dict[bytes, int] = {}
-        shared: set[bytes] = set()
-        large: set[bytes] = set()
-        for key, entry in self.db.entries():
-            owner = None
-            i = key.find(b"/")
-            while i >= 0:
-                if key[: i + 1] in prefixes:
-                    if owner is not None:
-                        shared.update((owner, key[: i + 1]))
-                    owner = key[: i + 1]
-                i = key.find(b"/", i + 1)
-            if owner is None or owner in large:
-                continue
-            size[owner] = size.get(owner, 0) + entry.value_length
-            if size[owner] > _STAGE_ARRAY_BYTES:
-                large.add(owner)
-                found.pop(owner, None)
-                continue
-            found.setdefault(owner, []).append((key, entry))
-        return {p: e for p, e in found.items() if p not in shared}
-
-    def put(self, entries: Sequence[tuple[bytes, Any]]) -> None:
-        futures = [self.kv.write(key, self.db.read_value(e, key=key)) for key, e in entries]
-        for f in futures:
-            f.result()
-
-    def drop(self, keys: Iterable[bytes]) -> None:
-        futures = [self.kv.write(key, None) for key in keys]
-        for f in futures:
-            f.result()
-
-
-class _StagedArray:
-    """The reads of an array through a `_Stage`: before a read its stored values are copied in
-    and tensorstore opens it there; both are dropped when no read of it is in flight. A read
-    the stage cannot give (a value ockpt cannot read, a chunk tensorstore cannot decode) is made
-    again from the database, so that its error is the one tensorstore gives without the
-    stage."""
-
-    def __init__(
-        self,
-        owner: ArrayStore,
-        stage: _Stage,
-        version: int,
-        entries: list[tuple[bytes, Any]],
-    ) -> None:
-        self.owner = owner
-        self.stage = stage
-        self.version = version
-        self.entries = entries
-        self._direct: ts.TensorStore | None = None
-        self.store: ts.TensorStore | None = None
-        self.readers = 0
-        self.failed = False
-
-    def direct(self, array: StoredArray) -> ts.TensorStore:
-        """The array opened in the database itself."""
-        if self._direct is None:
-            name = array.param_name
-            self._direct = self.owner._open_direct([name])[name]._store
-        return self._direct
-
-    def _open(self, array: StoredArray) -> ts.TensorStore:
-        self.stage.put(self.entries)
-        spec = self.owner._staged_spec(array.param_name, self.version)
-        store = _tensorstore().open(spec, read=True, context=self.stage.context).result()
-        if tuple(store.shape) != array.shape or np.dtype(store.dtype.numpy_dtype) != array.dtype:
-            raise ValueError("not the array opened before")
-        return store
-
-    def read(
-        self,
-        array: StoredArray,
-        box: Sequence[tuple[int, int]],
-        dtype: np.dtype | None,
-        batch: ts.Batch | None,
-    ) -> Any:
-        with self.stage.lock:
-            if not self.failed and self.readers == 0:
-                try:
-                    self.store = self._open(array)
-                except (OckptError, OSError, ValueError, TypeError):
-                    self.failed = True
-                    self.stage.drop(key for key, _ in self.entries)
-            store = None if self.failed else self.store
-            if store is not None:
-                self.readers += 1
-        if store is None:
-            return array._read_from(self.direct(array), box, dtype, batch)
-        try:
-            future = array._read_from(store, box, dtype, batch)
-        except ValueError:
-            self._release()
-            return array._read_from(self.direct(array), box, dtype, batch)
-        return _StagedRead(
-            future, self._release, lambda: array._read_from(self.direct(array), box, dtype, None)
-        )
-
-    def _release(self) -> None:
-        with self.stage.lock:
-            self.readers -= 1
-            if self.readers == 0:
-                self.store = None
-                self.stage.drop(key for key, _ in self.entries)
-
-
-class _StagedRead:
-    """A read from a `_Stage`, made again by `retry` when it fails."""
-
-    def __init__(self, future: Any, release: Callable[[], None], retry: Callable[[], Any]):
-        self._future = future
-        self._release: Callable[[], None] | None = release
-        self._retry = retry
-
-    def result(self) -> Any:
-        try:
-            return self._future.result()
-        except ValueError:
-            return self._retry().result()
-        finally:
-            release, self._release = self._release, None
-            if release is not None:
-                release()
 
 
 def _is_chunk_key(key: str) -> bool:
