@@ -247,3 +247,30 @@ def test_streamed_hostile_chunks_raise_only_format_errors(tmp_path_factory):
     with pytest.MonkeyPatch.context() as m:
         m.setattr(_fastread, "STREAM_BYTES", 0)
         check()
+
+
+@pytest.mark.parametrize("damage", ["index", "crc", "short"])
+def test_damaged_large_shard_names_its_rule(tmp_path, monkeypatch, damage):
+    """A large zarr v3 shard read by index from its file: a damaged index or a shard shorter
+    than its index is a ZARR error naming the shard, as when it is read whole."""
+    monkeypatch.setattr(_fastread, "STREAM_BYTES", 0)
+    path = tmp_path / "c"
+    value = np.arange(64 * 16, dtype=np.float32).reshape(64, 16)
+    save_pytree(path, {"w": value}, layout="item", use_ocdbt=False, zarr_version=3,
+                chunk_byte_size=1024)  # fmt: skip
+    shard = path / "w" / "c" / "0" / "0"
+    data = bytearray(shard.read_bytes())
+    if damage == "index":  # an offset pointing past the chunk data, CRC fixed up
+        from ockpt.ocdbt.format import crc32c
+
+        n = 16 * 4  # four inner chunks
+        data[-4 - n : -4 - n + 8] = (len(data) * 2).to_bytes(8, "little")
+        data[-4:] = crc32c(bytes(data[-4 - n : -4])).to_bytes(4, "little")
+    elif damage == "crc":
+        data[-1] ^= 0xFF
+    else:
+        data = data[:10]
+    shard.write_bytes(bytes(data))
+    with pytest.raises(ockpt.FormatError) as info:
+        ockpt.load_pytree(path, backend="python")
+    assert "ZARR-" in str(info.value) and "w/c/0/0" in str(info.value)
