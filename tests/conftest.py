@@ -41,6 +41,25 @@ def flat_leaves(tree, path=()):  # type: ignore[no-untyped-def]
         yield path, tree
 
 
+def assert_backends_agree(checkpoint: Path) -> None:
+    """`load_pytree` with backend="python" returns what backend="tensorstore" does: the same
+    leaves, types, dtypes, shapes and bytes."""
+    import numpy as np
+
+    import ockpt
+
+    a = dict(flat_leaves(ockpt.load_pytree(checkpoint, backend="tensorstore")))
+    b = dict(flat_leaves(ockpt.load_pytree(checkpoint, backend="python")))
+    assert a.keys() == b.keys()
+    for k in a:
+        x, y = np.asarray(a[k]), np.asarray(b[k])
+        assert type(a[k]) is type(b[k]) and x.dtype == y.dtype and x.shape == y.shape, k
+        if x.dtype.kind not in "OUS":
+            assert x.tobytes() == y.tobytes(), k
+        else:
+            assert a[k] == b[k], k
+
+
 def case_id(path: Path) -> str:
     return f"{path.parent.name}/{path.name}"
 

@@ -10,7 +10,7 @@ import os
 import numpy as np
 import pytest
 
-from conftest import flat_leaves
+from conftest import assert_backends_agree
 
 jax = pytest.importorskip("jax")
 
@@ -136,14 +136,7 @@ def _golden():
 @pytest.mark.parametrize("case", _golden(), ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_streamed_golden_checkpoints_equal_tensorstore(case, streamed):
     """Real Orbax (and ockpt) bytes read through the streaming path equal tensorstore's."""
-    a = dict(flat_leaves(ockpt.load_pytree(case / "checkpoint", backend="tensorstore")))
-    b = dict(flat_leaves(ockpt.load_pytree(case / "checkpoint", backend="python")))
-    assert a.keys() == b.keys()
-    for k in a:
-        x, y = np.asarray(a[k]), np.asarray(b[k])
-        assert x.dtype == y.dtype and x.shape == y.shape, k
-        if x.dtype.kind not in "OUS":
-            assert x.tobytes() == y.tobytes(), k
+    assert_backends_agree(case / "checkpoint")
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from jsonschema import Draft202012Validator
 
-from conftest import flat_leaves
+from conftest import assert_backends_agree
 from ocdbt_support import fixture_items, short
 from ockpt import python_backend as pb
 from ockpt import storage
@@ -216,18 +216,7 @@ def _loadable_cases():
 
 @pytest.mark.parametrize("case", _loadable_cases(), ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_load_pytree_backend_python_equals_tensorstore(case):
-    import ockpt
-
-    a = dict(flat_leaves(ockpt.load_pytree(case / "checkpoint", backend="tensorstore")))
-    b = dict(flat_leaves(ockpt.load_pytree(case / "checkpoint", backend="python")))
-    assert a.keys() == b.keys()
-    for k in a:
-        x, y = np.asarray(a[k]), np.asarray(b[k])
-        assert type(a[k]) is type(b[k]) and x.dtype == y.dtype and x.shape == y.shape, k
-        if x.dtype.kind not in "OUS":
-            assert x.tobytes() == y.tobytes(), k
-        else:
-            assert a[k] == b[k], k
+    assert_backends_agree(case / "checkpoint")
 
 
 def test_lazy_checkpoint_backend_python():

@@ -28,9 +28,8 @@ import zstandard
 
 from . import dtypes
 from ._filerange import ByteRange
-from .errors import MissingDataError
 from .ocdbt.format import _zstd_frame_size
-from .zarr.array import _overlap, read_region
+from .zarr.array import _overlap, missing_chunk, read_region
 from .zarr.codecs import BytesCodec, ZstdCodec
 from .zarr.v3 import ArrayV3Metadata
 
@@ -282,10 +281,7 @@ def _missing(group: _Group, dests: list[tuple[int, tuple, tuple]], what: str) ->
     """A chunk that is not stored: the fill value, or an error where every chunk is stored."""
     array = group.array
     if array._missing == "error":
-        raise MissingDataError(
-            f"{what} is missing and the checkpoint stores every chunk "
-            "(store_array_data_equal_to_fill_value; ZARR-008) [LOAD-041]"
-        )
+        raise missing_chunk(what)
     for n, _, target in dests:
         out = group.outs[n]
         _assign(out, target, np.broadcast_to(array.metadata.fill, out[target].shape))
@@ -389,8 +385,11 @@ def _read_chunk(group: _Group, index: tuple[int, ...], dests: list[tuple[int, tu
     chunk = tuple(meta.chunk_shape)
     lo = tuple(i * c for i, c in zip(index, chunk, strict=True))
     sharded = isinstance(meta, ArrayV3Metadata) and meta.sharding is not None
-    large = math.prod(chunk) * array.dtype.itemsize > STREAM_BYTES
-    if large and (sharded or _plain(meta.pipeline) is not None):
+    if _large_shard(meta, array.dtype) or (
+        not sharded
+        and math.prod(chunk) * array.dtype.itemsize > STREAM_BYTES
+        and _plain(meta.pipeline) is not None
+    ):
         src = array._store.value_range(key)  # None: inline, absent, or not in one file
         if src is not None:
             with src:

@@ -77,8 +77,7 @@ class CheckpointManager:
             parked = [
                 p
                 for p in left
-                if p.endswith(REPLACED_SUFFIX)
-                and not os.path.lexists(p[: -len(REPLACED_SUFFIX)])
+                if p.endswith(REPLACED_SUFFIX) and not os.path.lexists(p[: -len(REPLACED_SUFFIX)])
             ]
             note = (
                 f"; {len(parked)} of them hold the only copy of a step an interrupted overwrite "

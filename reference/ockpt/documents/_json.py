@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from ..errors import DocumentError
-from ..limits import LIMITS
+from ..limits import LIMITS, read_capped
 
 MAX_DOCUMENT_BYTES = LIMITS.max_json_bytes  # 1 GiB: a 1M-leaf _METADATA is ~200 MiB
 MAX_DEPTH = LIMITS.max_depth
@@ -170,8 +170,7 @@ def read_json(path: str | os.PathLike[str], *, max_bytes: int = MAX_DOCUMENT_BYT
             got=size,
         )
     with open(file, "rb") as f:
-        # read(n) allocates n bytes up front: ask for what the file holds (+1 to see growth)
-        return parse_json(f.read(min(size, max_bytes) + 1), file=file, max_bytes=max_bytes)
+        return parse_json(read_capped(f, max_bytes), file=file, max_bytes=max_bytes)
 
 
 def dump_json(value: Any, *, compact: bool = False) -> bytes:

@@ -21,7 +21,14 @@ from .v2 import ArrayV2Metadata
 from .v3 import METADATA_KEY as V3_KEY
 from .v3 import ArrayV3Metadata
 
-__all__ = ["ArrayMetadata", "Getter", "open_metadata", "read_region", "chunks_for_region"]
+__all__ = [
+    "ArrayMetadata",
+    "Getter",
+    "open_metadata",
+    "read_region",
+    "chunks_for_region",
+    "missing_chunk",
+]
 
 ArrayMetadata = Union[ArrayV2Metadata, ArrayV3Metadata]  # noqa: UP007
 Getter = Callable[[str], "bytes | None"]
@@ -88,6 +95,14 @@ def _overlap(box, lo, size):
     return tuple(target), tuple(source)
 
 
+def missing_chunk(what: str) -> MissingDataError:
+    """The error for a chunk that is absent where the checkpoint stores every chunk."""
+    return MissingDataError(
+        f"{what} is missing and the checkpoint stores every chunk "
+        "(store_array_data_equal_to_fill_value; ZARR-008) [LOAD-041]"
+    )
+
+
 def read_region(
     meta: ArrayMetadata,
     get: Getter,
@@ -116,10 +131,7 @@ def read_region(
         data = get(key)
         if data is None:
             if missing == "error":
-                raise MissingDataError(
-                    f"{where}: chunk {list(index)} is missing and the checkpoint stores every "
-                    "chunk (store_array_data_equal_to_fill_value; ZARR-008) [LOAD-041]"
-                )
+                raise missing_chunk(f"{where}: chunk {list(index)}")
             out[target] = meta.fill
             continue
         if sharding is not None:
@@ -147,10 +159,7 @@ def _read_shard(meta, sharding: ShardingCodec, data: bytes, index, box, out, whe
         entry = idx.get(sub)
         if entry is None:
             if missing == "error":
-                raise MissingDataError(
-                    f"{where}: inner chunk {list(sub)} of the shard is missing and the checkpoint "
-                    "stores every chunk (store_array_data_equal_to_fill_value; ZARR-008) [LOAD-041]"
-                )
+                raise missing_chunk(f"{where}: inner chunk {list(sub)} of the shard")
             out[target] = meta.fill
             continue
         off, nbytes = entry
