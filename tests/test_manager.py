@@ -179,3 +179,31 @@ def test_delete_renames_first(tmp_path, monkeypatch):
     assert mngr.all_steps() == [2]
     with pytest.raises(ockpt.NotACheckpointError):
         mngr.delete(1)
+
+
+def test_step_removed_while_listing_or_restoring(tmp_path, monkeypatch):
+    """LOAD-055: another process's retention delete between listing the root and reading a step: the
+    removed step is simply not listed, and restoring it is a NotACheckpointError, never an
+    OSError (found by the concurrent-reader crash test in CI)."""
+    root = tmp_path / "root"
+    mngr = CheckpointManager(root)
+    for step in (1, 2):
+        mngr.save(step, _state(step))
+    import ockpt.manager as manager_module
+
+    real_listdir = os.listdir
+
+    def listdir_after_delete(path):
+        if os.path.basename(path) == "1":
+            commit._remove(str(root / "1"))
+        return real_listdir(path)
+
+    monkeypatch.setattr(manager_module.os, "listdir", listdir_after_delete)
+    assert mngr.all_steps() == [2]
+    monkeypatch.setattr(manager_module.os, "listdir", real_listdir)
+    mngr.save(3, _state(3))
+    path = mngr.step_path(3)
+    commit._remove(path)
+    monkeypatch.setattr(mngr, "step_path", lambda step: path)  # listed just before the delete
+    with pytest.raises(ockpt.NotACheckpointError, match="removed meanwhile"):
+        mngr.restore(3)

@@ -18,6 +18,7 @@ from typing import Any
 
 from . import commit
 from .documents import RootMetadata
+from .documents._json import read_json
 from .documents.checkpoint_metadata import ROOT_METADATA_FILE
 from .errors import NotACheckpointError, OckptWarning, WriteConflictError
 from .layout import COMMIT_FILE, REPLACED_SUFFIX, is_temporary_name, parse_step_name
@@ -115,7 +116,10 @@ class CheckpointManager:
             parsed = parse_step_name(entry.name)
             if parsed is None or parsed[0] != self.step_prefix:
                 continue
-            names = set(os.listdir(entry.path))
+            try:
+                names = set(os.listdir(entry.path))
+            except OSError:
+                continue  # removed meanwhile (retention in another process): absent, LOAD-055
             if COMMIT_FILE in names or "_CHECKPOINT_METADATA" in names:
                 out.setdefault(parsed[1], entry.name)
         return out
@@ -268,17 +272,25 @@ class CheckpointManager:
                 raise NotACheckpointError(f"{self.root}: no committed step")
         path = self.step_path(step)
         if item is None:
+            try:
+                listed = os.listdir(path)
+            except FileNotFoundError:
+                raise NotACheckpointError(
+                    f"{path}: step {step} was removed meanwhile (LOAD-055)"
+                ) from None
             names = sorted(
                 n
-                for n in os.listdir(path)
+                for n in listed
                 if os.path.isdir(os.path.join(path, n)) and not is_temporary_name(n)
             )
             item = DEFAULT_ITEM if DEFAULT_ITEM in names or len(names) != 1 else names[0]
         item_dir = os.path.join(path, item)
         json_file = os.path.join(item_dir, STEP_JSON_FILE)
         if os.path.isfile(json_file) and not os.path.exists(os.path.join(item_dir, "_METADATA")):
-            with open(json_file, "rb") as f:
-                return json.loads(f.read())
+            try:
+                return read_json(json_file)
+            except FileNotFoundError:
+                raise NotACheckpointError(f"{json_file}: removed meanwhile (LOAD-055)") from None
         from .reader import load_pytree
 
         return load_pytree(item_dir, target, **options)

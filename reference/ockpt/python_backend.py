@@ -167,20 +167,26 @@ class DirectoryStore(KeyValueStore):
 
     def get(self, key: str) -> bytes | None:
         full = self._path(key)
-        if full is None or not os.path.isfile(full):
+        if full is None:
             return None
-        size = os.path.getsize(full)
-        if size > _MAX_FILE_BYTES:
-            raise ZarrFormatError("file too large", rule="ZARR-003", file=full, got=size)
-        with open(full, "rb") as f:
-            return f.read(size + 1)
+        try:
+            with open(full, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if size > _MAX_FILE_BYTES:
+                    raise ZarrFormatError("file too large", rule="ZARR-003", file=full, got=size)
+                return f.read(size + 1)
+        except (FileNotFoundError, IsADirectoryError):
+            return None  # absent (or removed meanwhile): a missing chunk or document
 
     def value_range(self, key: str) -> ByteRange | None:
         """The file of `key` as a `ByteRange` (for streaming a large chunk); None if absent."""
         full = self._path(key)
         if full is None or not os.path.isfile(full):
             return None
-        fd = os.open(full, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+        try:
+            fd = os.open(full, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+        except FileNotFoundError:
+            return None  # removed meanwhile
         return ByteRange(fd, 0, os.fstat(fd).st_size, full)
 
     def list(self, prefix: str = "") -> list[str]:

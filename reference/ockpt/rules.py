@@ -175,6 +175,7 @@ _ALL: dict[str, Rule] = {
         ("LOAD-052", "error", "a step with several pytree items needs the item named"),
         ("LOAD-053", "error", "a manager root loads its latest committed step or the one asked"),
         ("LOAD-054", "error", "an unfinished (temporary) save must never be read"),
+        ("LOAD-055", "error", "a step removed while listed or read is absent, not a failure"),
     ),
     **_rules(
         "ocdbt.md",

@@ -173,8 +173,11 @@ class Location:
                 raise DocumentError(
                     "file too large", rule="JSON-003", file=path, expected=max_bytes, got=size
                 )
-            with open(path, "rb") as f:
-                return f.read(min(size, max_bytes) + 1)
+            try:
+                with open(path, "rb") as f:
+                    return f.read(min(size, max_bytes) + 1)
+            except FileNotFoundError:
+                return None  # removed meanwhile
         check_relative(name, file=self.file(name))
         result = self._kvstore(context).read(name).result()
         if result.state != "value":
