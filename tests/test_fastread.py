@@ -61,7 +61,15 @@ def _equal(a, b):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
-def test_numpy_and_casts_match_tensorstore(saved):
+@pytest.fixture(params=["inline", "workers"])
+def read_in(request, monkeypatch):
+    """Small arrays are read in the calling thread; "workers" sends every chunk to the pool."""
+    if request.param == "workers":
+        monkeypatch.setattr(_fastread, "INLINE_BYTES", 0)
+    return request.param
+
+
+def test_numpy_and_casts_match_tensorstore(saved, read_in):
     for target in (
         None,
         {"w": np.zeros((64, 48), np.float64), "odd": np.zeros((37, 11), np.int64),
@@ -81,7 +89,7 @@ def test_numpy_and_casts_match_tensorstore(saved):
     "mesh_shape, spec",
     [((4, 2), P("x", "y")), ((8,), P("x", None)), ((2,), P(None, "x")), ((1,), P())],
 )
-def test_jax_targets_any_sharding(saved, mesh_shape, spec):
+def test_jax_targets_any_sharding(saved, mesh_shape, spec, read_in):
     names = ("x", "y")[: len(mesh_shape)]
     sharding = jax.sharding.NamedSharding(_mesh(mesh_shape, names), spec)
     target = {"w": jax.ShapeDtypeStruct((64, 48), np.float32, sharding=sharding)}
@@ -93,10 +101,38 @@ def test_jax_targets_any_sharding(saved, mesh_shape, spec):
         np.testing.assert_array_equal(np.asarray(shard.data), np.asarray(want)[shard.index])
 
 
-def test_outputs_are_aligned_and_writable(saved):
+def test_outputs_are_aligned_and_writable(saved, tmp_path):
     out = ockpt.load_pytree(saved, backend="python")
-    assert out["w"].ctypes.data % 64 == 0 and out["w"].flags.writeable
+    assert out["w"].flags.writeable and out["w"].flags.c_contiguous
     out["w"][0, 0] = 1.0
+    # from 64 KiB on, outputs start on a 64-byte boundary (jax adopts them without a copy)
+    big = np.arange(128 * 256, dtype=np.float32).reshape(128, 256)
+    save_pytree(tmp_path / "big", {"w": big}, layout="item", chunk_byte_size=32 << 10)
+    got = ockpt.load_pytree(tmp_path / "big", backend="python")["w"]
+    assert got.nbytes >= _fastread._ALIGN_FROM
+    assert got.ctypes.data % 64 == 0 and got.flags.writeable and np.array_equal(got, big)
+
+
+def test_small_arrays_are_read_without_the_pool(saved, monkeypatch):
+    """Arrays under INLINE_BYTES never reach a worker; larger ones do."""
+    submitted = []
+    real = _fastread._executor()
+
+    class Counting:
+        def submit(self, fn, *args):
+            submitted.append(args[0].array.param_name)
+            return real.submit(fn, *args)
+
+    monkeypatch.setattr(_fastread, "_executor", lambda: Counting())
+    want = ockpt.load_pytree(saved, backend="tensorstore")
+    got = ockpt.load_pytree(saved, backend="python")
+    assert submitted == []
+    monkeypatch.setattr(_fastread, "INLINE_BYTES", 64 * 48 * 4)  # "w" is exactly this size
+    again = ockpt.load_pytree(saved, backend="python")
+    assert set(submitted) == {"w"}
+    for k in want:
+        _equal(got[k], want[k])
+        _equal(again[k], want[k])
 
 
 def test_missing_chunk_names_its_rule(tmp_path):
@@ -149,9 +185,9 @@ def test_streamed_whole_and_slabs_and_casts(tmp_path, streamed, options):
     cast and resharded path of the streaming decoder equals tensorstore."""
     path = tmp_path / "c"
     save_pytree(path, _tree(), layout="item", chunk_byte_size=4096, **options)
-    test_numpy_and_casts_match_tensorstore(path)
+    test_numpy_and_casts_match_tensorstore(path, None)
     for mesh_shape, spec in [((8,), P("x", None)), ((2,), P(None, "x")), ((1,), P())]:
-        test_jax_targets_any_sharding(path, mesh_shape, spec)  # regions cut across slabs
+        test_jax_targets_any_sharding(path, mesh_shape, spec, None)  # regions cut across slabs
     kinds = {"zstd"} if options.get("compression", "zstd") == "zstd" else {"raw"}
     assert set(streamed) == kinds, streamed
 

@@ -181,3 +181,59 @@ def test_fuzz_seeds_decode_cleanly():
 def _cleanup():
     yield
     targets.cleanup()
+
+
+# ---------------------------------------------------------------------------------------------
+# the streamed JSON parse (`_METADATA`'s tree entries converted as parsed) against the whole one
+
+
+def _parse_both(text: str):  # type: ignore[no-untyped-def]
+    from ockpt.documents._json import parse_json
+
+    results = []
+    for streamed in (None, {"t": lambda key, value: [key, value]}):
+        try:
+            results.append(("ok", parse_json(text, file="f", streamed=streamed)))
+        except FormatError as e:
+            results.append(("error", e.rule))
+    return results
+
+
+def _unstreamed(value):  # type: ignore[no-untyped-def]
+    if isinstance(value, dict) and isinstance(value.get("t"), dict):
+        return {**value, "t": {k: [k, v] for k, v in value["t"].items()}}
+    return value
+
+
+@FUZZ
+@given(
+    st.dictionaries(st.sampled_from(["t", "a", "b"]), _json, max_size=3),
+    st.lists(st.tuples(st.integers(0, 400), st.sampled_from(list(' ,:{}[]"\\x1') + [""])),
+             max_size=3),
+    st.sampled_from(["", " ", "\n\t", "  {}"]),
+)  # fmt: skip
+def test_streamed_json_parse_equals_the_whole_parse(doc, edits, tail):
+    """Valid or broken (characters inserted, trailing text), a document parses the same when
+    the object under "t" is converted member by member: the same value (each member through
+    the converter), or a DocumentError with the same rule."""
+    text = json.dumps(doc, indent=1 if len(doc) % 2 else None) + tail
+    for at, ch in edits:
+        at %= len(text) + 1
+        text = text[:at] + ch + text[at:]
+    whole, streamed = _parse_both(text)
+    if whole[0] == "ok":
+        assert streamed == ("ok", _unstreamed(whole[1]))
+    else:
+        assert streamed == whole
+
+
+def test_streamed_json_parse_refuses_what_the_whole_parse_refuses():
+    for text, rule in [
+        ('{"t": {"a": 1, "a": 2}}', "JSON-002"),
+        ('{"t": {}, "t": {}}', "JSON-002"),
+        ('{"t": {"a": NaN}}', "JSON-001"),
+        ('{"t": {"a": 1,}}', "JSON-001"),
+        ('{"t": {"a": 1}} x', "JSON-001"),
+        ('{"t": {"a": 1e999}}', "JSON-001"),
+    ]:
+        assert _parse_both(text) == [("error", rule)] * 2, text

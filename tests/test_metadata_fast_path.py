@@ -19,7 +19,7 @@ _FILES = sorted(FIXTURES.glob("orbax-*/*/checkpoint/**/_METADATA"))
 def test_fast_path_equals_full_parser(path, monkeypatch):
     data = path.read_bytes()
     fast = MetadataDocument.from_json(json.loads(data))
-    monkeypatch.setattr(metadata, "_plain_entry", lambda cls, key, obj: None)
+    monkeypatch.setattr(metadata, "_plain_entry", lambda cls, key, obj, shared: None)
     assert MetadataDocument.from_json(json.loads(data)) == fast
 
 
@@ -37,7 +37,7 @@ def _entry(**value):
 )
 def test_unusual_entries_take_the_full_parser(value):
     got = metadata.TreeEntry.from_json("('a',)", _entry(**value), file="f")
-    assert metadata._plain_entry(metadata.TreeEntry, "('a',)", _entry(**value)) in (None, got)
+    assert metadata._plain_entry(metadata.TreeEntry, "('a',)", _entry(**value), {}) in (None, got)
     assert got.to_json() == _entry(**value) or value.get("write_shape", 0) is None
 
 
@@ -60,3 +60,28 @@ def test_faults_still_raise_with_their_rule(entry, rule):
         metadata.TreeEntry.from_json(
             "('x',)" if entry["key_metadata"][0]["key"] == "x" else "('a',)", entry, file="f"
         )
+
+
+def test_equal_keys_and_values_are_one_object():
+    """Many leaves with the same key texts and value metadata keep one object for each (the
+    memory of a 100,000-leaf tree), and the document is still what the full parser gives."""
+    tree = {}
+    for block in range(3):
+        for name in ("kernel", "bias"):
+            path = [
+                {"key": "layers", "key_type": 2},
+                {"key": str(block), "key_type": 1},
+                {"key": name, "key_type": 2},
+            ]
+            key = repr(("layers", str(block), name))
+            tree[key] = {
+                "key_metadata": path,
+                "value_metadata": {"value_type": "jax.Array", "skip_deserialize": False},
+            }
+    doc = MetadataDocument.from_json({"tree_metadata": tree})
+    layers = {id(e.path[0]) for e in doc.entries}
+    kernels = {id(e.path[2]) for e in doc.entries if e.path[2].key == "kernel"}
+    assert len(layers) == 1 and len(kernels) == 1
+    assert len({id(e.value) for e in doc.entries}) == 1
+    assert doc.entries[0].path[1] is doc.entries[1].path[1]  # "0" of both leaves of block 0
+    assert doc.to_json() == {"tree_metadata": tree}

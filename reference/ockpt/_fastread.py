@@ -19,7 +19,7 @@ import os
 import sys
 import threading
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -55,7 +55,13 @@ def _executor() -> ThreadPoolExecutor:
         return _pool
 
 
+#: Arrays whose outputs total less than this are read in the calling thread: handing a tiny
+#: chunk to a worker (a future, a lock, the GIL passed back and forth) costs more than
+#: decoding it. See benchmarks/RESULTS-scale.md for a tree of 100,000 small leaves.
+INLINE_BYTES = 1 << 16
+
 _ALIGN = 64
+_ALIGN_FROM = 1 << 16
 
 #: Chunks that decode to more than this are streamed from their file in slabs of at most
 #: `SLAB_BYTES` along their first axis (or straight into the output when it takes the whole
@@ -67,8 +73,12 @@ _READ_SIZE = 1 << 20  # compressed bytes handed to the zstd stream decoder at a 
 
 def _aligned(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     """An uninitialised array whose data starts on a 64-byte boundary (numpy's large arrays
-    start 16 bytes into a page): jax on CPU then adopts it without a copy (`device_put`)."""
+    start 16 bytes into a page): jax on CPU then adopts it without a copy (`device_put`).
+    Arrays under `_ALIGN_FROM` bytes are plain (a copy of them costs nothing; the two extra
+    array objects would cost more than their data in a tree of many small leaves)."""
     nbytes = math.prod(shape) * dtype.itemsize
+    if nbytes < _ALIGN_FROM:
+        return np.empty(shape, dtype=dtype)
     raw = np.empty(nbytes + _ALIGN, dtype=np.uint8)
     offset = -raw.ctypes.data % _ALIGN
     return raw[offset : offset + nbytes].view(dtype).reshape(shape)
@@ -407,14 +417,26 @@ def _read_chunk(group: _Group, index: tuple[int, ...], dests: list[tuple[int, tu
         _decode(group, meta.pipeline, chunk, lo, data, dests, where=where, pointer=None)
 
 
-def read_regions(requests: Sequence[Any], *, max_in_flight: int) -> Iterator[tuple[Any, Any]]:
-    """Yield (request, numpy array) for each request (python-backend arrays only)."""
-    groups: list[_Group] = []
+def _groups(requests: Iterable[Any]) -> Iterator[_Group]:
+    """Consecutive requests of one array as one group, each made when the next array starts."""
+    group: _Group | None = None
     for r in requests:
-        if groups and groups[-1].array is r.array:
-            groups[-1].requests.append(r)
-        else:
-            groups.append(_Group(r.array, [r]))
+        if group is not None and group.array is r.array:
+            group.requests.append(r)
+            continue
+        if group is not None:
+            yield group
+        group = _Group(r.array, [r])
+    if group is not None:
+        yield group
+
+
+def read_regions(requests: Iterable[Any], *, max_in_flight: int) -> Iterator[tuple[Any, Any]]:
+    """Yield (request, numpy array) for each request (python-backend arrays only).
+
+    `requests` is consumed as reading proceeds, and a group is dropped once yielded: memory
+    holds the groups in flight and their outputs, not every request of a 100,000-leaf load."""
+    groups = _groups(requests)
     pool = _executor()
     limit = max(max_in_flight, 2 * workers())
     window: deque[tuple[_Group, Future]] = deque()
@@ -428,6 +450,13 @@ def read_regions(requests: Sequence[Any], *, max_in_flight: int) -> Iterator[tup
         for g in groups:
             g.allocate()
             done.append(g)
+            if sum(out.nbytes for out in g.outs) < INLINE_BYTES:
+                for index, dests in g.tasks():
+                    _read_chunk(g, index, dests)
+                while done and done[0].remaining == 0:  # this group, and any finished before
+                    ready = done.popleft()
+                    yield from zip(ready.requests, ready.outs, strict=True)
+                continue
             for index, dests in g.tasks():
                 while len(window) >= limit:
                     settle(*window.popleft())

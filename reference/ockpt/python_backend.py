@@ -24,7 +24,7 @@ import os
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -420,6 +420,10 @@ class ArrayStore:
     Arguments match `ockpt.storage.ArrayStore`; `context` is accepted and ignored.
     """
 
+    #: Opening arrays one at a time costs what opening them together does, so a load opens
+    #: each array when it reaches it and keeps none (memory stays flat in the leaf count).
+    BULK_OPEN: ClassVar[bool] = False
+
     def __init__(
         self,
         location: Any,
@@ -466,7 +470,7 @@ class ArrayStore:
             file,
             meta.zarr_format,
             meta.shape,
-            meta.numpy_dtype.newbyteorder("="),
+            meta.numpy_dtype if meta.numpy_dtype.isnative else meta.numpy_dtype.newbyteorder("="),
             chunk,
             meta,
             self.kv,

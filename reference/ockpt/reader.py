@@ -537,10 +537,16 @@ class _Item:
         return out
 
     def arrays(self, names: list[str]) -> dict[str, storage.StoredArray]:
+        """The named arrays, opened together and kept for the item's lifetime."""
         todo = [n for n in names if n not in self._arrays]
         if todo:
             self._arrays.update(self.store.open_many(todo))
         return {n: self._arrays[n] for n in names}
+
+    def array(self, name: str) -> storage.StoredArray:
+        """One array: the kept one, else opened now and not kept."""
+        hit = self._arrays.get(name)
+        return hit if hit is not None else self.store.open(name)
 
 
 def _placeholder_names(node: Any) -> Iterator[str]:
@@ -941,11 +947,34 @@ class _Loader:
         self.results: dict[int, Any] = {}
 
     def run(self) -> dict[int, Any]:
-        file = self.item.metadata_file
-        names = [j.leaf.param_name for j in self.jobs if j.leaf.source == "array"]
-        arrays = self.item.arrays(names)
-        requests: list[storage.ReadRequest] = []
         pending: dict[int, dict[Any, Any]] = {}
+        for request, data in storage.read_regions(
+            self._requests(pending), max_in_flight=self.max_in_flight
+        ):
+            index, box, devices = request.tag
+            job = self.jobs[index]
+            host = self._finish_region(job, request, data, box)
+            if devices is None:
+                self.results[index] = _final(job, host)
+                continue
+            placed = pending[index]["arrays"]
+            for device in devices:
+                placed[device] = _jax.to_device(host, device)
+            del host, data
+            if len(placed) == pending[index]["count"]:
+                self.results[index] = _jax.assemble(job.shape, job.sharding, placed)
+                del pending[index]
+        return self.results
+
+    def _requests(self, pending: dict[int, dict[Any, Any]]) -> Iterator[storage.ReadRequest]:
+        """The reads of every job, made as reading reaches them (strings and inline values are
+        settled on the way). A backend that opens arrays one at a time (`BULK_OPEN` false)
+        opens each array here and keeps none, so memory does not grow with the leaf count."""
+        file = self.item.metadata_file
+        arrays: Mapping[str, Any] | None = None
+        if self.item.store.BULK_OPEN:
+            names = [j.leaf.param_name for j in self.jobs if j.leaf.source == "array"]
+            arrays = self.item.arrays(names)
         for index, job in enumerate(self.jobs):
             leaf = job.leaf
             if leaf.source == "string" or job.want == "string":
@@ -954,7 +983,10 @@ class _Loader:
             if leaf.source == "inline":
                 self.results[index] = self._inline(job)
                 continue
-            array = arrays[leaf.param_name]
+            if arrays is not None:
+                array = arrays[leaf.param_name]
+            else:
+                array = self.item.array(leaf.param_name)
             _check_job(
                 job,
                 array.shape,
@@ -972,27 +1004,10 @@ class _Loader:
                 for device, box in boxes.items():
                     by_box.setdefault(box, []).append(device)
                 for box, devices in by_box.items():
-                    requests.append(self._request(array, box, read_dtype, (index, box, devices)))
+                    yield self._request(array, box, read_dtype, (index, box, devices))
             else:
                 box = _box_of(job.shape)
-                requests.append(self._request(array, box, read_dtype, (index, box, None)))
-        for request, data in storage.read_regions(
-            (r for r in requests if r.box is not None), max_in_flight=self.max_in_flight
-        ):
-            index, box, devices = request.tag
-            job = self.jobs[index]
-            host = self._finish_region(job, request, data, box)
-            if devices is None:
-                self.results[index] = _final(job, host)
-                continue
-            placed = pending[index]["arrays"]
-            for device in devices:
-                placed[device] = _jax.to_device(host, device)
-            del host, data
-            if len(placed) == pending[index]["count"]:
-                self.results[index] = _jax.assemble(job.shape, job.sharding, placed)
-                del pending[index]
-        return self.results
+                yield self._request(array, box, read_dtype, (index, box, None))
 
     def _request(self, array, box, dtype, tag) -> storage.ReadRequest:  # type: ignore[no-untyped-def]
         return storage.ReadRequest(array, _clip(box, array.shape), dtype, tag)

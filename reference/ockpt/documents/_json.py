@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Generator, Mapping
 from typing import Any, TypeVar
 
 import numpy as np
@@ -117,11 +117,95 @@ def _check_depth(value: Any, file: str, pointer: str = "") -> None:
             stack.extend((v, depth + 1) for v in node)
 
 
+_WHITESPACE = re.compile(r"[ \t\n\r]*")
+_DECODER = json.JSONDecoder(
+    object_pairs_hook=_pairs, parse_constant=_no_constant, parse_float=_finite_float
+)
+
+
+def _object_members(text: str, idx: int) -> Generator[tuple[str, int], int, int]:
+    """(key, start of its value) for each member of the JSON object at `text[idx]`; the caller
+    parses the value and sends back where it ends. Raises `json.JSONDecodeError` as `json`."""
+    skip = _WHITESPACE.match
+    idx = skip(text, idx + 1).end()
+    if text.startswith("}", idx):
+        return idx + 1
+    seen: set[str] = set()
+    while True:
+        if not text.startswith('"', idx):
+            raise json.JSONDecodeError(
+                "Expecting property name enclosed in double quotes", text, idx
+            )
+        key, idx = json.decoder.scanstring(text, idx + 1, True)
+        if key in seen:
+            raise _DuplicateKey(key)
+        seen.add(key)
+        idx = skip(text, idx).end()
+        if not text.startswith(":", idx):
+            raise json.JSONDecodeError("Expecting ':' delimiter", text, idx)
+        idx = yield key, skip(text, idx + 1).end()
+        idx = skip(text, idx).end()
+        if text.startswith(",", idx):
+            idx = skip(text, idx + 1).end()
+        elif text.startswith("}", idx):
+            return idx + 1
+        else:
+            raise json.JSONDecodeError("Expecting ',' delimiter", text, idx)
+
+
+def _parse_streamed(text: str, streamed: Mapping[str, Callable[[str, Any], Any]]) -> Any:
+    """Parse the object document `text`; each value of a top-level member named in `streamed`
+    (when that member is an object) goes through its function as soon as it is parsed."""
+    skip = _WHITESPACE.match
+    idx = skip(text, 0).end()
+    if not text.startswith("{", idx):
+        return json.loads(text, object_pairs_hook=_pairs, parse_constant=_no_constant,
+                          parse_float=_finite_float)  # fmt: skip
+    out: dict[str, Any] = {}
+    members = _object_members(text, idx)
+    try:
+        key, at = next(members)
+        while True:
+            convert = streamed.get(key)
+            if convert is not None and text.startswith("{", at):
+                value: Any = {}
+                inner = _object_members(text, at)
+                try:
+                    name, start = next(inner)
+                    while True:
+                        raw, end = _DECODER.raw_decode(text, start)
+                        value[name] = convert(name, raw)
+                        del raw
+                        name, start = inner.send(end)
+                except StopIteration as stop:
+                    end = stop.value
+            else:
+                value, end = _DECODER.raw_decode(text, at)
+            out[key] = value
+            key, at = members.send(end)
+    except StopIteration as stop:
+        end = stop.value
+    end = skip(text, end).end()
+    if end != len(text):
+        raise json.JSONDecodeError("Extra data", text, end)
+    return out
+
+
 def parse_json(
-    data: bytes | str, *, file: str, pointer: str = "", max_bytes: int = MAX_DOCUMENT_BYTES
+    data: bytes | str,
+    *,
+    file: str,
+    pointer: str = "",
+    max_bytes: int = MAX_DOCUMENT_BYTES,
+    streamed: Mapping[str, Callable[[str, Any], Any]] | None = None,
 ) -> Any:
     """Parse one JSON document strictly; every failure is a `DocumentError` naming `file` (and
-    `pointer`, for JSON nested as a string inside another document)."""
+    `pointer`, for JSON nested as a string inside another document).
+
+    `streamed` maps top-level member names to ``f(key, value)``: each value of such a member
+    (when it is an object) is replaced by what `f` returns as soon as it is parsed, so the
+    parsed JSON of a large map (the 100,000 entries of a `_METADATA` tree) is never held at
+    once. Errors `f` raises pass through."""
     if len(data) > max_bytes:
         raise DocumentError(
             "document too large",
@@ -133,9 +217,13 @@ def parse_json(
         )
     try:
         text = data.decode("utf-8") if isinstance(data, bytes) else data
+        if streamed and _bracket_depth(text) + 1 <= MAX_DEPTH:  # else checked whole, below
+            return _parse_streamed(text, streamed)
         value = json.loads(
             text, object_pairs_hook=_pairs, parse_constant=_no_constant, parse_float=_finite_float
         )
+    except DocumentError:
+        raise
     except _DuplicateKey as e:
         raise DocumentError(
             f"duplicate key {e.key!r}", rule="JSON-002", file=file, pointer=pointer

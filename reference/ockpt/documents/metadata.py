@@ -7,6 +7,8 @@ the keys present (`use_ocdbt` since 0.11.31, `store_array_data_equal_to_fill_val
 
 from __future__ import annotations
 
+import hashlib
+import itertools
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -116,8 +118,13 @@ class TreeEntry:
         return param_name(self.path)
 
     @classmethod
-    def from_json(cls, key: str, obj: Any, *, file: str) -> TreeEntry:
-        fast = _plain_entry(cls, key, obj)
+    def from_json(
+        cls, key: str, obj: Any, *, file: str, shared: dict[Any, Any] | None = None
+    ) -> TreeEntry:
+        """Parse one entry. `shared` (one dict per document) lets equal key entries and value
+        metadata of many leaves be one object each: a tree of 100,000 leaves then keeps its
+        distinct keys, not 300,000 copies of them."""
+        fast = _plain_entry(cls, key, obj, {} if shared is None else shared)
         if fast is not None:
             return fast
         pointer = child("/tree_metadata", key)
@@ -172,7 +179,9 @@ class TreeEntry:
 _VALUE_FIELDS = frozenset({"value_type", "skip_deserialize", "write_shape"})
 
 
-def _plain_entry(cls: type[TreeEntry], key: str, obj: Any) -> TreeEntry | None:
+def _plain_entry(
+    cls: type[TreeEntry], key: str, obj: Any, shared: dict[Any, Any]
+) -> TreeEntry | None:
     """An entry of the usual form, built without the error bookkeeping of the full parser (a
     JSON pointer per field): a `_METADATA` of 10,000 leaves parses about twice as fast. None
     for anything else (an unknown field, a limit approached, a wrong type): the full parser
@@ -191,12 +200,16 @@ def _plain_entry(cls: type[TreeEntry], key: str, obj: Any) -> TreeEntry | None:
         text, kind = k.get("key"), k.get("key_type")
         if type(text) is not str or type(kind) is not int or len(text) * 4 > LIMITS.max_key_bytes:
             return None
-        if kind == 2:
-            path.append(KeyEntry(text, KeyType.DICT))
-        elif kind == 1 and _INDEX.fullmatch(text):
-            path.append(KeyEntry(text, KeyType.SEQUENCE))
-        else:
-            return None
+        entry = shared.get(("key", text, kind))
+        if entry is None:
+            if kind == 2:
+                entry = KeyEntry(text, KeyType.DICT)
+            elif kind == 1 and _INDEX.fullmatch(text):
+                entry = KeyEntry(text, KeyType.SEQUENCE)
+            else:
+                return None
+            shared[("key", text, kind)] = entry
+        path.append(entry)
     value_type = raw_value.get("value_type")
     skip = raw_value.get("skip_deserialize")
     shape = raw_value.get("write_shape")
@@ -211,7 +224,10 @@ def _plain_entry(cls: type[TreeEntry], key: str, obj: Any) -> TreeEntry | None:
     entry_path = tuple(path)
     if tree_key(entry_path) != key:
         return None
-    value = ValueMetadata(value_type=value_type, skip_deserialize=skip, write_shape=shape)
+    value = shared.get(("value", value_type, skip, shape))
+    if value is None:
+        value = ValueMetadata(value_type=value_type, skip_deserialize=skip, write_shape=shape)
+        shared[("value", value_type, skip, shape)] = value
     return cls(path=entry_path, value=value)
 
 
@@ -267,7 +283,18 @@ def _key_entry(obj: Any, *, file: str, pointer: str) -> KeyEntry:
     return KeyEntry(key, key_type)
 
 
-_PARSED: dict[bytes, MetadataDocument] = {}
+def _too_many(file: str, got: int | str) -> DocumentError:
+    return DocumentError(
+        "too many tree_metadata entries",
+        rule="LIMIT-002",
+        file=file,
+        pointer="/tree_metadata",
+        expected=f"<= {LIMITS.max_tree_entries}",
+        got=got,
+    )
+
+
+_PARSED: dict[bytes, MetadataDocument] = {}  # blake2b-256 of the file -> document
 _PARSED_KEEP = 4
 
 
@@ -303,15 +330,13 @@ class MetadataDocument(Document):
         )
         rest.pop("tree_metadata")
         if len(tree) > LIMITS.max_tree_entries:
-            raise DocumentError(
-                "too many tree_metadata entries",
-                rule="LIMIT-002",
-                file=file,
-                pointer="/tree_metadata",
-                expected=f"<= {LIMITS.max_tree_entries}",
-                got=len(tree),
-            )
-        entries = tuple(TreeEntry.from_json(k, v, file=file) for k, v in tree.items())
+            raise _too_many(file, len(tree))
+        shared: dict[Any, Any] = {}
+        entries = tuple(
+            v if isinstance(v, TreeEntry) else TreeEntry.from_json(k, v, file=file, shared=shared)
+            for k, v in tree.items()
+        )  # TreeEntry values: already parsed by `from_bytes`
+        del shared
         flags: dict[str, Any] = {}
         for name in cls._FLAGS:
             if name in rest:
@@ -331,15 +356,27 @@ class MetadataDocument(Document):
     @classmethod
     def from_bytes(cls, data: bytes, *, file: str = FILE_NAME) -> MetadataDocument:
         # Detecting a layout and then loading it parse the same _METADATA: the last few
-        # documents parsed are kept (they are immutable), keyed by their bytes.
-        data = bytes(data)
-        hit = _PARSED.get(data)
+        # documents parsed are kept (they are immutable), keyed by a digest of their bytes
+        # (not the bytes: a 100,000-leaf _METADATA is 23 MB).
+        digest = hashlib.blake2b(data, digest_size=32).digest()
+        hit = _PARSED.get(digest)
         if hit is not None and type(hit) is cls:
             return hit
-        doc = cls.from_json(parse_json(data, file=file), file=file)
+        shared: dict[Any, Any] = {}
+        count = itertools.count(1)
+
+        def entry(key: str, value: Any) -> TreeEntry:
+            if next(count) > LIMITS.max_tree_entries:
+                raise _too_many(file, f"more than {LIMITS.max_tree_entries}")
+            return TreeEntry.from_json(key, value, file=file, shared=shared)
+
+        # each tree entry becomes a TreeEntry as it is parsed: the JSON of 100,000 entries
+        # (ten times the file's size in dicts) is never held at once
+        obj = parse_json(data, file=file, streamed={"tree_metadata": entry})
+        doc = cls.from_json(obj, file=file)
         while len(_PARSED) >= _PARSED_KEEP:
             _PARSED.pop(next(iter(_PARSED)), None)
-        _PARSED[data] = doc
+        _PARSED[digest] = doc
         return doc
 
     @classmethod
