@@ -76,8 +76,12 @@ def test_limit_001_defaults_are_the_spec_table():
 def test_limit_002_tree_entries(monkeypatch):
     monkeypatch.setattr(metadata_module, "LIMITS", Limits(max_tree_entries=2))
     MetadataDocument.from_bytes(_metadata(["a"], ["b"]), file="m")
-    with pytest.raises(FormatError) as e:
-        MetadataDocument.from_bytes(_metadata(["a"], ["b"], ["c"]), file="m")
+    for n in (3, 50):  # refused while parsing, at the first entry over the limit
+        with pytest.raises(FormatError) as e:
+            MetadataDocument.from_bytes(_metadata(*[[f"k{i}"] for i in range(n)]), file="m")
+        assert _rule(e) == "LIMIT-002" and e.value.got == "more than 2"
+    with pytest.raises(FormatError) as e:  # a parsed document given to from_json: its count
+        MetadataDocument.from_json(json.loads(_metadata(["a"], ["b"], ["c"])), file="m")
     assert _rule(e) == "LIMIT-002" and e.value.got == 3
 
 

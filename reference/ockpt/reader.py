@@ -30,7 +30,7 @@ from .documents.sharding import FILE_NAME as SHARDING_FILE
 from .documents.sharding import ShardingDocument, ShardingSpec
 from .documents.strings import FILE_NAME as STRINGS_FILE
 from .documents.strings import StringsDocument
-from .errors import FormatError, MissingDataError, NotACheckpointError, TargetError
+from .errors import FormatError, MissingDataError, NotACheckpointError, OckptError, TargetError
 from .layout import (
     COMMIT_FILE,
     MANIFEST_FILE,
@@ -581,14 +581,14 @@ def _lookup(tree: Any, texts: tuple[str, ...]) -> tuple[bool, Any]:
 def _leaf_metadata(
     item: _Item,
     leaf: _Leaf,
-    arrays: Mapping[str, storage.StoredArray],
+    open_array: Callable[[str], Any],
     shardings: Mapping[str, ShardingSpec],
     written: Mapping[str, Any],
 ) -> LeafMetadata:
     sharding = shardings.get(leaf.param_name)
     ws = getattr(written.get(leaf.param_name), "write_shape", None)
     if leaf.source == "array":
-        a = arrays[leaf.param_name]
+        a = open_array(leaf.param_name)
         return LeafMetadata(
             leaf.path,
             leaf.param_name,
@@ -624,10 +624,10 @@ def _leaf_metadata(
     )
 
 
-def _quick_arrays(item: _Item, names: list[str]) -> Mapping[str, Any] | None:
-    """The zarr metadata of the many arrays of a local OCDBT item, read by ockpt's own decoder
-    (one pass over the B+tree instead of a tensorstore open per array); None when it does not
-    apply or fails (the caller then opens the arrays with tensorstore, which names the error)."""
+def _quick_store(item: _Item, names: list[str]) -> Any:
+    """ockpt's own decoder for the zarr metadata of the many arrays of a local OCDBT item (one
+    pass over the B+tree instead of a tensorstore open per array); None when it does not
+    apply."""
     store = item.store
     if (
         type(store) is not storage.ArrayStore
@@ -637,29 +637,39 @@ def _quick_arrays(item: _Item, names: list[str]) -> Mapping[str, Any] | None:
     ):
         return None
     from . import python_backend
-    from .errors import OckptError
 
     try:
-        quick = python_backend.ArrayStore(
+        return python_backend.ArrayStore(
             item.location, storage="ocdbt", zarr_version=store.zarr_version
         )
-        try:
-            return quick.open_many(names)
-        finally:
-            quick.close()
     except (OckptError, OSError, ValueError):
         return None
 
 
 def _metadata_tree(item: _Item) -> Any:
+    """The saved tree with a `LeafMetadata` per leaf. Arrays are opened one at a time and not
+    kept where that costs nothing extra (the python decoder), so memory is the result's."""
+    if not item.store.BULK_OPEN:
+        return _build_metadata(item, item.array)
     names = [n for n, leaf in item.leaves.items() if leaf.source == "array"]
-    arrays = _quick_arrays(item, names) or item.arrays(names)
+    quick = _quick_store(item, names)
+    if quick is not None:
+        try:
+            return _build_metadata(item, quick.open)
+        except (OckptError, OSError, ValueError):
+            pass  # tensorstore opens the arrays below and names the fault
+        finally:
+            quick.close()
+    return _build_metadata(item, item.arrays(names).__getitem__)
+
+
+def _build_metadata(item: _Item, open_array: Callable[[str], Any]) -> Any:
     shardings = item.shardings()
     written = item.array_metadatas() if item.location.local is not None else {}
 
     def build(node: Any) -> Any:
         if isinstance(node, _Leaf):
-            return _leaf_metadata(item, node, arrays, shardings, written)
+            return _leaf_metadata(item, node, open_array, shardings, written)
         if isinstance(node, _Empty):
             return _EMPTY_VALUES[node.node]()
         if node.kind is KeyType.SEQUENCE:
