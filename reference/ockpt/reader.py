@@ -104,18 +104,18 @@ class LeafMetadata:
 # The saved tree.
 
 
-@dataclass
+@dataclass(slots=True)
 class _Node:
     kind: KeyType
     children: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _Empty:
     node: EmptyNode
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _Leaf:
     path: tuple[str, ...]
     param_name: str
@@ -702,7 +702,7 @@ def pytree_metadata(
 _Builder = Callable[[dict[int, Any]], Any]
 
 
-@dataclass
+@dataclass(slots=True)
 class _Job:
     """One leaf to load and what the target asks of it."""
 
