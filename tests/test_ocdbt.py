@@ -215,3 +215,19 @@ def test_key_successor():
     assert key_successor(b"a\xff") == b"b"
     assert key_successor(b"\xff\xff") is None
     assert key_successor(b"") is None
+
+
+def test_equal_inline_values_of_a_leaf_node_are_one_object(tmp_path):
+    """The zarr metadata of many arrays of one shape is the same inline value: a decoded leaf
+    node keeps it once (a 100,000-leaf tree's node would otherwise hold 100,000 copies)."""
+    meta = b'{"zarr_format":3,"shape":[4]}'
+    commit = {f"p{i:03d}/zarr.json": meta for i in range(50)}
+    commit.update({f"p{i:03d}/c/0": bytes([i]) * 16 for i in range(50)})
+    db = Database(write_database(tmp_path / "db", [commit]))
+    node = db.read_btree_node(db.versions()[-1].root.location)
+    values = [e.value for e in node.entries if e.key.endswith(b"zarr.json")]
+    assert len(values) == 50 and len({id(v) for v in values}) == 1 and values[0] == meta
+    chunks = {e.key: e.value for e in node.entries if b"/c/" in e.key}
+    assert chunks[b"p007/c/0"] == bytes([7]) * 16 and len(set(chunks.values())) == 50
+    enc = fmt.encode_btree_node(node)
+    assert fmt.decode_btree_node(enc) == node

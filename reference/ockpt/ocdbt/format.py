@@ -391,7 +391,7 @@ class DataFileId:
         return self.base_path + self.relative_path
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class IndirectDataReference:
     """A byte range of a data file."""
 
@@ -473,7 +473,7 @@ class VersionTreeNode:
     data_file_table: tuple[DataFileId, ...] = field(default=(), compare=False, repr=False)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # a leaf node of Orbax's holds 100,000s of them
 class LeafNodeEntry:
     """A key/value entry of a leaf; `key` is relative to the node's key prefix."""
 
@@ -1036,8 +1036,13 @@ def decode_btree_node(
             for k, i in enumerate(indirect)
         }
         entries: list = []
-        for i in range(n):
-            value = refs[i] if kinds[i] else cur.take(lengths[i], "value")
+        inline: dict[bytes, bytes] = {}  # equal inline values (the zarr metadata of arrays
+        for i in range(n):  # of one shape and dtype) are kept once
+            if kinds[i]:
+                value = refs[i]
+            else:
+                value = cur.take(lengths[i], "value")
+                value = inline.setdefault(value, value)
             entries.append(LeafNodeEntry(keys[i], value))
     else:
         keys, common = _keys(cur, n, with_common_prefix=True)
