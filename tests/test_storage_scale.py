@@ -344,3 +344,31 @@ def test_single_tile_output_is_writeable_and_of_the_dtype():
     assert out is not frozen and out.flags.writeable and np.array_equal(out, frozen)
     out = _read_one(base, np.dtype(np.float64))  # a read of another type than it gave
     assert out.dtype == np.float64 and out.flags.c_contiguous and np.array_equal(out, base)
+
+
+def test_metadata_of_many_arrays_reads_zarr_metadata_once_and_falls_back(tmp_path, monkeypatch):
+    """`pytree_metadata` with the tensorstore backend reads the zarr metadata of many arrays of
+    a local OCDBT item with ockpt's decoder, one array at a time; when that decoder fails, the
+    arrays are opened with tensorstore and the result is the same."""
+    from ockpt import python_backend
+
+    tree = {f"p{i:03d}": np.full((i % 5 + 1,), i, np.float32) for i in range(100)}
+    ockpt.save_pytree(tmp_path / "c", tree)
+    want = ockpt.pytree_metadata(tmp_path / "c", backend="python")
+    opened = []
+    real = python_backend.ArrayStore.open
+
+    def counting(self, name):
+        opened.append(name)
+        return real(self, name)
+
+    monkeypatch.setattr(python_backend.ArrayStore, "open", counting)
+    assert ockpt.pytree_metadata(tmp_path / "c", backend="tensorstore") == want
+    assert sorted(opened) == sorted(tree)
+
+    def failing(self, name):
+        raise OckptError("decoder refused")
+
+    monkeypatch.setattr(python_backend.ArrayStore, "open", failing)
+    assert ockpt.pytree_metadata(tmp_path / "c", backend="tensorstore") == want
+    assert want["p007"].shape == (3,) and want["p007"].dtype == np.float32
