@@ -303,3 +303,21 @@ def test_damaged_large_shard_names_its_rule(tmp_path, monkeypatch, damage):
     with pytest.raises(ockpt.FormatError) as info:
         ockpt.load_pytree(path, backend="python")
     assert "ZARR-" in str(info.value) and "w/c/0/0" in str(info.value)
+
+
+def test_a_target_mismatch_is_refused_before_anything_is_read(tmp_path, monkeypatch):
+    """Arrays are opened as reading reaches them, but every leaf a target asks for is checked
+    first: a wrong shape on the last leaf reads no chunk of the others."""
+    tree = {f"p{i}": np.full((8,), i, np.float32) for i in range(20)}
+    save_pytree(tmp_path / "c", tree)
+    reads = []
+    real = _fastread._read_chunk
+    monkeypatch.setattr(_fastread, "_read_chunk", lambda *a: reads.append(a) or real(*a))
+    target = {k: np.zeros((8,), np.float32) for k in tree}
+    target["p19"] = np.zeros((9,), np.float32)
+    with pytest.raises(ockpt.TargetError, match="LOAD-030"):
+        ockpt.load_pytree(tmp_path / "c", target, backend="python")
+    assert reads == []
+    target["p19"] = np.zeros((8,), np.float32)
+    got = ockpt.load_pytree(tmp_path / "c", target, backend="python")
+    assert len(reads) == 20 and got["p7"].tolist() == [7.0] * 8

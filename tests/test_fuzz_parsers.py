@@ -237,3 +237,25 @@ def test_streamed_json_parse_refuses_what_the_whole_parse_refuses():
         ('{"t": {"a": 1e999}}', "JSON-001"),
     ]:
         assert _parse_both(text) == [("error", rule)] * 2, text
+
+
+def test_streamed_json_parse_reports_json_faults_first():
+    """A repeated key is refused when its object closes, after its values parsed, and an error
+    of the converter only after the whole document parsed: the same rule as the whole parse."""
+    for text in ('{"t":{"a":1,"a":2,"b":NaN}}', '{"t":{"a":1,"a":2', '{"t":{"a":1},"t":{"a":NaN}}'):
+        assert _parse_both(text) == [("error", "JSON-001")] * 2, text
+    from ockpt.documents._json import parse_json
+
+    with pytest.raises(FormatError, match="'x'"):  # the inner object closes first
+        parse_json('{"t":{"a":1,"a":{"x":1,"x":2}}}', file="f", streamed={"t": lambda k, v: v})
+
+    def refuse(key, value):
+        raise KeyError(key)  # any error of the converter passes through unchanged
+
+    with pytest.raises(KeyError):
+        parse_json('{"t":{"a":1}}', file="f", streamed={"t": refuse})
+    with pytest.raises(FormatError, match="JSON-001"):  # but a fault of the JSON comes first
+        parse_json('{"t":{"a":1}, "b": NaN}', file="f", streamed={"t": refuse})
+    data = b'{"t":{"a":[1,2]}}'
+    for form in (bytearray(data), memoryview(data)):
+        assert parse_json(form, file="f", streamed={"t": lambda k, v: v}) == {"t": {"a": [1, 2]}}

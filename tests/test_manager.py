@@ -207,3 +207,19 @@ def test_step_removed_while_listing_or_restoring(tmp_path, monkeypatch):
     monkeypatch.setattr(mngr, "step_path", lambda step: path)  # listed just before the delete
     with pytest.raises(ockpt.NotACheckpointError, match="removed meanwhile"):
         mngr.restore(3)
+
+
+def test_json_item_with_nan_written_by_orbax(tmp_path):
+    """A JSON item is user JSON as Orbax writes it with Python's json: NaN is allowed there
+    (directories §6), unlike in the format's own documents (JSON-001)."""
+    root = tmp_path / "root"
+    om = ocp.CheckpointManager(root, item_names=("m",))
+    om.save(0, args=ocp.args.Composite(m=ocp.args.JsonSave({"loss": float("nan"), "x": 1})))
+    om.wait_until_finished()
+    om.close()
+    assert (root / "0" / "m" / "metadata").read_text() == '{"loss": NaN, "x": 1}'
+    got = CheckpointManager(root).restore(0, item="m")
+    assert np.isnan(got["loss"]) and got["x"] == 1
+    (root / "0" / "m" / "metadata").write_text('{"loss": ')
+    with pytest.raises(ockpt.FormatError, match="JSON-001"):
+        CheckpointManager(root).restore(0, item="m")

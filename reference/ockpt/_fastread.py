@@ -55,9 +55,10 @@ def _executor() -> ThreadPoolExecutor:
         return _pool
 
 
-#: Arrays whose outputs total less than this are read in the calling thread: handing a tiny
-#: chunk to a worker (a future, a lock, the GIL passed back and forth) costs more than
-#: decoding it. See benchmarks/RESULTS-scale.md for a tree of 100,000 small leaves.
+#: Arrays whose outputs and stored chunks are smaller than this are read in the calling
+#: thread (`_small`): handing a tiny chunk to a worker (a future, a lock, the GIL passed back
+#: and forth) costs more than decoding it. See benchmarks/RESULTS-scale.md for a tree of
+#: 100,000 small leaves.
 INLINE_BYTES = 1 << 16
 
 _ALIGN = 64
@@ -431,6 +432,13 @@ def _groups(requests: Iterable[Any]) -> Iterator[_Group]:
         yield group
 
 
+def _small(group: _Group) -> bool:
+    """Read in the calling thread: outputs and stored chunks (or shards) under INLINE_BYTES."""
+    meta = group.array.metadata
+    stored = math.prod(meta.chunk_shape) * group.array.dtype.itemsize
+    return stored < INLINE_BYTES and sum(out.nbytes for out in group.outs) < INLINE_BYTES
+
+
 def read_regions(requests: Iterable[Any], *, max_in_flight: int) -> Iterator[tuple[Any, Any]]:
     """Yield (request, numpy array) for each request (python-backend arrays only).
 
@@ -450,9 +458,11 @@ def read_regions(requests: Iterable[Any], *, max_in_flight: int) -> Iterator[tup
         for g in groups:
             g.allocate()
             done.append(g)
-            if sum(out.nbytes for out in g.outs) < INLINE_BYTES:
+            if _small(g):
                 for index, dests in g.tasks():
                     _read_chunk(g, index, dests)
+                while window and window[0][1].done():
+                    settle(*window.popleft())
                 while done and done[0].remaining == 0:  # this group, and any finished before
                     ready = done.popleft()
                     yield from zip(ready.requests, ready.outs, strict=True)

@@ -18,10 +18,10 @@ from typing import Any
 
 from . import commit
 from .documents import RootMetadata
-from .documents._json import read_json
 from .documents.checkpoint_metadata import ROOT_METADATA_FILE
-from .errors import NotACheckpointError, OckptWarning, WriteConflictError
+from .errors import DocumentError, NotACheckpointError, OckptWarning, WriteConflictError
 from .layout import COMMIT_FILE, REPLACED_SUFFIX, is_temporary_name, parse_step_name
+from .limits import LIMITS, read_capped
 from .writer import STEP_JSON_FILE, _prepare
 
 __all__ = ["CheckpointManager", "DEFAULT_ITEM"]
@@ -118,7 +118,7 @@ class CheckpointManager:
                 continue
             try:
                 names = set(os.listdir(entry.path))
-            except OSError:
+            except (FileNotFoundError, NotADirectoryError):
                 continue  # removed meanwhile (retention in another process): absent, LOAD-055
             if COMMIT_FILE in names or "_CHECKPOINT_METADATA" in names:
                 out.setdefault(parsed[1], entry.name)
@@ -287,10 +287,7 @@ class CheckpointManager:
         item_dir = os.path.join(path, item)
         json_file = os.path.join(item_dir, STEP_JSON_FILE)
         if os.path.isfile(json_file) and not os.path.exists(os.path.join(item_dir, "_METADATA")):
-            try:
-                return read_json(json_file)
-            except FileNotFoundError:
-                raise NotACheckpointError(f"{json_file}: removed meanwhile (LOAD-055)") from None
+            return _read_json_item(json_file)
         from .reader import load_pytree
 
         return load_pytree(item_dir, target, **options)
@@ -303,3 +300,22 @@ class CheckpointManager:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _read_json_item(path: str) -> Any:
+    """The value of a JSON item's file (directories §6): user JSON as Orbax writes it with
+    Python's `json`, so `NaN` and `Infinity` are accepted; bounded in size (JSON-003)."""
+    limit = LIMITS.max_json_bytes
+    try:
+        with open(path, "rb") as f:
+            data = read_capped(f, limit)
+    except FileNotFoundError:
+        raise NotACheckpointError(f"{path}: removed meanwhile (LOAD-055)") from None
+    if len(data) > limit:
+        raise DocumentError("document too large", rule="JSON-003", file=path, expected=limit)
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise DocumentError("JSON nested too deeply", rule="JSON-003", file=path) from None
+    except ValueError as e:  # not UTF-8, or not JSON
+        raise DocumentError(f"malformed JSON: {e}", rule="JSON-001", file=path) from None

@@ -13,6 +13,7 @@ default for them) and need no tensorstore; URLs, and ``backend="tensorstore"``, 
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -977,34 +978,30 @@ class _Loader:
         return self.results
 
     def _requests(self, pending: dict[int, dict[Any, Any]]) -> Iterator[storage.ReadRequest]:
-        """The reads of every job, made as reading reaches them (strings and inline values are
-        settled on the way). A backend that opens arrays one at a time (`BULK_OPEN` false)
-        opens each array here and keeps none, so memory does not grow with the leaf count."""
+        """The reads of every job, made as reading reaches them. Before the first, strings and
+        inline values are settled and every leaf a target asks for is checked against its
+        stored array, so that a mismatch is refused before anything is read. A backend that
+        opens arrays one at a time (`BULK_OPEN` false) opens each array when it is needed and
+        keeps none (twice with a target), so memory does not grow with the leaf count."""
         file = self.item.metadata_file
-        arrays: Mapping[str, Any] | None = None
+        open_array: Callable[[str], Any] = self.item.array
         if self.item.store.BULK_OPEN:
             names = [j.leaf.param_name for j in self.jobs if j.leaf.source == "array"]
-            arrays = self.item.arrays(names)
+            open_array = self.item.arrays(names).__getitem__
+        check = functools.partial(_check_job, file=file, cast=self.cast, pad_or_truncate=self.pad)
         for index, job in enumerate(self.jobs):
-            leaf = job.leaf
-            if leaf.source == "string" or job.want == "string":
+            if job.leaf.source == "string" or job.want == "string":
                 self.results[index] = self._string(job)
-                continue
-            if leaf.source == "inline":
+            elif job.leaf.source == "inline":
                 self.results[index] = self._inline(job)
+            elif job.want != "as_saved":
+                array = open_array(job.leaf.param_name)
+                check(job, array.shape, array.dtype)
+        for index, job in enumerate(self.jobs):
+            if index in self.results:
                 continue
-            if arrays is not None:
-                array = arrays[leaf.param_name]
-            else:
-                array = self.item.array(leaf.param_name)
-            _check_job(
-                job,
-                array.shape,
-                array.dtype,
-                file=file,
-                cast=self.cast,
-                pad_or_truncate=self.pad,
-            )
+            array = open_array(job.leaf.param_name)
+            check(job, array.shape, array.dtype)  # as saved: sets the job's shape and dtype
             read_dtype = job.dtype if self.cast == "exact" or job.dtype == array.dtype else None
             assert job.shape is not None
             if job.want == "jax":

@@ -699,7 +699,8 @@ def read_regions(
     tiles issued together are submitted as one tensorstore batch, so reads of the same OCDBT
     node or data file are coalesced. Memory held: the outputs, plus per tile in flight the
     tile and the chunks it is decoded from. A request read in one tile gets the tile's own
-    array as its output (writeable, C-contiguous), not a copy of it.
+    array as its output (writeable, C-contiguous), not a copy of it. All requests are of one
+    backend (the first request's array decides which reads them).
     """
     if max_in_flight < 1:
         raise ValueError("max_in_flight must be at least 1")

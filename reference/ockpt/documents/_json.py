@@ -131,14 +131,15 @@ def _object_members(text: str, idx: int) -> Generator[tuple[str, int], int, int]
     if text.startswith("}", idx):
         return idx + 1
     seen: set[str] = set()
+    repeated: str | None = None  # refused when the object closes, as `json` does
     while True:
         if not text.startswith('"', idx):
             raise json.JSONDecodeError(
                 "Expecting property name enclosed in double quotes", text, idx
             )
         key, idx = json.decoder.scanstring(text, idx + 1, True)
-        if key in seen:
-            raise _DuplicateKey(key)
+        if key in seen and repeated is None:
+            repeated = key
         seen.add(key)
         idx = skip(text, idx).end()
         if not text.startswith(":", idx):
@@ -148,20 +149,28 @@ def _object_members(text: str, idx: int) -> Generator[tuple[str, int], int, int]
         if text.startswith(",", idx):
             idx = skip(text, idx + 1).end()
         elif text.startswith("}", idx):
+            if repeated is not None:
+                raise _DuplicateKey(repeated)
             return idx + 1
         else:
             raise json.JSONDecodeError("Expecting ',' delimiter", text, idx)
 
 
-def _parse_streamed(text: str, streamed: Mapping[str, Callable[[str, Any], Any]]) -> Any:
+def _parse_streamed(
+    text: str, streamed: Mapping[str, Callable[[str, Any], Any]]
+) -> tuple[Any, Exception | None]:
     """Parse the object document `text`; each value of a top-level member named in `streamed`
-    (when that member is an object) goes through its function as soon as it is parsed."""
+    (when that member is an object) goes through its function as soon as it is parsed.
+
+    Returns the value and the first error a function raised: after one, the parse goes on
+    without calling any, so that a fault of the JSON itself is still reported first."""
     skip = _WHITESPACE.match
     idx = skip(text, 0).end()
     if not text.startswith("{", idx):
         return json.loads(text, object_pairs_hook=_pairs, parse_constant=_no_constant,
-                          parse_float=_finite_float)  # fmt: skip
+                          parse_float=_finite_float), None  # fmt: skip
     out: dict[str, Any] = {}
+    held: Exception | None = None
     members = _object_members(text, idx)
     try:
         key, at = next(members)
@@ -174,7 +183,11 @@ def _parse_streamed(text: str, streamed: Mapping[str, Callable[[str, Any], Any]]
                     name, start = next(inner)
                     while True:
                         raw, end = _DECODER.raw_decode(text, start)
-                        value[name] = convert(name, raw)
+                        if held is None:
+                            try:
+                                value[name] = convert(name, raw)
+                            except Exception as e:  # noqa: BLE001 - raised after the parse
+                                held = e
                         del raw
                         name, start = inner.send(end)
                 except StopIteration as stop:
@@ -188,11 +201,11 @@ def _parse_streamed(text: str, streamed: Mapping[str, Callable[[str, Any], Any]]
     end = skip(text, end).end()
     if end != len(text):
         raise json.JSONDecodeError("Extra data", text, end)
-    return out
+    return out, held
 
 
 def parse_json(
-    data: bytes | str,
+    data: bytes | bytearray | memoryview | str,
     *,
     file: str,
     pointer: str = "",
@@ -205,7 +218,7 @@ def parse_json(
     `streamed` maps top-level member names to ``f(key, value)``: each value of such a member
     (when it is an object) is replaced by what `f` returns as soon as it is parsed, so the
     parsed JSON of a large map (the 100,000 entries of a `_METADATA` tree) is never held at
-    once. Errors `f` raises pass through."""
+    once. Errors `f` raises pass through, after any fault of the JSON itself."""
     if len(data) > max_bytes:
         raise DocumentError(
             "document too large",
@@ -215,15 +228,18 @@ def parse_json(
             expected=f"<= {max_bytes} bytes",
             got=len(data),
         )
+    held: Exception | None = None
     try:
-        text = data.decode("utf-8") if isinstance(data, bytes) else data
+        text = data if isinstance(data, str) else bytes(data).decode("utf-8")
         if streamed and _bracket_depth(text) + 1 <= MAX_DEPTH:  # else checked whole, below
-            return _parse_streamed(text, streamed)
-        value = json.loads(
-            text, object_pairs_hook=_pairs, parse_constant=_no_constant, parse_float=_finite_float
-        )
-    except DocumentError:
-        raise
+            value, held = _parse_streamed(text, streamed)
+        else:
+            value = json.loads(
+                text,
+                object_pairs_hook=_pairs,
+                parse_constant=_no_constant,
+                parse_float=_finite_float,
+            )
     except _DuplicateKey as e:
         raise DocumentError(
             f"duplicate key {e.key!r}", rule="JSON-002", file=file, pointer=pointer
@@ -240,6 +256,8 @@ def parse_json(
         raise DocumentError(
             f"malformed JSON: {e}", rule="JSON-001", file=file, pointer=pointer
         ) from None
+    if held is not None:
+        raise held
     if _bracket_depth(text) + 1 > MAX_DEPTH:  # values nest one deeper than their container
         _check_depth(value, file, pointer)
     return value
