@@ -371,7 +371,7 @@ class MetadataDocument(Document):
             return TreeEntry.from_json(key, value, file=file, shared=shared)
 
         # each tree entry becomes a TreeEntry as it is parsed: the JSON of 100,000 entries
-        # (ten times the file's size in dicts) is never held at once
+        # (about 8 times the file's size in dicts) is never held at once
         obj = parse_json(data, file=file, streamed={"tree_metadata": entry})
         doc = cls.from_json(obj, file=file)
         while len(_PARSED) >= _PARSED_KEEP:
