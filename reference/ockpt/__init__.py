@@ -28,6 +28,7 @@ from .errors import (
 from .layout import Kind, Layout, detect
 from .manager import CheckpointManager
 from .reader import Checkpoint, LazyArray, LeafMetadata, load_pytree, open, pytree_metadata
+from .save_options import SaveOptions
 from .validate import Report, validate
 from .writer import (
     JsonItem,
@@ -43,6 +44,7 @@ __all__ = [
     "save_pytree",
     "save_checkpointables",
     "save_pytree_async",
+    "SaveOptions",
     "SaveHandle",
     "JsonItem",
     "CheckpointManager",

@@ -22,6 +22,7 @@ from .documents.checkpoint_metadata import ROOT_METADATA_FILE
 from .errors import DocumentError, NotACheckpointError, OckptWarning, WriteConflictError
 from .layout import COMMIT_FILE, REPLACED_SUFFIX, is_temporary_name, parse_step_name
 from .limits import LIMITS, read_capped
+from .save_options import SaveOptions
 from .writer import STEP_JSON_FILE, _prepare
 
 __all__ = ["CheckpointManager", "DEFAULT_ITEM"]
@@ -41,8 +42,8 @@ class CheckpointManager:
         step_prefix: name steps ``<prefix>_<step>``.
         step_format_fixed_length: zero-pad step numbers to this width.
         metadata: a JSON object written once to ``metadata/_ROOT_METADATA`` (custom_metadata).
-        save_options: keyword options passed to every save (``use_ocdbt``, ``zarr_version``,
-            ``compression``, ``compression_level``, ``chunk_byte_size``, ``storage_dtypes``).
+        save_options: the storage options of every save: a `SaveOptions`, or a mapping of its
+            field names (``{"use_ocdbt": False}``); an unknown name is a ValueError.
     """
 
     def __init__(
@@ -54,7 +55,7 @@ class CheckpointManager:
         step_prefix: str | None = None,
         step_format_fixed_length: int | None = None,
         metadata: Mapping[str, Any] | None = None,
-        save_options: Mapping[str, Any] | None = None,
+        save_options: SaveOptions | Mapping[str, Any] | None = None,
     ) -> None:
         if max_to_keep is not None and (not isinstance(max_to_keep, int) or max_to_keep < 1):
             raise ValueError(f"max_to_keep must be a positive int or None, got {max_to_keep!r}")
@@ -70,7 +71,11 @@ class CheckpointManager:
         self.step_prefix = step_prefix
         self.step_format_fixed_length = step_format_fixed_length
         self._metadata = None if metadata is None else dict(metadata)
-        self._save_options = dict(save_options or {})
+        self._save_options = (
+            save_options
+            if isinstance(save_options, SaveOptions)
+            else SaveOptions.from_mapping(save_options or {})
+        )
         if self._metadata is not None:
             json.dumps(self._metadata, allow_nan=False)  # refuse non-JSON early
         left = self.temporaries()
@@ -220,7 +225,7 @@ class CheckpointManager:
             overwrite=False,
             custom_metadata=custom_metadata,
             copy=False,
-            **self._save_options,
+            options=self._save_options,
         )
         if save.job.primary:
             os.makedirs(self.root, exist_ok=True)

@@ -53,11 +53,13 @@ from .documents import (
 )
 from .errors import FormatError, OckptError, UnsupportedError
 from .paths import EmptyNode, KeyEntry, KeyPath, KeyType, check_param_names, flatten, param_name
+from .save_options import UNSET, Compression, SaveOptions, StorageDtypes, Unset, from_keywords
 
 __all__ = [
     "save_pytree",
     "save_checkpointables",
     "save_pytree_async",
+    "SaveOptions",
     "SaveHandle",
     "JsonItem",
     "PYTREE_HANDLER",
@@ -82,9 +84,6 @@ V1_MARKER_FILE = "orbax.checkpoint"
 V1_PYTREE_NAME = "state"
 
 Layout = Literal["v1", "item"]
-StorageDtypes = (
-    Mapping[str, Any] | Callable[[str, np.dtype], Any] | None
-)  # param name -> dtype to store
 
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 
@@ -95,6 +94,8 @@ _INT64 = (-(1 << 63), (1 << 63) - 1)
 
 @dataclass(frozen=True)
 class _Options:
+    """`SaveOptions` with the layout's defaults filled in: what the planning and writing use."""
+
     use_ocdbt: bool
     zarr_version: int
     compression_level: int | None
@@ -103,48 +104,24 @@ class _Options:
     auto: bool = False  # compression="auto": per array, zstd only where it pays (WRITE-015)
 
 
-def _options(
-    *,
-    layout: str,
-    use_ocdbt: bool,
-    zarr_version: int | None,
-    compression: str | None,
-    compression_level: int | None,
-    chunk_byte_size: int | None,
-    storage_dtypes: StorageDtypes,
-) -> _Options:
+def _resolve(options: SaveOptions, layout: str) -> _Options:
+    """The zarr version and zstd level of `options` for `layout` (as Orbax: zarr v3 for a
+    v1 checkpoint, v2 for an item; level 1 for zarr v2, 3 for v3)."""
     if layout not in ("v1", "item"):
         raise ValueError(f"layout must be 'v1' or 'item', got {layout!r}")
+    zarr_version = options.zarr_version
     if zarr_version is None:
         zarr_version = 3 if layout == "v1" else 2
-    if zarr_version not in (2, 3):
-        raise ValueError(f"zarr_version must be 2 or 3, got {zarr_version!r}")
-    if compression not in ("zstd", "auto", None):
-        raise ValueError(f"compression must be 'zstd', 'auto' or None, got {compression!r}")
-    if compression is None and compression_level is not None:
-        raise ValueError("compression_level needs compression='zstd' or 'auto'")
-    if compression_level is not None:
-        if isinstance(compression_level, bool) or not isinstance(compression_level, int):
-            raise ValueError(f"compression_level must be an int, got {compression_level!r}")
-        if not -131072 <= compression_level <= 22:
-            raise ValueError(f"zstd level must be in -131072..22, got {compression_level}")
-    level = None
-    if compression is not None:
-        level = (
-            _ts_write.ZSTD_LEVEL[zarr_version] if compression_level is None else compression_level
-        )
-    if chunk_byte_size is not None and (
-        isinstance(chunk_byte_size, bool) or not isinstance(chunk_byte_size, int)
-    ):
-        raise ValueError(f"chunk_byte_size must be a positive int, got {chunk_byte_size!r}")
-    if chunk_byte_size is not None and chunk_byte_size <= 0:
-        raise ValueError(f"chunk_byte_size must be a positive int, got {chunk_byte_size!r}")
-    if storage_dtypes is not None and not (
-        isinstance(storage_dtypes, Mapping) or callable(storage_dtypes)
-    ):
-        raise ValueError("storage_dtypes must be a mapping param name -> dtype, or a callable")
+    level = options.compression_level
+    if options.compression is not None and level is None:
+        level = _ts_write.ZSTD_LEVEL[zarr_version]
     return _Options(
-        use_ocdbt, zarr_version, level, chunk_byte_size, storage_dtypes, compression == "auto"
+        options.use_ocdbt,
+        zarr_version,
+        level,
+        options.chunk_byte_size,
+        options.storage_dtypes,
+        options.compression == "auto",
     )
 
 
@@ -714,22 +691,11 @@ def _prepare(
     overwrite: bool,
     custom_metadata: Any,
     copy: bool,
-    use_ocdbt: bool = True,
-    zarr_version: int | None = None,
-    compression: str | None = "zstd",
-    compression_level: int | None = None,
-    chunk_byte_size: int | None = None,
-    storage_dtypes: StorageDtypes = None,
+    options: SaveOptions,
 ) -> _Save:
-    opts = _options(
-        layout="item" if layout == "step" else layout,
-        use_ocdbt=use_ocdbt,
-        zarr_version=zarr_version,
-        compression=compression,
-        compression_level=compression_level,
-        chunk_byte_size=chunk_byte_size,
-        storage_dtypes=storage_dtypes,
-    )
+    """Plan a save before anything is written: its parts (host copies made), options and
+    handlers; bad options, leaves and targets are refused here."""
+    opts = _resolve(options, "item" if layout == "step" else layout)
     _check_custom_metadata(custom_metadata)
     job = _job()
     commit.check_target(path, overwrite=overwrite)  # refuse early, before copying anything
@@ -827,18 +793,39 @@ def _save(
     *,
     layout: Layout,
     overwrite: bool,
-    **options: Any,
+    custom_metadata: Mapping[str, Any] | None,
+    options: SaveOptions,
 ) -> None:
     """Write `items` (checkpointable name -> tree) and commit; object stores via staging."""
     if _is_object_store(path):
         _save_to_object_store(
             path,
-            lambda local: _save(local, items, layout=layout, overwrite=overwrite, **options),
+            lambda local: _save(
+                local,
+                items,
+                layout=layout,
+                overwrite=overwrite,
+                custom_metadata=custom_metadata,
+                options=options,
+            ),
             overwrite=overwrite,
         )
         return
-    save = _prepare(path, items, layout=layout, overwrite=overwrite, copy=False, **options)
+    save = _prepare(
+        path,
+        items,
+        layout=layout,
+        overwrite=overwrite,
+        custom_metadata=custom_metadata,
+        copy=False,
+        options=options,
+    )
     save.write(save.begin())
+
+
+def _pytree_items(tree: Any, layout: str) -> dict[str, Any]:
+    """The one pytree of `save_pytree`: the item itself, or the v1 checkpointable ``state``."""
+    return {"": tree} if layout == "item" else {V1_PYTREE_NAME: tree}
 
 
 def save_pytree(
@@ -847,12 +834,13 @@ def save_pytree(
     *,
     layout: Layout = "v1",
     overwrite: bool = False,
-    use_ocdbt: bool = True,
-    zarr_version: int | None = None,
-    compression: str | None = "zstd",
-    compression_level: int | None = None,
-    chunk_byte_size: int | None = None,
-    storage_dtypes: StorageDtypes = None,
+    options: SaveOptions | None = None,
+    use_ocdbt: bool | Unset = UNSET,
+    zarr_version: int | None | Unset = UNSET,
+    compression: Compression | Unset = UNSET,
+    compression_level: int | None | Unset = UNSET,
+    chunk_byte_size: int | None | Unset = UNSET,
+    storage_dtypes: StorageDtypes | Unset = UNSET,
     custom_metadata: Mapping[str, Any] | None = None,
 ) -> None:
     """Save `tree` as a checkpoint at `path` that Orbax restores exactly.
@@ -869,36 +857,35 @@ def save_pytree(
             ``ocp.v1.save_pytree`` writes; ``"item"``: a single item directory, as
             ``ocp.PyTreeCheckpointer().save`` writes.
         overwrite: replace an existing checkpoint at `path` (committed atomically).
-        use_ocdbt: store arrays in OCDBT databases (default) or one zarr directory per leaf.
-        zarr_version: 2 or 3; default 3 for ``"v1"``, 2 for ``"item"`` (as Orbax).
-        compression: ``"zstd"``, ``"auto"`` (per array: no compressor where storing it raw
-            costs at most 10% more disk than zstd, as for float weights; zstd elsewhere) or
-            None.
-        compression_level: zstd level (default 1 for zarr v2, 3 for zarr v3).
-        chunk_byte_size: split each written slice into chunks of at most this many bytes.
-        storage_dtypes: param name -> dtype to store an array leaf as (or a callable
-            ``(param_name, dtype) -> dtype | None``); values are cast on write.
+        options: how arrays are stored (`SaveOptions`; its defaults when None).
+        use_ocdbt, zarr_version, compression, compression_level, chunk_byte_size,
+            storage_dtypes: the fields of `SaveOptions` as keywords, instead of `options`
+            (one that contradicts `options` is a ValueError).
         custom_metadata: a JSON object stored in ``_CHECKPOINT_METADATA.custom_metadata``.
 
     Raises:
+        ValueError: an option is not valid.
         FormatError: a leaf cannot be stored (rule WRITE-001..004, names the leaf), param names
             collide (PATH-001, PATH-002), or the path is not usable (DIR-001).
         WriteConflictError: a checkpoint exists at `path` and `overwrite` is False (DIR-002),
             or another save is writing there (DIR-003).
     """
-    items = {"": tree} if layout == "item" else {V1_PYTREE_NAME: tree}
-    _save(
-        path,
-        items,
-        layout=layout,
-        overwrite=overwrite,
-        custom_metadata=custom_metadata,
+    opts = from_keywords(
+        options,
         use_ocdbt=use_ocdbt,
         zarr_version=zarr_version,
         compression=compression,
         compression_level=compression_level,
         chunk_byte_size=chunk_byte_size,
         storage_dtypes=storage_dtypes,
+    )
+    _save(
+        path,
+        _pytree_items(tree, layout),
+        layout=layout,
+        overwrite=overwrite,
+        custom_metadata=custom_metadata,
+        options=opts,
     )
 
 
@@ -907,12 +894,13 @@ def save_checkpointables(
     checkpointables: Mapping[str, Any],
     *,
     overwrite: bool = False,
-    use_ocdbt: bool = True,
-    zarr_version: int | None = None,
-    compression: str | None = "zstd",
-    compression_level: int | None = None,
-    chunk_byte_size: int | None = None,
-    storage_dtypes: StorageDtypes = None,
+    options: SaveOptions | None = None,
+    use_ocdbt: bool | Unset = UNSET,
+    zarr_version: int | None | Unset = UNSET,
+    compression: Compression | Unset = UNSET,
+    compression_level: int | None | Unset = UNSET,
+    chunk_byte_size: int | None | Unset = UNSET,
+    storage_dtypes: StorageDtypes | Unset = UNSET,
     custom_metadata: Mapping[str, Any] | None = None,
 ) -> None:
     """Save several named pytrees as one v1 checkpoint (one item directory per name).
@@ -920,6 +908,15 @@ def save_checkpointables(
     The pytree that `ocp.v1.load_pytree` restores is the one named ``"state"``. Options are
     those of `save_pytree` and apply to every checkpointable.
     """
+    opts = from_keywords(
+        options,
+        use_ocdbt=use_ocdbt,
+        zarr_version=zarr_version,
+        compression=compression,
+        compression_level=compression_level,
+        chunk_byte_size=chunk_byte_size,
+        storage_dtypes=storage_dtypes,
+    )
     if not isinstance(checkpointables, Mapping) or not checkpointables:
         raise ValueError("checkpointables must be a non-empty mapping name -> pytree")
     _save(
@@ -928,12 +925,7 @@ def save_checkpointables(
         layout="v1",
         overwrite=overwrite,
         custom_metadata=custom_metadata,
-        use_ocdbt=use_ocdbt,
-        zarr_version=zarr_version,
-        compression=compression,
-        compression_level=compression_level,
-        chunk_byte_size=chunk_byte_size,
-        storage_dtypes=storage_dtypes,
+        options=opts,
     )
 
 
@@ -970,48 +962,52 @@ class SaveHandle:
             raise self._error
 
 
-def save_pytree_async(path: str | os.PathLike[str], tree: Any, **options: Any) -> SaveHandle:
-    """`save_pytree` in the background.
+def save_pytree_async(
+    path: str | os.PathLike[str],
+    tree: Any,
+    *,
+    layout: Layout = "v1",
+    overwrite: bool = False,
+    options: SaveOptions | None = None,
+    use_ocdbt: bool | Unset = UNSET,
+    zarr_version: int | None | Unset = UNSET,
+    compression: Compression | Unset = UNSET,
+    compression_level: int | None | Unset = UNSET,
+    chunk_byte_size: int | None | Unset = UNSET,
+    storage_dtypes: StorageDtypes | Unset = UNSET,
+    custom_metadata: Mapping[str, Any] | None = None,
+) -> SaveHandle:
+    """`save_pytree` in the background (same arguments).
 
     Every value is copied to host memory (device-to-host transfers included) and the temporary
     directory is created before this returns, so the caller may mutate or delete its arrays at
-    once. Errors about the tree or the path are raised here; errors while writing come from
-    ``handle.result()``. In a multi-process job the save runs to completion before returning
-    (its barriers need the calling thread).
+    once. Errors about the options, the tree or the path are raised here; errors while writing
+    come from ``handle.result()``. In a multi-process job the save runs to completion before
+    returning (its barriers need the calling thread).
     """
-    layout = options.pop("layout", "v1")
-    overwrite = options.pop("overwrite", False)
-    custom_metadata = options.pop("custom_metadata", None)
-    items = {"": tree} if layout == "item" else {V1_PYTREE_NAME: tree}
+    opts = from_keywords(
+        options,
+        use_ocdbt=use_ocdbt,
+        zarr_version=zarr_version,
+        compression=compression,
+        compression_level=compression_level,
+        chunk_byte_size=chunk_byte_size,
+        storage_dtypes=storage_dtypes,
+    )
     save = _prepare(
         path,
-        items,
+        _pytree_items(tree, layout),
         layout=layout,
         overwrite=overwrite,
         custom_metadata=custom_metadata,
         copy=True,
-        **_async_options(options),
+        options=opts,
     )
     pending = save.begin()
     if save.job.count > 1:
         save.write(pending)
         return SaveHandle(None)
     return SaveHandle(lambda: save.write(pending))
-
-
-def _async_options(options: dict[str, Any]) -> dict[str, Any]:
-    known = {
-        "use_ocdbt": True,
-        "zarr_version": None,
-        "compression": "zstd",
-        "compression_level": None,
-        "chunk_byte_size": None,
-        "storage_dtypes": None,
-    }
-    unknown = sorted(set(options) - set(known))
-    if unknown:
-        raise TypeError(f"save_pytree_async() got unexpected keyword arguments {unknown}")
-    return {k: options.get(k, v) for k, v in known.items()}
 
 
 def _disk_full(error: BaseException, final: str) -> OSError | None:
