@@ -73,7 +73,7 @@ def test_item_named_by_handlers_must_exist(tmp_path):
     _item(step / "params")
     layout = detect(step)
     assert layout.kind is Kind.STEP
-    assert any("LAYOUT-003" in p and "meta" in p for p in layout.problems), layout.problems
+    assert any(p.rule == "LAYOUT-003" and "meta" in p.message for p in layout.problems), layout.problems
 
 
 def test_mixed_step_name_formats(tmp_path):
@@ -83,7 +83,7 @@ def test_mixed_step_name_formats(tmp_path):
     _item(_step(root / "eval_2", {"default": "h"}) / "default")
     layout = detect(root)
     assert [s.step for s in layout.steps] == [1, 2]
-    assert any("LAYOUT-004" in p for p in layout.problems), layout.problems
+    assert any(p.rule == "LAYOUT-004" for p in layout.problems), layout.problems
 
 
 @pytest.mark.parametrize(
@@ -105,4 +105,4 @@ def test_fixtures_have_no_temporary_names_and_no_layout_problems(case):
         assert not is_temporary_name(path.name), path
     layout = detect(case / "checkpoint")
     assert layout.kind is not Kind.NOT_A_CHECKPOINT
-    assert not [p for p in layout.problems if "LAYOUT-" in p]
+    assert not [p for p in layout.problems if p.rule.startswith("LAYOUT-")]

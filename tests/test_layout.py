@@ -95,7 +95,7 @@ def test_malformed_metadata_is_reported_not_raised(tmp_path):
     (tmp_path / "_METADATA").write_text("{oops")
     layout = ockpt.detect(tmp_path)
     assert layout.kind is Kind.PYTREE_ITEM
-    assert len(layout.problems) == 1 and "JSON-001" in layout.problems[0]
+    assert len(layout.problems) == 1 and layout.problems[0].rule == "JSON-001"
 
 
 def test_symlink_loop_and_unreadable(tmp_path):

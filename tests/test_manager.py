@@ -189,18 +189,18 @@ def test_step_removed_while_listing_or_restoring(tmp_path, monkeypatch):
     mngr = CheckpointManager(root)
     for step in (1, 2):
         mngr.save(step, _state(step))
-    import ockpt.manager as manager_module
+    import ockpt.kv.files as kv_files
 
-    real_listdir = os.listdir
+    real_scandir = os.scandir
 
-    def listdir_after_delete(path):
+    def scandir_after_delete(path):
         if os.path.basename(path) == "1":
             commit._remove(str(root / "1"))
-        return real_listdir(path)
+        return real_scandir(path)
 
-    monkeypatch.setattr(manager_module.os, "listdir", listdir_after_delete)
+    monkeypatch.setattr(kv_files.os, "scandir", scandir_after_delete)
     assert mngr.all_steps() == [2]
-    monkeypatch.setattr(manager_module.os, "listdir", real_listdir)
+    monkeypatch.setattr(kv_files.os, "scandir", real_scandir)
     mngr.save(3, _state(3))
     path = mngr.step_path(3)
     commit._remove(path)

@@ -18,7 +18,7 @@ import numpy as np
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 
-__all__ = ["add_parsers"]
+__all__ = ["add_parsers", "add_where"]
 
 
 def _dump(data: Any) -> None:
@@ -170,7 +170,12 @@ def _cmd_cp(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _where(p: argparse.ArgumentParser) -> None:
+def add_where(p: argparse.ArgumentParser, *, validate: bool = False) -> None:
+    """--step / --item, as every command that takes a checkpoint path reads them."""
+    if validate:
+        p.add_argument("--step", type=int, help="validate only this step of a manager root")
+        p.add_argument("--item", help="validate only this item of a step or v1 checkpoint")
+        return
     p.add_argument("--step", type=int, help="step of a checkpoint-manager root (default: latest)")
     p.add_argument("--item", help="item of a step or v1 checkpoint (default: the pytree item)")
 
@@ -185,7 +190,7 @@ def add_parsers(sub: Any) -> None:
         "root; local or s3:// / gs:// URL) without reading array data.",
     )
     p.add_argument("path")
-    _where(p)
+    add_where(p)
     p.add_argument("--json", action="store_true", help=json_help)
     p.set_defaults(func=_cmd_inspect)
 
@@ -199,7 +204,7 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("leaf", help="param name (a.b.c) or key path (a/b/c)")
     p.add_argument("--slice", help="numpy basic index, for example 0:4,: or 2,...,::2")
     p.add_argument("--full", action="store_true", help="print every value (no '...')")
-    _where(p)
+    add_where(p)
     p.add_argument("--json", action="store_true", help=json_help)
     p.set_defaults(func=_cmd_cat)
 
@@ -239,7 +244,7 @@ def add_parsers(sub: Any) -> None:
         action="store_true",
         help="leave out leaves the output format cannot hold (instead of failing)",
     )
-    _where(p)
+    add_where(p)
     p.add_argument("--layout", choices=("v1", "item"), default="v1", help="Orbax output layout")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output")
     p.add_argument("--json", action="store_true", help=json_help)

@@ -9,9 +9,11 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
+from ._commands import add_where
 from .documents.metadata import MetadataDocument
-from .errors import OckptError
-from .layout import Kind, Layout, detect
+from .errors import OckptError, PathNotFoundError
+from .layout import Kind, Layout, detect, resolve
+from .names import METADATA_FILE
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 
@@ -48,14 +50,13 @@ def _cmd_detect(args: argparse.Namespace) -> int:
 
 
 def _cmd_tree(args: argparse.Namespace) -> int:
-    layout = detect(args.path)
-    item = layout.pytree
-    if item is None or item.item is None or not item.item.has_metadata:
-        print(
-            f"ockpt: {args.path}: no pytree item with _METADATA ({layout.reason})", file=sys.stderr
-        )
+    target = resolve(args.path, step=args.step, item=args.item).target
+    assert target.location is not None and target.item is not None
+    data = target.location.read(METADATA_FILE) if target.item.has_metadata else None
+    if data is None:
+        print(f"ockpt: {target.path}: no {METADATA_FILE} ({target.reason})", file=sys.stderr)
         return EXIT_INVALID
-    doc = MetadataDocument.read(f"{item.path}/_METADATA")
+    doc = MetadataDocument.from_bytes(data, file=target.location.file(METADATA_FILE))
     rows = [
         {
             "key_path": [e.key for e in entry.path],
@@ -99,8 +100,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
     show = _progress_printer() if sys.stderr.isatty() and not args.no_progress else None
     try:
-        report = validate(args.path, deep=args.deep, progress=show)
-    except OSError as e:  # a path that does not exist, an unreadable file
+        report = validate(args.path, step=args.step, item=args.item, deep=args.deep, progress=show)
+    except OSError as e:  # a path that does not exist or is no directory, an unreadable file
         if show is not None:
             sys.stderr.write("\r\033[K")
         print(f"ockpt: {e}", file=sys.stderr)
@@ -125,6 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.set_defaults(func=_cmd_detect)
     p = sub.add_parser("tree", help="list the leaves recorded in an item's _METADATA")
     p.add_argument("path")
+    add_where(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_cmd_tree)
     p = sub.add_parser(
@@ -132,6 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="check a whole checkpoint against the spec (exit 0 valid, 1 invalid, 2 error)",
     )
     p.add_argument("path")
+    add_where(p, validate=True)
     p.add_argument("--deep", action="store_true", help="decode every OCDBT node and every chunk")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--no-progress", action="store_true", help="no progress line on a terminal")
@@ -145,6 +148,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))
+    except PathNotFoundError as e:  # an I/O error, not a checkpoint problem
+        print(f"ockpt: {e}", file=sys.stderr)
+        return EXIT_USAGE
     except OckptError as e:
         print(f"ockpt: {e}", file=sys.stderr)
         return EXIT_INVALID

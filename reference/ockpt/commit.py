@@ -114,8 +114,9 @@ def check_target(path: str | os.PathLike[str], *, overwrite: bool) -> str:
             )
         if not overwrite:
             raise WriteConflictError(
-                f"{final}: a checkpoint already exists there; pass overwrite=True to replace "
-                "it [DIR-002]"
+                "a checkpoint already exists there; pass overwrite=True to replace it",
+                rule="DIR-002",
+                file=final,
             )
     return final
 
@@ -149,15 +150,19 @@ def begin(path: str | os.PathLike[str], *, overwrite: bool = False) -> Pending:
     if os.path.lexists(tmp):
         if not overwrite:
             raise WriteConflictError(
-                f"{tmp}: a temporary directory of another save exists (a save in progress, "
-                "or one that failed); remove it or pass overwrite=True [DIR-003]"
+                "a temporary directory of another save exists (a save in progress, or one that "
+                "failed); remove it or pass overwrite=True",
+                rule="DIR-003",
+                file=tmp,
             )
         _remove(tmp)
     try:
         os.mkdir(tmp)
     except FileExistsError as e:
         raise WriteConflictError(
-            f"{tmp}: another save created this temporary directory at the same time [DIR-003]"
+            "another save created this temporary directory at the same time",
+            rule="DIR-003",
+            file=tmp,
         ) from e
     except OSError as e:
         raise FormatError(
@@ -224,7 +229,7 @@ def finish(pending: Pending, *, marker: bool = True) -> None:
 
 def _conflict(final: str) -> WriteConflictError:
     return WriteConflictError(
-        f"{final}: another save committed here while this one was writing [DIR-002]"
+        "another save committed here while this one was writing", rule="DIR-002", file=final
     )
 
 

@@ -44,8 +44,9 @@ from typing import Any
 
 import numpy as np
 
-from . import dtypes, listing, storage
+from . import dtypes
 from .errors import NotACheckpointError, UnsupportedError
+from .kv import is_url
 
 __all__ = [
     "FORMATS",
@@ -147,8 +148,7 @@ class OrbaxSource(Source):
     def __init__(self, path: Any, *, step: int | None = None, item: str | None = None) -> None:
         from .reader import open as open_checkpoint
 
-        resolved, self.root, self.step = listing.resolve_step(path, step=step)
-        self.ckpt = open_checkpoint(resolved, item=item)
+        self.ckpt = open_checkpoint(path, step=step, item=item)
         self.path = self.ckpt.path
         self.leaves = []
         self.empties = []
@@ -375,7 +375,7 @@ def open_source(
     fmt = format or guess_format(path)
     if fmt == "orbax":
         return OrbaxSource(path, step=step, item=item)
-    if storage._is_url(path) and not path.startswith("file://"):
+    if is_url(path) and not path.startswith("file://"):
         raise UnsupportedError(f"{path}: {fmt} files are read from local paths only")
     if path.startswith("file://"):
         path = path[len("file://") :]
@@ -676,7 +676,7 @@ def convert(
     out_fmt = dst_format or guess_format(dst)
     if out_fmt not in FORMATS:
         raise ValueError(f"unknown format {out_fmt!r}; one of {FORMATS}")
-    remote = storage._is_url(dst) and not dst.startswith("file://")
+    remote = is_url(dst) and not dst.startswith("file://")
     if dst.startswith("file://"):
         dst = dst[len("file://") :]
     shard = None if max_shard_size is None else parse_size(max_shard_size)

@@ -7,12 +7,12 @@ expected versus found. Callers catch `OckptError` to catch everything ockpt rais
 
 from __future__ import annotations
 
-import re
-from typing import Any
+import errno
 
 __all__ = [
     "OckptError",
     "NotACheckpointError",
+    "PathNotFoundError",
     "FormatError",
     "DocumentError",
     "MsgpackError",
@@ -26,18 +26,48 @@ __all__ = [
 ]
 
 _UNSET = object()
-_TRAILING_RULE = re.compile(r"\s*\[([A-Z]+(?:-[A-Z]+)*-[0-9]{3})\]$")
 
 
 class OckptError(Exception):
-    """Base class of every error ockpt raises on purpose."""
+    """Base class of every error ockpt raises on purpose.
+
+    `rule` is the spec rule id the error cites (``LOAD-053``, ``PATH-004`` ...), or None: a
+    caller (the validator, a test) reads it here, never from the message text.
+    """
+
+    rule: str | None = None
+
+
+def _where(message: str, file: str | None, rule: str | None) -> str:
+    text = f"{file}: {message}" if file else message
+    return f"{text} [{rule}]" if rule else text
 
 
 class NotACheckpointError(OckptError, FileNotFoundError):
-    """The path does not hold an Orbax checkpoint (or the part of one that was asked for)."""
+    """The path does not hold an Orbax checkpoint (or the part of one that was asked for).
+
+    Attributes: `rule` (spec rule id, e.g. ``LOAD-053``), `file` (the path), `message`.
+    """
+
+    def __init__(self, message: str, *, rule: str | None = None, file: object = None) -> None:
+        self.message = message
+        self.rule = rule
+        self.file = None if file is None else str(file)
+        super().__init__(_where(message, self.file, rule))
 
     def __str__(self) -> str:
-        return str(self.args[0]) if self.args else ""
+        return _where(self.message, self.file, self.rule)
+
+
+class PathNotFoundError(NotACheckpointError):
+    """Nothing exists at the path given: an I/O error (the command line exits 2), not a
+    checkpoint problem. `errno` and `filename` are those of FileNotFoundError."""
+
+    def __init__(self, message: str, *, rule: str | None = None, file: object = None) -> None:
+        super().__init__(message, rule=rule, file=file)
+        self.errno = errno.ENOENT
+        self.strerror = message
+        self.filename = self.file
 
 
 class FormatError(OckptError, ValueError):
@@ -110,16 +140,8 @@ class MissingDataError(FormatError, KeyError):
     """A leaf, chunk or file that the checkpoint promises is absent.
 
     A checkpoint that lacks what it promises breaks the format, so this is a `FormatError`; it
-    is also a `KeyError` for callers that look things up. A message ending in ``[RULE-ID]``
-    sets `rule` when none is given.
+    is also a `KeyError` for callers that look things up.
     """
-
-    def __init__(self, message: str, **kwargs: Any) -> None:
-        m = _TRAILING_RULE.search(message)
-        if m and kwargs.get("rule") is None:
-            kwargs["rule"] = m.group(1)
-            message = message[: m.start()]
-        super().__init__(message, **kwargs)
 
     def __str__(self) -> str:  # KeyError would repr() the message
         return self._render()
@@ -130,7 +152,13 @@ class UnsupportedError(OckptError, NotImplementedError):
 
 
 class WriteConflictError(OckptError):
-    """A save would overwrite or race with another checkpoint."""
+    """A save would overwrite or race with another checkpoint (`rule`: the DIR rule)."""
+
+    def __init__(self, message: str, *, rule: str | None = None, file: object = None) -> None:
+        self.message = message
+        self.rule = rule
+        self.file = None if file is None else str(file)
+        super().__init__(_where(message, self.file, rule))
 
 
 class TargetError(OckptError, ValueError):
@@ -161,10 +189,7 @@ class TargetError(OckptError, ValueError):
         where = self.file or "<checkpoint>"
         if leaf is not None:
             where += f": leaf {leaf!r}"
-        text = f"{where}: {message}"
-        if rule:
-            text += f" [{rule}]"
-        super().__init__(text)
+        super().__init__(_where(message, where, rule))
 
 
 class OckptWarning(UserWarning):

@@ -2,7 +2,7 @@
 
 Both read documents and array metadata only, except `cat`, which reads the chunks its slice
 touches. Paths may be local or kvstore URLs; a checkpoint-manager root reads its latest
-committed step unless a step is given (see `listing`).
+committed step unless a step is given (`layout.resolve`).
 """
 
 from __future__ import annotations
@@ -81,17 +81,15 @@ def _leaf_row(key: tuple[str, ...], meta: Any) -> dict[str, Any]:
     }
 
 
-def _open(path: Any, *, step: int | None, item: str | None):  # type: ignore[no-untyped-def]
-    from .reader import open as open_checkpoint
-
-    resolved, root, chosen = listing.resolve_step(path, step=step)
-    return open_checkpoint(resolved, item=item), root, chosen
 
 
 def inspect(path: Any, *, step: int | None = None, item: str | None = None) -> dict[str, Any]:
     """A JSON-able report: the checkpoint's kind, steps or items, and one row per leaf with
     shape, dtype (as loaded and as stored), bytes, chunk shape and saved sharding; totals."""
-    ckpt, root, chosen = _open(path, step=step, item=item)
+    from .reader import open as open_checkpoint
+
+    ckpt = open_checkpoint(path, step=step, item=item)
+    resolved = ckpt.resolved
     with ckpt:
         found: list[tuple[tuple[str, ...], Any]] = []
         _walk(ckpt.metadata, (), found)
@@ -103,7 +101,7 @@ def inspect(path: Any, *, step: int | None = None, item: str | None = None) -> d
         by_dtype[r["dtype"] or "string"] += r["nbytes"]
     report: dict[str, Any] = {
         "path": str(path),
-        "kind": root.kind,
+        "kind": resolved.top.kind.value,
         "item_path": item_path,
         "leaves": rows,
         "totals": {
@@ -116,11 +114,13 @@ def inspect(path: Any, *, step: int | None = None, item: str | None = None) -> d
             "bytes_by_dtype": dict(sorted(by_dtype.items())),
         },
     }
-    if root.kind == "manager_root":
-        report["steps"] = [s.to_json() for s in root.children]
-        report["step"] = None if chosen is None else chosen.step
-    elif root.children:
-        report["items"] = [{"name": c.name, "kind": c.kind} for c in root.children]
+    if resolved.step is not None:
+        top = resolved.top
+        report["steps"] = [listing.step_entry(top, s).to_json() for s in top.steps]
+        report["step"] = resolved.step.step
+    if resolved.container is not None:
+        items = resolved.container.checkpointables
+        report["items"] = [{"name": n, "kind": c.kind.value} for n, c in items.items()]
     return report
 
 
@@ -228,7 +228,9 @@ def cat(
     item: str | None = None,
 ) -> tuple[str, Any]:
     """(param name, value) of one leaf, or of the region `index` of it."""
-    ckpt, _, _ = _open(path, step=step, item=item)
+    from .reader import open as open_checkpoint
+
+    ckpt = open_checkpoint(path, step=step, item=item)
     with ckpt:
         name = find_leaf(ckpt, leaf)
         value = ckpt[name]

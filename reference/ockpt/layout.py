@@ -1,7 +1,11 @@
-"""Say what a directory is, from the names present and a few small documents.
+"""The one resolver: what a path is, and which directory a read of it means.
 
-`detect` never raises on a path it is given: whatever it finds (or fails to read) becomes a
-`Layout` whose `kind` and `reason` say what it is and why. It reads no array data.
+`detect` says what a directory is (item, v1 checkpoint, step, checkpoint-manager root of any
+era, local or URL) from the names it lists and a few small documents; it never raises, and
+reads no array data. `resolve` turns a path plus the caller's ``step=`` / ``item=`` into the
+pytree item to read (LOAD-050..055); `select` applies only what was asked, for the validator.
+Every reader, lister, converter and the validator goes through here, so a path one of them
+reads, all of them read, with the same steps and commit state (spec/directories.md §2-§7).
 """
 
 from __future__ import annotations
@@ -9,56 +13,66 @@ from __future__ import annotations
 import enum
 import os
 import re
-import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-from .documents.checkpoint_metadata import CHECKPOINT_METADATA_FILE, CheckpointMetadata
-from .documents.metadata import FILE_NAME as METADATA_FILE
+from .documents.checkpoint_metadata import CheckpointMetadata
 from .documents.metadata import MetadataDocument
-from .errors import OckptError
-from .paths import resolve_inside
+from .errors import NotACheckpointError, OckptError, PathNotFoundError
+from .kv import Listing, Location
+from .names import (
+    ARRAY_METADATAS_DIR,
+    CHECKPOINT_METADATA_FILE,
+    COMMIT_FILE,
+    DEFAULT_ITEM,
+    JSON_ITEM_FILES,
+    MANIFEST_FILE,
+    METADATA_FILE,
+    MSGPACK_FILE,
+    OCDBT_DATA_DIR,
+    OCDBT_PROCESS_DIR,
+    PYTREE_CHECKPOINTABLES,
+    REPLACED_SUFFIX,
+    ROOT_METADATA_DIR,
+    TMP_MARKER,
+    V1_MARKER,
+    ZARR2_METADATA,
+    ZARR3_METADATA,
+)
+
+if TYPE_CHECKING:
+    import tensorstore as ts
 
 __all__ = [
     "Kind",
     "Storage",
     "ItemFormat",
+    "Problem",
     "Step",
     "Layout",
+    "Resolved",
     "detect",
+    "resolve",
+    "select",
+    "scan_steps",
+    "detect_step",
     "is_temporary_name",
     "parse_step_name",
-    "TMP_MARKER",
-    "REPLACED_SUFFIX",
-    "COMMIT_FILE",
-    "V1_MARKER",
+    "interrupted_overwrite_note",
 ]
 
-TMP_MARKER = ".orbax-checkpoint-tmp"
-#: `<name>` + this: where an overwrite without atomic exchange parks the old checkpoint (DIR-006).
-REPLACED_SUFFIX = TMP_MARKER + "-replaced"
-COMMIT_FILE = "commit_success.txt"
-V1_MARKER = "orbax.checkpoint"
-MSGPACK_FILE = "checkpoint"
-MANIFEST_FILE = "manifest.ocdbt"
-ROOT_METADATA_DIR = "metadata"
-_OCDBT_PROCESS_DIR = re.compile(r"ocdbt\.process_(0|[1-9][0-9]*)")
 _STEP_NAME = re.compile(r"(?:(?P<prefix>.+)_)?(?P<step>[0-9]+)")
-#: v1 names of the pytree checkpointable, newest first.
-PYTREE_CHECKPOINTABLES = ("state", "pytree")
 #: Files that mark a directory as an item, step or v1 checkpoint (never a leaf's array).
 _ITEM_OR_STEP_FILES = frozenset(
-    {
-        "_METADATA",
-        "checkpoint",
-        "manifest.ocdbt",
-        "_CHECKPOINT_METADATA",
-        "orbax.checkpoint",
-        "commit_success.txt",
-    }
+    {METADATA_FILE, MSGPACK_FILE, MANIFEST_FILE, CHECKPOINT_METADATA_FILE, V1_MARKER, COMMIT_FILE}
 )
-#: The largest `_METADATA` / `_CHECKPOINT_METADATA` that detection reads.
+#: The largest `_METADATA` / `_CHECKPOINT_METADATA` that detection parses.
 _MAX_PEEK_BYTES = 64 << 20
+#: Subdirectories looked into, per level, when searching an item for per-leaf zarr arrays.
+_MAX_ARRAY_PROBES = 64
+#: Levels of nested directories searched for per-leaf zarr arrays (a `/` in a key nests).
+_MAX_ARRAY_DEPTH = 8
 
 
 class Kind(str, enum.Enum):
@@ -88,7 +102,7 @@ class ItemFormat:
     """How a pytree item is stored."""
 
     storage: Storage
-    zarr_version: int | None  # 2 or 3; None when unknown without opening the database
+    zarr_version: int | None  # 2 or 3; None when unknown without opening an array
     has_metadata: bool  # `_METADATA` present
     has_msgpack: bool  # legacy msgpack `checkpoint` file present (written up to 0.5.15)
     ocdbt_processes: tuple[int, ...] = ()  # N of each `ocdbt.process_N/`
@@ -96,18 +110,29 @@ class ItemFormat:
 
 
 @dataclass(frozen=True)
+class Problem:
+    """Something detection found wrong, with the rule it breaks."""
+
+    rule: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.message} [{self.rule}]"
+
+
+@dataclass(frozen=True)
 class Step:
-    """A step directory of a checkpoint manager root."""
+    """A step directory of a checkpoint-manager root."""
 
     step: int
     name: str
-    committed: bool  # not under a temporary name
+    committed: bool  # not under a temporary name, and on object stores marked committed
     has_commit_file: bool
 
 
 @dataclass(frozen=True)
 class Layout:
-    """The answer of `detect`."""
+    """The answer of `detect`: what `path` is, and why."""
 
     path: str
     kind: Kind
@@ -118,7 +143,10 @@ class Layout:
     step_prefix: str | None = None
     temporaries: tuple[str, ...] = ()  # uncommitted entries found inside
     has_commit_file: bool = False
-    problems: tuple[str, ...] = ()  # small documents that failed to parse, and similar
+    problems: tuple[Problem, ...] = ()  # small documents that failed to parse, and similar
+    init_time_ns: int | None = None  # from `_CHECKPOINT_METADATA`, when it has them
+    commit_time_ns: int | None = None
+    location: Location | None = field(default=None, compare=False, repr=False)
 
     @property
     def committed(self) -> bool:
@@ -141,6 +169,9 @@ class Layout:
         committed = [s for s in self.steps if s.committed]
         return max(committed, key=lambda s: s.step) if committed else None
 
+    def committed_steps(self) -> list[Step]:
+        return [s for s in self.steps if s.committed]
+
 
 def is_temporary_name(name: str) -> bool:
     """True for names of uncommitted saves (`<name>.orbax-checkpoint-tmp[-<N>]`)."""
@@ -155,48 +186,11 @@ def parse_step_name(name: str) -> tuple[str | None, int] | None:
     return m.group("prefix"), int(m.group("step"))
 
 
-@dataclass
-class _Listing:
-    files: set[str]
-    dirs: set[str]
-
-
-def _list(path: str) -> _Listing:
-    files: set[str] = set()
-    dirs: set[str] = set()
-    with os.scandir(path) as it:
-        for entry in it:
-            try:
-                if entry.is_dir():
-                    dirs.add(entry.name)
-                elif entry.is_file():
-                    files.add(entry.name)
-            except OSError:
-                continue
-    return _Listing(files, dirs)
-
-
-def detect(path: str | os.PathLike[str]) -> Layout:
-    """Describe what `path` is. Never raises: failures become NOT_A_CHECKPOINT with a reason."""
-    p = os.fspath(path)
-    try:
-        st = os.stat(p)
-    except OSError as e:
-        reason = f"cannot stat: {e.strerror or e}"
-        if isinstance(e, FileNotFoundError):
-            reason += interrupted_overwrite_note(p)
-        return Layout(p, Kind.NOT_A_CHECKPOINT, reason)
-    if not stat.S_ISDIR(st.st_mode):
-        return Layout(p, Kind.NOT_A_CHECKPOINT, "not a directory")
-    try:
-        return _detect_dir(p, depth=0)
-    except (OSError, RecursionError) as e:
-        return Layout(p, Kind.NOT_A_CHECKPOINT, f"cannot read directory: {e}")
-
-
 def interrupted_overwrite_note(p: str) -> str:
     """For a missing path: a note naming its ``-replaced`` sibling when there is one, the
     checkpoint an interrupted overwrite left there (LAYOUT-006); "" otherwise."""
+    if "://" in p and not p.startswith("file://"):
+        return ""
     sibling = os.path.normpath(p) + REPLACED_SUFFIX
     if not os.path.isdir(sibling):
         return ""
@@ -206,44 +200,110 @@ def interrupted_overwrite_note(p: str) -> str:
     )
 
 
-def _detect_dir(p: str, *, depth: int) -> Layout:
-    name = os.path.basename(os.path.normpath(p))
-    if is_temporary_name(name):
-        return Layout(p, Kind.TEMPORARY, f"name contains {TMP_MARKER!r}: an unfinished save")
-    listing = _list(p)
-    commit = COMMIT_FILE in listing.files
-    if V1_MARKER in listing.files:
-        return _detect_composite(p, listing, depth=depth)
-    item = _item_format(p, listing)
+# ---------------------------------------------------------------------------------------------
+# Detection.
+
+
+class _Scan:
+    """One directory's listing, with the names of files (anything not a directory counts:
+    a FIFO `_METADATA` is still `_METADATA`, refused when it is opened, never overlooked)."""
+
+    def __init__(self, loc: Location, context: ts.Context | None) -> None:
+        self.loc = loc
+        self.context = context
+        listing: Listing = loc.listdir(context=context)
+        self.dirs = set(listing.dirs)
+        self.files = set(listing.files | listing.other)
+        # a directory standing where a marker file must be still marks the directory
+        self.files |= self.dirs & {METADATA_FILE, MANIFEST_FILE, CHECKPOINT_METADATA_FILE}
+
+    def sub(self, name: str) -> _Scan:
+        return _Scan(self.loc.join(name), self.context)
+
+
+def _missing(loc: Location, context: ts.Context | None) -> bool:
+    """True when `loc` does not exist (a URL prefix with no key under it counts)."""
+    if loc.local is not None:
+        return not os.path.lexists(loc.local)
+    listing = loc.listdir(context=context)
+    return not (listing.files or listing.dirs)
+
+
+def detect(path: Any, *, context: ts.Context | None = None) -> Layout:
+    """Describe what `path` (local, ``file://`` or a kvstore URL) is. Never raises: failures
+    become NOT_A_CHECKPOINT with a reason."""
+    try:
+        return _detect_top(Location.of(path), context)
+    except PathNotFoundError as e:
+        return Layout(os.fspath(path), Kind.NOT_A_CHECKPOINT, f"cannot stat: {e.message}")
+    except (OSError, RecursionError, OckptError, ValueError) as e:
+        return Layout(os.fspath(path), Kind.NOT_A_CHECKPOINT, f"cannot read directory: {e}")
+
+
+def _detect_top(loc: Location, context: ts.Context | None) -> Layout:
+    """`detect` that raises `PathNotFoundError` for a missing path and `NotACheckpointError`
+    for a path that is no directory."""
+    if _missing(loc, context):
+        raise PathNotFoundError(
+            "no such file or directory" + interrupted_overwrite_note(loc.display),
+            file=loc.display,
+        )
+    if loc.local is not None and not os.path.isdir(loc.local):
+        return Layout(loc.display, Kind.NOT_A_CHECKPOINT, "not a directory", location=loc)
+    return _detect_dir(loc, context, depth=0)
+
+
+def _detect_dir(loc: Location, context: ts.Context | None, *, depth: int) -> Layout:
+    if is_temporary_name(loc.name):
+        return Layout(
+            loc.display,
+            Kind.TEMPORARY,
+            f"name contains {TMP_MARKER!r}: an unfinished save",
+            location=loc,
+        )
+    scan = _Scan(loc, context)
+    if V1_MARKER in scan.files:
+        return _detect_composite(scan, depth=depth)
+    item = _item_format(scan)
     if item is not None:
         reason, fmt, problems = item
+        times, more = _times(scan)
         return Layout(
-            p, Kind.PYTREE_ITEM, reason, item=fmt, has_commit_file=commit, problems=problems
+            loc.display,
+            Kind.PYTREE_ITEM,
+            reason,
+            item=fmt,
+            has_commit_file=COMMIT_FILE in scan.files,
+            problems=problems + more,
+            init_time_ns=times[0],
+            commit_time_ns=times[1],
+            location=loc,
         )
-    if CHECKPOINT_METADATA_FILE in listing.files or _is_bare_step(name, p, listing):
-        return _detect_composite(p, listing, depth=depth)
-    json_file = _json_item_file(listing) if depth > 0 else None
+    if CHECKPOINT_METADATA_FILE in scan.files or _is_bare_step(scan):
+        return _detect_composite(scan, depth=depth)
+    json_file = _json_item_file(scan) if depth > 0 else None
     if json_file is not None:
         return Layout(
-            p, Kind.JSON_ITEM, f"holds the JSON file {json_file!r}", has_commit_file=commit
+            loc.display,
+            Kind.JSON_ITEM,
+            f"holds the JSON file {json_file!r}",
+            has_commit_file=COMMIT_FILE in scan.files,
+            location=loc,
         )
     if depth == 0:
-        root = _detect_manager_root(p, listing)
+        root = _detect_manager_root(scan)
         if root is not None:
             return root
     return Layout(
-        p,
+        loc.display,
         Kind.NOT_A_CHECKPOINT,
         "no _METADATA, checkpoint file, manifest.ocdbt, per-leaf zarr arrays, "
         "_CHECKPOINT_METADATA, orbax.checkpoint marker or step directories",
+        location=loc,
     )
 
 
-#: File names of JSON items (spec/directories.md §6).
-_JSON_ITEM_FILES = frozenset({"metadata", "metrics", "data.json"})
-
-
-def _is_bare_step(name: str, p: str, listing: _Listing) -> bool:
+def _is_bare_step(scan: _Scan) -> bool:
     """A step without `_CHECKPOINT_METADATA` (LAYOUT-005: releases up to 0.4.8 write them).
 
     Its name is a step name, it holds no file but `commit_success.txt`, and every subdirectory
@@ -251,71 +311,77 @@ def _is_bare_step(name: str, p: str, listing: _Listing) -> bool:
     file names; there is at least one. A directory that merely contains a checkpoint among other
     things is not a step.
     """
-    if parse_step_name(name) is None or listing.files - {COMMIT_FILE}:
+    if parse_step_name(scan.loc.name) is None or scan.files - {COMMIT_FILE}:
         return False
     items = 0
-    for sub in listing.dirs:
-        if is_temporary_name(sub):
+    for name in scan.dirs:
+        if is_temporary_name(name):
             continue
-        sub_path = os.path.join(p, sub)
-        sub_listing = _list(sub_path)
-        if _item_format(sub_path, sub_listing) is None:
-            if _json_item_file(sub_listing) not in _JSON_ITEM_FILES:
-                return False
+        sub = scan.sub(name)
+        if _item_format(sub, peek=False) is None and _json_item_file(sub) not in JSON_ITEM_FILES:
+            return False
         items += 1
     return items > 0
 
 
-def _json_item_file(listing: _Listing) -> str | None:
-    data = listing.files - {COMMIT_FILE}
-    if len(data) == 1 and not listing.dirs:
+def _json_item_file(scan: _Scan) -> str | None:
+    data = scan.files - {COMMIT_FILE}
+    if len(data) == 1 and not scan.dirs:
         return next(iter(data))
     return None
 
 
-def _has_zarr_metadata(p: str, listing: _Listing, *, depth: int = 0) -> int | None:
-    """Zarr version of the first per-leaf array found under `p` (keys with '/' nest dirs)."""
+def _zarr_version_below(scan: _Scan, *, depth: int = 0) -> int | None:
+    """Zarr version of the first per-leaf array found under `scan` (keys with '/' nest dirs);
+    at most `_MAX_ARRAY_PROBES` subdirectories a level and `_MAX_ARRAY_DEPTH` levels."""
     if depth > 0:
-        if ".zarray" in listing.files:
+        if ZARR2_METADATA in scan.files:
             return 2
-        if "zarr.json" in listing.files:
+        if ZARR3_METADATA in scan.files:
             return 3
-    if depth >= 8:
+    if depth >= _MAX_ARRAY_DEPTH:
         return None
-    for sub in sorted(listing.dirs):
-        if _OCDBT_PROCESS_DIR.fullmatch(sub) or sub in ("d", "array_metadatas"):
+    probes = 0
+    for name in sorted(scan.dirs):
+        if OCDBT_PROCESS_DIR.fullmatch(name) or name in (OCDBT_DATA_DIR, ARRAY_METADATAS_DIR):
             continue
-        if is_temporary_name(sub):  # an unfinished save is no leaf's array (LOAD-054)
+        if is_temporary_name(name):  # an unfinished save is no leaf's array (LOAD-054)
             continue
-        sub_listing = _list(os.path.join(p, sub))
-        if sub_listing.files & _ITEM_OR_STEP_FILES:
+        probes += 1
+        if probes > _MAX_ARRAY_PROBES:
+            return None
+        sub = scan.sub(name)
+        if sub.files & _ITEM_OR_STEP_FILES:
             continue  # an item (or step) of its own, not one leaf's array directory
-        found = _has_zarr_metadata(os.path.join(p, sub), sub_listing, depth=depth + 1)
+        found = _zarr_version_below(sub, depth=depth + 1)
         if found:
             return found
     return None
 
 
-def _item_format(p: str, listing: _Listing) -> tuple[str, ItemFormat, tuple[str, ...]] | None:
-    """(reason, format, problems) if `p` holds a pytree item, else None."""
-    has_metadata = METADATA_FILE in listing.files
-    has_msgpack = MSGPACK_FILE in listing.files
-    root_manifest = MANIFEST_FILE in listing.files
+def _item_format(
+    scan: _Scan, *, peek: bool = True
+) -> tuple[str, ItemFormat, tuple[Problem, ...]] | None:
+    """(reason, format, problems) if `scan` holds a pytree item, else None. With `peek`,
+    `_METADATA` is parsed for the zarr version."""
+    has_metadata = METADATA_FILE in scan.files
+    has_msgpack = MSGPACK_FILE in scan.files
+    root_manifest = MANIFEST_FILE in scan.files
     processes = tuple(
-        sorted(int(m.group(1)) for d in listing.dirs if (m := _OCDBT_PROCESS_DIR.fullmatch(d)))
+        sorted(int(m.group(1)) for d in scan.dirs if (m := OCDBT_PROCESS_DIR.fullmatch(d)))
     )
-    per_leaf = None if (root_manifest or processes) else _has_zarr_metadata(p, listing)
+    per_leaf = None if (root_manifest or processes) else _zarr_version_below(scan)
     if not (has_metadata or has_msgpack or root_manifest or processes or per_leaf):
         return None
-    problems: list[str] = []
+    problems: list[Problem] = []
     zarr_version = per_leaf
-    if has_metadata:
+    if has_metadata and peek:
         try:
-            doc = _peek(os.path.join(p, METADATA_FILE), MetadataDocument.read)
+            doc = _peek(scan, METADATA_FILE, MetadataDocument.from_bytes)
             if doc is not None and isinstance(doc.use_zarr3, bool):
                 zarr_version = 3 if doc.use_zarr3 else 2
         except OckptError as e:
-            problems.append(str(e))
+            problems.append(_problem(e))
     if root_manifest or processes:
         storage = Storage.OCDBT
         reason = "OCDBT database"
@@ -327,117 +393,310 @@ def _item_format(p: str, listing: _Listing) -> tuple[str, ItemFormat, tuple[str,
         storage, reason = Storage.INLINE, "values inline in the msgpack checkpoint file"
     else:
         storage, reason = Storage.NONE, "no array storage"
-    era = "_METADATA" if has_metadata else "no _METADATA"
+    era = METADATA_FILE if has_metadata else f"no {METADATA_FILE}"
     if has_msgpack:
         era += ", legacy msgpack checkpoint file"
     fmt = ItemFormat(storage, zarr_version, has_metadata, has_msgpack, processes, root_manifest)
     return f"pytree item: {reason}; {era}", fmt, tuple(problems)
 
 
-def _peek(path: str, reader):  # type: ignore[no-untyped-def]
-    """Parse a small document with `reader`, or None when it is too large to peek at; a link
-    leading out of its directory is refused (PATH-004) before anything is opened."""
-    resolve_inside(os.path.dirname(path), os.path.basename(path), file=path)
-    if os.stat(path).st_size > _MAX_PEEK_BYTES:
+def _problem(e: OckptError) -> Problem:
+    return Problem(e.rule or "VAL-009", getattr(e, "message", str(e)))
+
+
+def _peek(scan: _Scan, name: str, parse: Any) -> Any:
+    """Parse the small document `name` with ``parse(data, file=...)``; None when it is too
+    large to peek at or gone. Read through the one hardened open (PATH-003/004/005)."""
+    try:
+        data = scan.loc.read(name, context=scan.context, limit=_MAX_PEEK_BYTES, rule="JSON-003")
+    except OckptError as e:
+        if e.rule == "JSON-003":  # too large to peek at: the reader parses it in full
+            return None
+        raise
+    if data is None:
         return None
-    return reader(path)
+    return parse(data, file=scan.loc.file(name))
 
 
-def _detect_composite(p: str, listing: _Listing, *, depth: int) -> Layout:
-    is_v1 = V1_MARKER in listing.files
-    problems: list[str] = []
+def _times(scan: _Scan) -> tuple[tuple[int | None, int | None], tuple[Problem, ...]]:
+    """(init, commit) times of `_CHECKPOINT_METADATA` (ns), and its problems."""
+    if CHECKPOINT_METADATA_FILE not in scan.files:
+        return (None, None), ()
+    try:
+        doc = _peek(scan, CHECKPOINT_METADATA_FILE, CheckpointMetadata.from_bytes)
+    except OckptError as e:
+        return (None, None), (_problem(e),)
+    return _doc_times(doc), ()
+
+
+def _doc_times(doc: CheckpointMetadata | None) -> tuple[int | None, int | None]:
+    if doc is None:
+        return None, None
+    init = doc.init_timestamp_nsecs if isinstance(doc.init_timestamp_nsecs, int) else None
+    done = doc.commit_timestamp_nsecs if isinstance(doc.commit_timestamp_nsecs, int) else None
+    return init, done
+
+
+def _detect_composite(scan: _Scan, *, depth: int) -> Layout:
+    is_v1 = V1_MARKER in scan.files
+    problems: list[Problem] = []
     names: tuple[str, ...] | None = None
-    if CHECKPOINT_METADATA_FILE in listing.files:
+    times: tuple[int | None, int | None] = (None, None)
+    if CHECKPOINT_METADATA_FILE in scan.files:
         try:
-            meta = _peek(os.path.join(p, CHECKPOINT_METADATA_FILE), CheckpointMetadata.read)
+            meta = _peek(scan, CHECKPOINT_METADATA_FILE, CheckpointMetadata.from_bytes)
             names = meta.item_names if meta is not None else None
+            times = _doc_times(meta)
         except OckptError as e:
-            problems.append(str(e))
-    temporaries = tuple(sorted(d for d in listing.dirs if is_temporary_name(d)))
-    subdirs = sorted(d for d in listing.dirs if not is_temporary_name(d))
+            problems.append(_problem(e))
+    temporaries = tuple(sorted(d for d in scan.dirs if is_temporary_name(d)))
     children = {}
-    for sub in subdirs:
-        child = _detect_dir(os.path.join(p, sub), depth=depth + 1)
+    for sub in sorted(d for d in scan.dirs if not is_temporary_name(d)):
+        child = _detect_dir(scan.loc.join(sub), scan.context, depth=depth + 1)
         if child.kind is Kind.NOT_A_CHECKPOINT:
-            child = Layout(child.path, Kind.UNKNOWN_ITEM, child.reason)
+            child = Layout(child.path, Kind.UNKNOWN_ITEM, child.reason, location=child.location)
         children[sub] = child
     if names is not None:
         missing = sorted(set(names) - set(children))
         if missing:
             problems.append(
-                f"{CHECKPOINT_METADATA_FILE} names items with no directory: {missing} [LAYOUT-003]"
+                Problem(
+                    "LAYOUT-003",
+                    f"{CHECKPOINT_METADATA_FILE} names items with no directory: {missing}",
+                )
             )
     kind = Kind.V1_CHECKPOINT if is_v1 else Kind.STEP
     what = "v1 checkpoint" if is_v1 else "checkpoint-manager step"
     reason = f"{what} with {len(children)} item(s): {', '.join(children) or 'none'}"
     return Layout(
-        p,
+        scan.loc.display,
         kind,
         reason,
         checkpointables=children,
         temporaries=temporaries,
-        has_commit_file=COMMIT_FILE in listing.files,
+        has_commit_file=COMMIT_FILE in scan.files,
         problems=tuple(problems),
+        init_time_ns=times[0],
+        commit_time_ns=times[1],
+        location=scan.loc,
     )
 
 
-def _looks_like_step(p: str, listing: _Listing) -> bool:
+def _looks_like_step(scan: _Scan) -> bool:
     """A step holds step metadata, is itself an item, or holds at least one item directory."""
-    if CHECKPOINT_METADATA_FILE in listing.files or V1_MARKER in listing.files:
+    if CHECKPOINT_METADATA_FILE in scan.files or V1_MARKER in scan.files:
         return True
-    if _item_format(p, listing) is not None:
+    if _item_format(scan, peek=False) is not None:
         return True
-    for sub in listing.dirs:
-        if is_temporary_name(sub):
+    for name in scan.dirs:
+        if is_temporary_name(name):
             continue
-        sub_path = os.path.join(p, sub)
-        sub_listing = _list(sub_path)
-        if _item_format(sub_path, sub_listing) is not None or _json_item_file(sub_listing):
+        sub = scan.sub(name)
+        if _item_format(sub, peek=False) is not None or _json_item_file(sub):
             return True
     return False
 
 
-def _detect_manager_root(p: str, listing: _Listing) -> Layout | None:
+def scan_steps(root: Any, *, context: ts.Context | None = None) -> tuple[Step, ...]:
+    """The step directories of a checkpoint-manager root, committed or not, by step number.
+
+    A step directory removed while the root is scanned is absent (LOAD-055). On object
+    stores (no atomic rename) a step is committed only once it holds `commit_success.txt`."""
+    return _scan_steps(_Scan(Location.of(root), context))[0]
+
+
+def _scan_steps(scan: _Scan) -> tuple[tuple[Step, ...], set[str | None]]:
     steps: list[Step] = []
     prefixes: set[str | None] = set()
-    temporaries = []
-    for sub in sorted(listing.dirs):
-        base = sub.split(TMP_MARKER)[0] if is_temporary_name(sub) else sub
+    for name in sorted(scan.dirs):
+        if name == ROOT_METADATA_DIR:
+            continue
+        base = name.split(TMP_MARKER)[0] if is_temporary_name(name) else name
         parsed = parse_step_name(base)
         if parsed is None:
             continue
         prefix, number = parsed
-        if is_temporary_name(sub):
-            temporaries.append(sub)
-            steps.append(Step(number, sub, committed=False, has_commit_file=False))
+        if is_temporary_name(name):
+            steps.append(Step(number, name, committed=False, has_commit_file=False))
             continue
-        child_path = os.path.join(p, sub)
-        child_listing = _list(child_path)
-        if not _looks_like_step(child_path, child_listing):
+        child = scan.sub(name)
+        if not (child.files or child.dirs):  # removed meanwhile (LOAD-055), or empty
+            continue
+        if not _looks_like_step(child):
             continue
         prefixes.add(prefix)
-        steps.append(
-            Step(number, sub, committed=True, has_commit_file=COMMIT_FILE in child_listing.files)
-        )
-    has_root_metadata = ROOT_METADATA_DIR in listing.dirs
+        has_commit = COMMIT_FILE in child.files
+        committed = scan.loc.has_rename or has_commit
+        steps.append(Step(number, name, committed=committed, has_commit_file=has_commit))
+    return tuple(sorted(steps, key=lambda s: (s.step, s.name))), prefixes
+
+
+def detect_step(root: Layout, step: Step, *, context: ts.Context | None = None) -> Layout:
+    """The layout of one step of the manager root `root` (as `detect` gives it)."""
+    assert root.location is not None
+    return _detect_dir(root.location.join(step.name), context, depth=0)
+
+
+def _detect_manager_root(scan: _Scan) -> Layout | None:
+    steps, prefixes = _scan_steps(scan)
+    has_root_metadata = ROOT_METADATA_DIR in scan.dirs
     if not steps and not has_root_metadata:
         return None
     committed = [s for s in steps if s.committed]
+    temporaries = tuple(s.name for s in steps if is_temporary_name(s.name))
     problems = []
     if len(prefixes) > 1:
         problems.append(
-            f"step directories use several prefixes: {sorted(map(str, prefixes))} [LAYOUT-004]"
+            Problem(
+                "LAYOUT-004",
+                f"step directories use several prefixes: {sorted(map(str, prefixes))}",
+            )
         )
     prefix = next(iter(prefixes)) if len(prefixes) == 1 else None
-    reason = f"checkpoint-manager root with {len(committed)} committed step(s)" + (
-        f" and {len(temporaries)} unfinished" if temporaries else ""
-    )
+    reason = f"checkpoint-manager root with {len(committed)} committed step(s)"
+    if len(committed) < len(steps) - len(temporaries):
+        reason += f", {len(steps) - len(temporaries) - len(committed)} without commit_success.txt"
+    if temporaries:
+        reason += f" and {len(temporaries)} unfinished"
     return Layout(
-        p,
+        scan.loc.display,
         Kind.MANAGER_ROOT,
         reason,
-        steps=tuple(sorted(steps, key=lambda s: s.step)),
+        steps=steps,
         step_prefix=prefix,
-        temporaries=tuple(temporaries),
+        temporaries=temporaries,
         problems=tuple(problems),
+        location=scan.loc,
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Resolution: which directory a read of a path means.
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """Where `resolve` / `select` led: the path given, the step chosen of a manager root, the
+    step or v1 checkpoint an item was picked from, and the directory reached (`target`)."""
+
+    top: Layout
+    target: Layout
+    step: Step | None = None
+    container: Layout | None = None
+
+    @property
+    def location(self) -> Location:
+        assert self.target.location is not None
+        return self.target.location
+
+
+def _fail(path: str, reason: str, rule: str) -> NotACheckpointError:
+    return NotACheckpointError(reason, rule=rule, file=path)
+
+
+def _pick_item(layout: Layout, item: str | None) -> Layout:
+    """The item `item` of a step or v1 checkpoint, else its pytree item: ``default``, then
+    ``state`` / ``pytree``, then the only one (LOAD-051, LOAD-052)."""
+    items = layout.checkpointables
+    if item is not None:
+        if item not in items:
+            raise _fail(layout.path, f"no item {item!r}; items: {sorted(items)}", "LOAD-052")
+        return items[item]
+    pytrees = {n: c for n, c in items.items() if c.kind is Kind.PYTREE_ITEM}
+    for name in (DEFAULT_ITEM, *PYTREE_CHECKPOINTABLES):
+        if name in pytrees:
+            return pytrees[name]
+    if len(pytrees) == 1 and layout.kind is Kind.STEP:
+        return next(iter(pytrees.values()))
+    if layout.kind is Kind.V1_CHECKPOINT:
+        raise _fail(
+            layout.path,
+            f"v1 checkpoint without a state/ or pytree/ item; it holds {sorted(items)}: "
+            "pick one with item= (--item)",
+            "LOAD-051",
+        )
+    raise _fail(
+        layout.path,
+        f"holds {len(pytrees)} pytree items ({sorted(pytrees)}) among {sorted(items)}: "
+        "pick one with item= (--item)",
+        "LOAD-052",
+    )
+
+
+def _choose_step(top: Layout, step: int | None) -> Step:
+    committed = top.committed_steps()
+    if step is None:
+        chosen = top.latest_step
+        if chosen is None:
+            raise _fail(top.path, "checkpoint-manager root without a committed step", "LOAD-053")
+        return chosen
+    for s in committed:
+        if s.step == step:
+            return s
+    raise _fail(
+        top.path, f"no committed step {step}; steps: {[s.step for s in committed]}", "LOAD-053"
+    )
+
+
+def select(
+    path: Any,
+    *,
+    step: int | None = None,
+    item: str | None = None,
+    context: ts.Context | None = None,
+) -> Resolved:
+    """`path` with what the caller asked applied: `step` picks a step of a manager root (the
+    latest committed one when only `item` is given), `item` an item of a step or v1
+    checkpoint. Raises `PathNotFoundError` for a missing path and `NotACheckpointError`
+    (LOAD-052..055) for a request the checkpoint cannot satisfy."""
+    return _select(Location.of(path), step=step, item=item, context=context, down=False)
+
+
+def resolve(
+    path: Any,
+    *,
+    step: int | None = None,
+    item: str | None = None,
+    context: ts.Context | None = None,
+) -> Resolved:
+    """The pytree item a read of `path` means (spec/loading.md §6): a manager root's latest
+    committed step (or `step`), a step's or v1 checkpoint's pytree item (or `item`).
+    Raises `PathNotFoundError` or `NotACheckpointError` naming the rule (LOAD-050..055)."""
+    return _select(Location.of(path), step=step, item=item, context=context, down=True)
+
+
+def _select(
+    loc: Location, *, step: int | None, item: str | None, context: Any, down: bool
+) -> Resolved:
+    top = _detect_top(loc, context)
+    target = top
+    chosen: Step | None = None
+    container: Layout | None = None
+    if top.kind is Kind.MANAGER_ROOT:
+        if step is not None or item is not None or down:
+            chosen = _choose_step(top, step)
+            target = detect_step(top, chosen, context=context)
+            if target.kind is Kind.NOT_A_CHECKPOINT:  # removed since the root was listed
+                raise _fail(target.path, "step removed meanwhile", "LOAD-055")
+    elif step is not None:
+        raise _fail(
+            top.path,
+            f"step {step} asked for (step= / --step), but this is a {top.kind.value}",
+            "LOAD-053",
+        )
+    if target.kind is Kind.TEMPORARY and (down or item is not None):
+        raise _fail(target.path, "an unfinished save (temporary name): never read", "LOAD-054")
+    if target.kind in (Kind.STEP, Kind.V1_CHECKPOINT) and (item is not None or down):
+        container = target
+        target = _pick_item(target, item)
+    elif item is not None:
+        raise _fail(
+            target.path,
+            f"item {item!r} asked for (item= / --item), but this is a {target.kind.value}",
+            "LOAD-052",
+        )
+    if target.kind is Kind.NOT_A_CHECKPOINT:
+        raise _fail(target.path, f"not a checkpoint: {target.reason}", "LOAD-050")
+    if down and (target.kind is not Kind.PYTREE_ITEM or target.item is None):
+        raise _fail(target.path, f"not a pytree item: {target.reason}", "LOAD-050")
+    return Resolved(top=top, target=target, step=chosen, container=container)

@@ -47,6 +47,8 @@ class Limits:
     max_ndim: int = 64
     #: Dimensions of one zarr array (tensorstore's rank limit). ZARR-005
     max_zarr_ndim: int = 32
+    #: Entries of one directory that a reader lists (a per-leaf item of 1M leaves has 1M). LIMIT-005
+    max_directory_entries: int = 1 << 24
 
 
 #: The limits every parser of ockpt enforces unless a caller passes its own.

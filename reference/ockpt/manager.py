@@ -20,15 +20,16 @@ from . import commit
 from .documents import RootMetadata
 from .documents.checkpoint_metadata import ROOT_METADATA_FILE
 from .errors import DocumentError, NotACheckpointError, OckptWarning, WriteConflictError
-from .layout import COMMIT_FILE, REPLACED_SUFFIX, is_temporary_name, parse_step_name
-from .limits import LIMITS, read_capped
+from .kv import Location
+from .layout import Kind, detect, is_temporary_name, parse_step_name, scan_steps
+from .limits import LIMITS
+from .names import DEFAULT_ITEM, REPLACED_SUFFIX, STEP_JSON_FILE
+from .reader import CastPolicy, load_pytree
 from .save_options import SaveOptions
-from .writer import STEP_JSON_FILE, _prepare
+from .writer import _prepare
 
 __all__ = ["CheckpointManager", "DEFAULT_ITEM"]
 
-#: The item name of a step saved with a single unnamed pytree.
-DEFAULT_ITEM = "default"
 
 
 class CheckpointManager:
@@ -109,24 +110,13 @@ class CheckpointManager:
         return f"{self.step_prefix}_{text}" if self.step_prefix else text
 
     def _steps(self) -> dict[int, str]:
-        """Committed step -> directory name."""
+        """Committed step -> directory name, of this manager's prefix (`layout.scan_steps`,
+        as every reader sees them; a step removed meanwhile is absent, LOAD-055)."""
         out: dict[int, str] = {}
-        try:
-            entries = list(os.scandir(self.root))
-        except FileNotFoundError:
-            return out
-        for entry in entries:
-            if is_temporary_name(entry.name) or not entry.is_dir():
-                continue
-            parsed = parse_step_name(entry.name)
-            if parsed is None or parsed[0] != self.step_prefix:
-                continue
-            try:
-                names = set(os.listdir(entry.path))
-            except (FileNotFoundError, NotADirectoryError):
-                continue  # removed meanwhile (retention in another process): absent, LOAD-055
-            if COMMIT_FILE in names or "_CHECKPOINT_METADATA" in names:
-                out.setdefault(parsed[1], entry.name)
+        for step in scan_steps(self.root):
+            parsed = parse_step_name(step.name)
+            if step.committed and parsed is not None and parsed[0] == self.step_prefix:
+                out.setdefault(step.step, step.name)
         return out
 
     def temporaries(self) -> list[str]:
@@ -169,7 +159,9 @@ class CheckpointManager:
         """The directory of a committed step."""
         steps = self._steps()
         if step not in steps:
-            raise NotACheckpointError(f"{self.root}: no committed step {step}")
+            raise NotACheckpointError(
+                f"no committed step {step}", rule="LOAD-053", file=self.root
+            )
         return os.path.join(self.root, steps[step])
 
     # -- queries ----------------------------------------------------------------------------
@@ -216,7 +208,9 @@ class CheckpointManager:
         if not force and step % self.save_interval_steps != 0:
             return False
         if step in self._steps():
-            raise WriteConflictError(f"{self.root}: step {step} exists already [DIR-002]")
+            raise WriteConflictError(
+                f"step {step} exists already", rule="DIR-002", file=self.root
+            )
         parts = {DEFAULT_ITEM: tree} if items is None else dict(items)
         save = _prepare(
             os.path.join(self.root, self._step_name(step)),
@@ -264,7 +258,15 @@ class CheckpointManager:
         shutil.rmtree(doomed, ignore_errors=True)
 
     def restore(
-        self, step: int | None = None, target: Any = None, *, item: str | None = None, **options
+        self,
+        step: int | None = None,
+        target: Any = None,
+        *,
+        item: str | None = None,
+        partial: bool = False,
+        cast: CastPolicy = "exact",
+        pad_or_truncate: bool = False,
+        backend: str = "auto",
     ) -> Any:
         """Load one item of a step (the latest by default) with `ockpt.load_pytree`.
 
@@ -274,28 +276,29 @@ class CheckpointManager:
         if step is None:
             step = self.latest_step()
             if step is None:
-                raise NotACheckpointError(f"{self.root}: no committed step")
+                raise NotACheckpointError("no committed step", rule="LOAD-053", file=self.root)
         path = self.step_path(step)
-        if item is None:
-            try:
-                listed = os.listdir(path)
-            except FileNotFoundError:
-                raise NotACheckpointError(
-                    f"{path}: step {step} was removed meanwhile (LOAD-055)"
-                ) from None
-            names = sorted(
-                n
-                for n in listed
-                if os.path.isdir(os.path.join(path, n)) and not is_temporary_name(n)
+        layout = detect(path)
+        if layout.kind is not Kind.STEP:  # removed since it was listed
+            raise NotACheckpointError(
+                f"step {step} was removed meanwhile", rule="LOAD-055", file=path
             )
-            item = DEFAULT_ITEM if DEFAULT_ITEM in names or len(names) != 1 else names[0]
-        item_dir = os.path.join(path, item)
-        json_file = os.path.join(item_dir, STEP_JSON_FILE)
-        if os.path.isfile(json_file) and not os.path.exists(os.path.join(item_dir, "_METADATA")):
-            return _read_json_item(json_file)
-        from .reader import load_pytree
-
-        return load_pytree(item_dir, target, **options)
+        items = layout.checkpointables
+        if item is None:
+            item = DEFAULT_ITEM if DEFAULT_ITEM in items or len(items) != 1 else next(iter(items))
+        chosen = items.get(item)
+        if chosen is not None and chosen.kind is Kind.JSON_ITEM:
+            assert chosen.location is not None
+            return _read_json_item(chosen.location)
+        return load_pytree(
+            path,
+            target,
+            item=item,
+            partial=partial,
+            cast=cast,
+            pad_or_truncate=pad_or_truncate,
+            backend=backend,
+        )
 
     def close(self) -> None:
         """Nothing to flush: every save is committed before `save` returns."""
@@ -307,20 +310,16 @@ class CheckpointManager:
         self.close()
 
 
-def _read_json_item(path: str) -> Any:
+def _read_json_item(item: Location) -> Any:
     """The value of a JSON item's file (directories §6): user JSON as Orbax writes it with
     Python's `json`, so `NaN` and `Infinity` are accepted; bounded in size (JSON-003)."""
-    limit = LIMITS.max_json_bytes
-    try:
-        with open(path, "rb") as f:
-            data = read_capped(f, limit)
-    except FileNotFoundError:
-        raise NotACheckpointError(f"{path}: removed meanwhile (LOAD-055)") from None
-    if len(data) > limit:
-        raise DocumentError("document too large", rule="JSON-003", file=path, expected=limit)
+    file = item.file(STEP_JSON_FILE)
+    data = item.read(STEP_JSON_FILE, limit=LIMITS.max_json_bytes, rule="JSON-003")
+    if data is None:
+        raise NotACheckpointError("removed meanwhile", rule="LOAD-055", file=file)
     try:
         return json.loads(data)
     except RecursionError:
-        raise DocumentError("JSON nested too deeply", rule="JSON-003", file=path) from None
+        raise DocumentError("JSON nested too deeply", rule="JSON-003", file=file) from None
     except ValueError as e:  # not UTF-8, or not JSON
-        raise DocumentError(f"malformed JSON: {e}", rule="JSON-001", file=path) from None
+        raise DocumentError(f"malformed JSON: {e}", rule="JSON-001", file=file) from None

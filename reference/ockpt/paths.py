@@ -43,8 +43,6 @@ __all__ = [
     "unflatten",
     "unsafe_path",
     "check_relative",
-    "resolve_inside",
-    "links_leading_out",
 ]
 
 
@@ -172,54 +170,6 @@ def check_relative(name: str, *, file: str | None = None, absolute_ok: bool = Fa
         raise FormatError(
             f"{why}: {name!r} would leave the checkpoint", rule="PATH-003", file=file, got=name
         )
-
-
-def resolve_inside(root: str, name: str, *, file: str | None = None) -> str:
-    """The real path of `name` under the directory `root`, refusing a name that `unsafe_path`
-    rejects (PATH-003) and one that resolves, through symbolic links, to a place outside the
-    real path of `root` (PATH-004). The file need not exist."""
-    import os
-
-    check_relative(name, file=file)
-    real_root = os.path.realpath(root)
-    full = os.path.realpath(os.path.join(real_root, name))
-    if full != real_root and not full.startswith(real_root.rstrip(os.sep) + os.sep):
-        raise FormatError(
-            f"{name!r} resolves to {full!r}, outside the checkpoint {real_root!r} "
-            "(a symbolic link leads out)",
-            rule="PATH-004",
-            file=file,
-        )
-    return full
-
-
-def links_leading_out(root: str, *, limit: int = 1 << 22) -> list[tuple[str, str]]:
-    """(path, target) for each symbolic link under `root` whose target lies outside the real
-    path of `root` (PATH-004). Directories are not followed through links; at most `limit`
-    entries are visited (a larger tree is checked up to there)."""
-    import os
-
-    real_root = os.path.realpath(root)
-    prefix = real_root.rstrip(os.sep) + os.sep
-    out: list[tuple[str, str]] = []
-    stack = [root]
-    seen = 0
-    while stack and seen < limit:
-        d = stack.pop()
-        try:
-            it = os.scandir(d)
-        except OSError:
-            continue
-        with it:
-            for entry in it:
-                seen += 1
-                if entry.is_symlink():
-                    target = os.path.realpath(entry.path)
-                    if target != real_root and not target.startswith(prefix):
-                        out.append((entry.path, target))
-                elif entry.is_dir(follow_symlinks=False):
-                    stack.append(entry.path)
-    return out
 
 
 def find_collisions(names: Iterable[str]) -> list[tuple[str, str]]:

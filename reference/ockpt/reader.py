@@ -32,29 +32,11 @@ from .documents.sharding import ShardingDocument, ShardingSpec
 from .documents.strings import FILE_NAME as STRINGS_FILE
 from .documents.strings import StringsDocument
 from .errors import FormatError, MissingDataError, NotACheckpointError, OckptError, TargetError
-from .layout import (
-    COMMIT_FILE,
-    MANIFEST_FILE,
-    MSGPACK_FILE,
-    PYTREE_CHECKPOINTABLES,
-    V1_MARKER,
-    ItemFormat,
-    Kind,
-    Layout,
-    Storage,
-    detect,
-    is_temporary_name,
-    parse_step_name,
-)
+from .kv import Location, links_leading_out, new_context
+from .layout import Resolved, Storage, resolve
 from .msgpack_legacy import DEFAULT_MAX_BYTES, Placeholder, decode_checkpoint
-from .paths import (
-    EmptyNode,
-    KeyType,
-    check_relative,
-    find_collisions,
-    links_leading_out,
-    param_name,
-)
+from .names import MSGPACK_FILE
+from .paths import EmptyNode, KeyType, check_relative, find_collisions, param_name
 
 if TYPE_CHECKING:
     import tensorstore as ts
@@ -189,148 +171,6 @@ def _ordered(node: _Node) -> list[tuple[str, Any]]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Finding the item.
-
-
-def _fail(path: str, reason: str, rule: str) -> NotACheckpointError:
-    return NotACheckpointError(f"{path}: {reason} [{rule}]")
-
-
-def _pick_item(layout: Layout, item: str | None) -> Layout:
-    items = layout.checkpointables
-    if item is not None:
-        if item not in items:
-            raise _fail(layout.path, f"no item {item!r}; items: {sorted(items)}", "LOAD-052")
-        return items[item]
-    pytrees = {n: c for n, c in items.items() if c.kind is Kind.PYTREE_ITEM}
-    for name in ("default", *PYTREE_CHECKPOINTABLES):
-        if name in pytrees:
-            return pytrees[name]
-    if len(pytrees) == 1:
-        return next(iter(pytrees.values()))
-    raise _fail(
-        layout.path,
-        f"holds {len(pytrees)} pytree items ({sorted(pytrees)}): choose one with item=",
-        "LOAD-052",
-    )
-
-
-def _resolve_local(path: str, *, step: int | None, item: str | None) -> tuple[str, ItemFormat]:
-    layout = detect(path)
-    if layout.kind is Kind.MANAGER_ROOT:
-        committed = [s for s in layout.steps if s.committed]
-        if step is None:
-            chosen = layout.latest_step
-            if chosen is None:
-                raise _fail(path, "checkpoint-manager root without a committed step", "LOAD-053")
-        else:
-            found = [s for s in committed if s.step == step]
-            if not found:
-                raise _fail(
-                    path,
-                    f"no committed step {step}; steps: {[s.step for s in committed]}",
-                    "LOAD-053",
-                )
-            chosen = found[0]
-        layout = detect(f"{layout.path.rstrip('/')}/{chosen.name}")
-        step = None
-    if step is not None:
-        raise _fail(path, f"step={step} given, but this is a {layout.kind.value}", "LOAD-053")
-    if layout.kind is Kind.TEMPORARY:
-        raise _fail(path, "an unfinished save (temporary name): never read", "LOAD-054")
-    if layout.kind is Kind.V1_CHECKPOINT:
-        chosen_item = _pick_item(layout, item) if item is not None else layout.pytree
-        if chosen_item is None:
-            raise _fail(path, "v1 checkpoint without a state/ or pytree/ item", "LOAD-051")
-        layout = chosen_item
-    elif layout.kind is Kind.STEP:
-        layout = _pick_item(layout, item)
-    if layout.kind is not Kind.PYTREE_ITEM or layout.item is None:
-        raise _fail(layout.path, f"not a pytree item: {layout.reason}", "LOAD-050")
-    return layout.path, layout.item
-
-
-def _bare_url_step(loc: storage.Location, files: set[str], dirs: set[str], context: Any) -> bool:
-    """A step-named directory without `_CHECKPOINT_METADATA` (releases up to 0.4.8 at least):
-    no file besides `commit_success.txt`, and a subdirectory that is a pytree item
-    (`layout.detect` decides the same for local paths)."""
-    name = loc.display.rstrip("/").rsplit("/", 1)[-1]
-    if parse_step_name(name) is None or files - {COMMIT_FILE}:
-        return False
-    for d in sorted(dirs):
-        if not is_temporary_name(d):
-            sub_files, _ = loc.join(d).listdir(context=context)
-            if {METADATA_FILE, MSGPACK_FILE, MANIFEST_FILE} & sub_files:
-                return True
-    return False
-
-
-def _resolve_url(
-    loc: storage.Location, *, step: int | None, item: str | None, context: ts.Context, depth=0
-) -> tuple[storage.Location, ItemFormat]:
-    files, dirs = loc.listdir(context=context)
-    processes = tuple(
-        sorted(
-            int(d.rsplit("_", 1)[1])
-            for d in dirs
-            if d.startswith("ocdbt.process_") and d.rsplit("_", 1)[1].isdigit()
-        )
-    )
-    if {METADATA_FILE, MSGPACK_FILE, MANIFEST_FILE} & files or processes:
-        if step is not None:
-            raise _fail(loc.display, f"step={step} given, but this is an item", "LOAD-053")
-        if MANIFEST_FILE in files or processes:
-            kind = Storage.OCDBT
-        elif dirs - {ARRAY_METADATAS_DIR}:
-            kind = Storage.PER_LEAF_ZARR
-        else:
-            kind = Storage.INLINE if MSGPACK_FILE in files else Storage.NONE
-        fmt = ItemFormat(
-            kind,
-            None,
-            METADATA_FILE in files,
-            MSGPACK_FILE in files,
-            processes,
-            MANIFEST_FILE in files,
-        )
-        return loc, fmt
-    if depth > 2:
-        raise _fail(loc.display, "no pytree item found", "LOAD-050")
-    candidates = sorted(d for d in dirs if not is_temporary_name(d))
-    if (
-        V1_MARKER in files
-        or "_CHECKPOINT_METADATA" in files
-        or _bare_url_step(loc, files, dirs, context)
-    ):
-        if step is not None:
-            raise _fail(loc.display, f"step={step} given, but this is a step", "LOAD-053")
-        names = [item] if item else ["default", *PYTREE_CHECKPOINTABLES, *candidates]
-        for name in names:
-            if name in candidates:
-                sub = loc.join(name)
-                sub_files, sub_dirs = sub.listdir(context=context)
-                if {METADATA_FILE, MSGPACK_FILE, MANIFEST_FILE} & sub_files:
-                    return _resolve_url(sub, step=None, item=None, context=context, depth=depth + 1)
-        raise _fail(loc.display, f"no pytree item among {candidates}", "LOAD-052")
-    steps = {}
-    for d in candidates:
-        parsed = parse_step_name(d)
-        if parsed is None:
-            continue
-        # On an object store a step is committed only once commit_success.txt is written.
-        if loc.has_rename or COMMIT_FILE in loc.join(d).listdir(context=context)[0]:
-            steps[parsed[1]] = d
-    if not steps:
-        raise _fail(loc.display, "no pytree item, v1 checkpoint or step found", "LOAD-050")
-    number = max(steps) if step is None else step
-    if number not in steps:
-        raise _fail(loc.display, f"no committed step {step}; steps: {sorted(steps)}", "LOAD-053")
-    return _resolve_url(
-        loc.join(steps[number]), step=None, item=item, context=context, depth=depth + 1
-    )
-
-
-# ---------------------------------------------------------------------------------------------
 # One opened item.
 
 
@@ -348,30 +188,35 @@ class _Item:
     ) -> None:
         if backend not in ("auto", "tensorstore", "python"):
             raise ValueError(f"backend must be 'auto', 'tensorstore' or 'python', not {backend!r}")
-        loc = storage.Location.of(path)
+        loc = Location.of(path)
         if backend == "auto":  # ockpt's own decoders where they can read: local directories
             backend = "python" if loc.local is not None else "tensorstore"
         # a tensorstore context for the tensorstore backend and for URLs; none otherwise
         need_context = backend == "tensorstore" or loc.local is None
-        self.context = storage.new_context(context) if need_context else None
-        if loc.local is not None:
-            local, fmt = _resolve_local(loc.local, step=step, item=item)
-            loc = storage.Location.of(local)
-        else:
-            loc, fmt = _resolve_url(loc, step=step, item=item, context=self.context)
+        self.context = new_context(context) if need_context else None
+        self.resolved: Resolved = resolve(loc, step=step, item=item, context=self.context)
+        loc = self.resolved.location
+        fmt = self.resolved.target.item
+        assert fmt is not None  # resolve returns pytree items only
         self.location = loc
         self.format = fmt
         self.doc: MetadataDocument | None = None
         if fmt.has_metadata:
             data = loc.read(METADATA_FILE, context=self.context)
             if data is None:
-                raise MissingDataError(f"{loc.file(METADATA_FILE)}: cannot be read [LOAD-050]")
+                raise MissingDataError(
+                    "removed meanwhile", rule="LOAD-050", file=loc.file(METADATA_FILE)
+                )
             self.doc = MetadataDocument.from_bytes(data, file=loc.file(METADATA_FILE))
         self.msgpack: Any = None
         if fmt.has_msgpack:
-            data = loc.read(MSGPACK_FILE, context=self.context, max_bytes=DEFAULT_MAX_BYTES)
+            data = loc.read(
+                MSGPACK_FILE, context=self.context, limit=DEFAULT_MAX_BYTES, rule="MSGPACK-001"
+            )
             if data is None:
-                raise MissingDataError(f"{loc.file(MSGPACK_FILE)}: cannot be read [LOAD-050]")
+                raise MissingDataError(
+                    "removed meanwhile", rule="LOAD-050", file=loc.file(MSGPACK_FILE)
+                )
             self.msgpack = decode_checkpoint(data, file=loc.file(MSGPACK_FILE))
         self.metadata_file = loc.file(METADATA_FILE if self.doc is not None else MSGPACK_FILE)
         self._strings: StringsDocument | None = None
@@ -420,7 +265,9 @@ class _Item:
     def _saved_tree(self) -> Any:
         if self.doc is None:
             if self.msgpack is None:
-                raise _fail(self.location.display, "neither _METADATA nor checkpoint", "LOAD-050")
+                raise NotACheckpointError(
+                    "neither _METADATA nor checkpoint", rule="LOAD-050", file=self.location.display
+                )
             return self._from_msgpack(self.msgpack, ())
         root = _Node(KeyType.DICT)
         result: Any = root
@@ -512,8 +359,10 @@ class _Item:
         doc = self._strings_document(names)
         if doc is None:
             raise MissingDataError(
-                f"{self.location.file(STRINGS_FILE)}: missing (nor found in the directory of a "
-                f"string leaf); needed for string leaf {leaf.param_name!r} [LOAD-042]"
+                "missing (nor found in the directory of a string leaf); needed for string leaf "
+                f"{leaf.param_name!r}",
+                rule="LOAD-042",
+                file=self.location.file(STRINGS_FILE),
             )
         return doc.get(leaf.param_name)
 
@@ -526,8 +375,8 @@ class _Item:
     def array_metadatas(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         sub = self.location.join(ARRAY_METADATAS_DIR)
-        files, _ = sub.listdir(context=self.context)
-        for name in sorted(files, key=lambda n: process_index(n) or 0):
+        listing = sub.listdir(context=self.context)  # a FIFO is opened, and refused, too
+        for name in sorted(listing.files | listing.other, key=lambda n: process_index(n) or 0):
             if process_index(name) is None:
                 continue
             data = sub.read(name, context=self.context)
@@ -1183,6 +1032,21 @@ def load_pytree(
 # Lazy access.
 
 
+def _index_text(index: Any) -> str:
+    """A numpy index as it is written: ``[0:2, ...]``, not ``(slice(0, 2, None), Ellipsis)``."""
+
+    def one(e: Any) -> str:
+        if e is Ellipsis:
+            return "..."
+        if isinstance(e, slice):
+            text = ":".join("" if v is None else str(v) for v in (e.start, e.stop))
+            return text + (f":{e.step}" if e.step is not None else "")
+        return "None" if e is None else str(e)
+
+    parts = index if isinstance(index, tuple) else (index,)
+    return "[" + ", ".join(one(e) for e in parts) + "]"
+
+
 def _normalize_index(index: Any, shape: tuple[int, ...]) -> tuple[tuple[Any, ...], tuple]:
     """Split a numpy basic index into a tensorstore index (ints and positive-step slices)
     and a numpy index applied afterwards (reversals and new axes)."""
@@ -1292,8 +1156,9 @@ class LazyArray:
                 data = np.asarray(self._array.view(ts_index).read().result())
             except ValueError as e:
                 raise MissingDataError(
-                    f"{self._array.file}: cannot read param {self.param_name!r} at "
-                    f"{index!r}: {e} [LOAD-041]"
+                    f"cannot read param {self.param_name!r} at {_index_text(index)}: {e}",
+                    rule="LOAD-041",
+                    file=self._array.file,
                 ) from None
         data = np.asarray(data)
         if post:
@@ -1326,6 +1191,11 @@ class Checkpoint:
         return self._item.location.display
 
     @property
+    def resolved(self) -> Resolved:
+        """How the path given was resolved: its layout, the step and item chosen."""
+        return self._item.resolved
+
+    @property
     def metadata(self) -> Any:
         if self._metadata is None:
             self._metadata = _metadata_tree(self._item)
@@ -1347,7 +1217,7 @@ class Checkpoint:
         leaf = self._item.leaves.get(name)
         if leaf is None:
             raise MissingDataError(
-                f"{self._item.metadata_file}: no leaf with param name {name!r} [LOAD-001]"
+                f"no leaf with param name {name!r}", rule="LOAD-001", file=self._item.metadata_file
             )
         if leaf.source == "string":
             return self._item.strings(leaf)
@@ -1357,17 +1227,24 @@ class Checkpoint:
             return LazyArray(leaf, None, leaf.inline)
         return LazyArray(leaf, self._item.arrays([name])[name])
 
-    def load(self, target: Any = None, **options: Any) -> Any:
-        defaults = {
-            "partial": False,
-            "cast": "exact",
-            "pad_or_truncate": False,
-            "max_in_flight": storage.DEFAULT_MAX_IN_FLIGHT,
-        }
-        unknown = set(options) - set(defaults)
-        if unknown:
-            raise TypeError(f"unknown options {sorted(unknown)}")
-        return _load(self._item, target, **{**defaults, **options})
+    def load(
+        self,
+        target: Any = None,
+        *,
+        partial: bool = False,
+        cast: CastPolicy = "exact",
+        pad_or_truncate: bool = False,
+        max_in_flight: int = storage.DEFAULT_MAX_IN_FLIGHT,
+    ) -> Any:
+        """`load_pytree` of this checkpoint (same options)."""
+        return _load(
+            self._item,
+            target,
+            partial=partial,
+            cast=cast,
+            pad_or_truncate=pad_or_truncate,
+            max_in_flight=max_in_flight,
+        )
 
     def close(self) -> None:
         self._item._arrays.clear()

@@ -85,6 +85,7 @@ _ALL: dict[str, Rule] = {
         ),
         ("LAYOUT-004", "warning", "the step directories of one root should share one name format"),
         ("PATH-004", "error", "no file may be reached through a symbolic link leading out"),
+        ("PATH-005", "error", "a file a reader opens must be a regular file (no FIFO, loop, ...)"),
         (
             "LAYOUT-005",
             "error",
@@ -297,6 +298,7 @@ _ALL: dict[str, Rule] = {
         ("LIMIT-002", "error", "_METADATA must not hold more tree_metadata entries than the limit"),
         ("LIMIT-003", "error", "a key text must not be longer than the key length limit"),
         ("LIMIT-004", "error", "a key path must not hold more keys than the depth limit"),
+        ("LIMIT-005", "error", "a reader must not list more directory entries than the limit"),
     ),
 }
 

@@ -17,16 +17,20 @@ from typing import Any
 
 import tensorstore as ts
 
-from . import commit, listing, storage
+from . import commit
 from .errors import WriteConflictError
-from .layout import COMMIT_FILE, is_temporary_name
+from .kv import Location, new_context
+from .layout import Kind, Layout, is_temporary_name, select
+from .limits import LIMITS
+from .names import COMMIT_FILE
 
 __all__ = ["copy", "put_file"]
 
 _IN_FLIGHT = 8
+_MAX_FILE_BYTES = LIMITS.max_chunk_bytes
 
 
-def _kvstore(loc: storage.Location, context: ts.Context) -> ts.KvStore:
+def _kvstore(loc: Location, context: ts.Context) -> ts.KvStore:
     return ts.KvStore.open(loc.spec, context=context).result()
 
 
@@ -35,31 +39,27 @@ def _keys(kv: ts.KvStore) -> list[str]:
     return sorted(k for k in keys if not any(is_temporary_name(p) for p in k.split("/")))
 
 
-def _markers(entry: listing.Entry) -> list[str]:
+def _markers(layout: Layout) -> list[str]:
     """Directories (relative) that must end with a commit_success.txt in an object store: each
     committed step of a manager root, or the checkpoint itself."""
-    if entry.kind == "manager_root":
-        return [c.name for c in entry.children if c.kind == "step" and c.committed]
-    return [""] if entry.kind not in ("unknown", "temporary") else []
+    if layout.kind is Kind.MANAGER_ROOT:
+        return [s.name for s in layout.committed_steps()]
+    return [""]
 
 
 def copy(src: Any, dst: Any, *, overwrite: bool = False, progress: bool = True) -> int:
     """Copy the checkpoint at `src` to `dst`; returns the number of files written."""
     from . import _progress
 
-    context = storage.new_context()
-    s, d = storage.Location.of(src), storage.Location.of(dst)
-    entry = listing.describe(src)
-    if entry.kind == "unknown":
-        from .errors import NotACheckpointError
-
-        raise NotACheckpointError(f"{s.display}: not a checkpoint")
+    context = new_context()
+    s, d = Location.of(src), Location.of(dst)
+    layout = select(s, context=context).target  # refuses what is no checkpoint (LOAD-050)
     source = _kvstore(s, context)
     keys = _keys(source)
     pending = None
     if d.local is not None:
         pending = commit.begin(d.local, overwrite=overwrite)
-        target = _kvstore(storage.Location.of(pending.tmp), context)
+        target = _kvstore(Location.of(pending.tmp), context)
     else:
         target = _kvstore(d, context)
         existing = target.list().result()
@@ -76,7 +76,7 @@ def copy(src: Any, dst: Any, *, overwrite: bool = False, progress: bool = True) 
     wanted = (
         set()
         if d.local is not None
-        else {(m + "/" if m else "") + COMMIT_FILE for m in _markers(entry)}
+        else {(m + "/" if m else "") + COMMIT_FILE for m in _markers(layout)}
     )
     commits = sorted(
         {k for k in keys if k.rsplit("/", 1)[-1] == COMMIT_FILE} | wanted,
@@ -87,19 +87,19 @@ def copy(src: Any, dst: Any, *, overwrite: bool = False, progress: bool = True) 
     try:
         with _progress.bar(total, "copying", enabled=progress, unit="file") as bar:
             futures: list[Any] = []
-            for key in data_keys:
-                value = source.read(key).result()
-                futures.append(target.write(key, value.value))
+            for key in data_keys:  # read through the hardened open (PATH-003..005)
+                value = s.read(key, context=context, limit=_MAX_FILE_BYTES, rule="LIMIT-001")
+                if value is None:
+                    continue  # removed meanwhile
+                futures.append(target.write(key, value))
                 if len(futures) >= _IN_FLIGHT:
                     futures.pop(0).result()
                 bar.update(1)
             for f in futures:
                 f.result()
             for key in commits:  # last, deepest first: a reader sees a step only when complete
-                value = source.read(key).result()
-                if value.state == "value":
-                    data = value.value
-                else:
+                data = s.read(key, context=context, limit=_MAX_FILE_BYTES, rule="LIMIT-001")
+                if data is None:
                     final = f"{d.display}/{key.rsplit('/', 1)[0]}" if "/" in key else d.display
                     data = commit.commit_text(final).encode()
                 target.write(key, data).result()
@@ -115,9 +115,9 @@ def copy(src: Any, dst: Any, *, overwrite: bool = False, progress: bool = True) 
 
 def put_file(local: str, url: str, *, overwrite: bool = False) -> None:
     """Upload one local file to `url` (a kvstore URL or path). The file is read whole."""
-    loc = storage.Location.of(url.rsplit("/", 1)[0] + "/")
+    loc = Location.of(url.rsplit("/", 1)[0] + "/")
     name = url.rsplit("/", 1)[1]
-    kv = _kvstore(loc, storage.new_context())
+    kv = _kvstore(loc, new_context())
     if not overwrite and kv.read(name).result().state == "value":
         raise WriteConflictError(f"{url}: exists; pass --overwrite to replace it")
     with open(local, "rb") as f:

@@ -21,38 +21,42 @@ import itertools
 import json
 import math
 import os
-import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from .documents.array_metadatas import DIRECTORY as ARRAY_METADATAS_DIR
 from .documents.array_metadatas import ArrayMetadatas, process_index
-from .documents.checkpoint_metadata import CHECKPOINT_METADATA_FILE
-from .documents.metadata import FILE_NAME as METADATA_FILE
 from .documents.metadata import MetadataDocument
-from .documents.sharding import FILE_NAME as SHARDING_FILE
 from .documents.sharding import ShardingDocument
-from .documents.strings import FILE_NAME as STRINGS_FILE
 from .documents.strings import StringsDocument
-from .errors import FormatError, MissingDataError, NotACheckpointError, OckptError
-from .findings import Finding
-from .layout import (
-    COMMIT_FILE,
-    MANIFEST_FILE,
-    MSGPACK_FILE,
-    ROOT_METADATA_DIR,
-    Kind,
-    Layout,
-    Storage,
-    detect,
-    interrupted_overwrite_note,
+from .errors import (
+    FormatError,
+    MissingDataError,
+    NotACheckpointError,
+    OckptError,
+    PathNotFoundError,
+    UnsupportedError,
 )
-from .limits import LIMITS, read_capped
+from .findings import Finding
+from .kv import Location, files
+from .layout import Kind, Layout, Storage, detect_step, select
+from .limits import LIMITS
 from .msgpack_legacy import DEFAULT_MAX_BYTES as MSGPACK_MAX_BYTES
 from .msgpack_legacy import Placeholder, decode_checkpoint
+from .names import (
+    ARRAY_METADATAS_DIR,
+    CHECKPOINT_METADATA_FILE,
+    COMMIT_FILE,
+    MANIFEST_FILE,
+    METADATA_FILE,
+    MSGPACK_FILE,
+    OCDBT_DATA_DIR,
+    ROOT_METADATA_DIR,
+    SHARDING_FILE,
+    STRINGS_FILE,
+)
 from .paths import find_collisions
 from .rules import RULES
 from .schema import check_document
@@ -62,8 +66,6 @@ __all__ = ["validate", "Report", "Progress"]
 #: progress(done, total, what): called as work proceeds (total may grow while listing).
 Progress = Callable[[int, int, str], None]
 
-_RULE_TAG = re.compile(r"\[([A-Z]+(?:-[A-Z]+)*-[0-9]{3})\]")
-_PROCESS_DIR = re.compile(r"ocdbt\.process_(0|[1-9][0-9]*)")
 #: the largest JSON document read (JSON-003)
 _MAX_DOCUMENT_BYTES = LIMITS.max_json_bytes
 #: findings reported per array for one kind of chunk problem before they are summarized
@@ -148,22 +150,19 @@ def _from_error(error: OckptError, *, file: str | None) -> Finding:
     if isinstance(error, FormatError):
         default = "VAL-009" if isinstance(error, MissingDataError) else "JSON-001"
         return Finding.from_error(error, file=file, default_rule=default)
-    text = str(error)
-    m = _RULE_TAG.search(text)
-    rule = m.group(1) if m else "VAL-009"
-    return _finding(rule, _RULE_TAG.sub("", text).strip(), file=file)
+    message = getattr(error, "message", str(error))
+    return _finding(error.rule or "VAL-009", message, file=getattr(error, "file", None) or file)
 
 
 def _join(*parts: str) -> str:
     return os.path.join(*parts)
 
 
-def _read(path: str, limit: int) -> bytes | None:
-    """The bytes of a file, None when it is larger than `limit`."""
-    if os.path.getsize(path) > limit:
-        return None
-    with open(path, "rb") as f:
-        return read_capped(f, limit)
+def _names(loc: Location) -> set[str]:
+    """Every name in the directory `loc`, whatever it is (a FIFO or a directory in place of a
+    document is still that document, refused when read: PATH-005)."""
+    listing = loc.listdir()
+    return set(listing.files | listing.dirs | listing.other)
 
 
 @dataclass
@@ -244,18 +243,23 @@ class _Validator:
 
     # -- dispatch ---------------------------------------------------------------------------
 
-    def run(self, path: str) -> str:
-        layout = detect(path)
-        if layout.kind is Kind.NOT_A_CHECKPOINT:
-            if not os.path.exists(path):
-                note = interrupted_overwrite_note(path)
-                raise NotACheckpointError(f"{path}: no such file or directory{note}")
-            if not os.path.isdir(path):
-                raise NotACheckpointError(f"{path}: not a directory")
-            self.report("VAL-001", f"not a checkpoint: {layout.reason}", file=path)
-            return layout.kind.value
-        self.layout(layout, top=True)
-        return layout.kind.value
+    def run(self, path: str, *, step: int | None, item: str | None) -> str:
+        loc = Location.of(path)
+        if loc.local is None:
+            raise UnsupportedError(f"{path}: validate reads local directories only")
+        if os.path.exists(loc.local) and not os.path.isdir(loc.local):
+            raise NotACheckpointError("not a directory", file=path)
+        try:
+            chosen = select(loc, step=step, item=item)
+        except PathNotFoundError:
+            raise
+        except NotACheckpointError as e:
+            # what the path is not: the readers' refusal (LOAD-05x), VAL-001 for no checkpoint
+            rule = "VAL-001" if e.rule == "LOAD-050" else e.rule or "VAL-001"
+            self.report(rule, e.message, file=e.file or path)
+            return Kind.NOT_A_CHECKPOINT.value
+        self.layout(chosen.target, top=True)
+        return chosen.target.kind.value
 
     def layout(self, layout: Layout, *, top: bool = False) -> None:
         kind = layout.kind
@@ -283,21 +287,21 @@ class _Validator:
 
     def _problems(self, layout: Layout) -> None:
         for problem in layout.problems:
-            m = _RULE_TAG.search(problem)
-            if m is not None:
-                self.report(m.group(1), _RULE_TAG.sub("", problem).strip(), file=layout.path)
+            if problem.rule.startswith("LAYOUT-"):
+                self.report(problem.rule, problem.message, file=layout.path)
             # other problems are document failures, reported by the document checks
 
     def manager_root(self, layout: Layout) -> None:
         self._problems(layout)
-        meta_dir = _join(layout.path, ROOT_METADATA_DIR)
-        if os.path.isdir(meta_dir):
-            root_meta = _join(meta_dir, "_ROOT_METADATA")
-            legacy = _join(meta_dir, "metadata")
-            if os.path.isfile(root_meta):
-                self.document("root-metadata", root_meta)
-            elif os.path.isfile(legacy):
-                self.plain_json(legacy)
+        assert layout.location is not None
+        meta = layout.location.join(ROOT_METADATA_DIR)
+        names = _names(meta)
+        if "_ROOT_METADATA" in names:
+            self.document("root-metadata", meta, "_ROOT_METADATA")
+        elif "metadata" in names:
+            self.plain_json(meta, "metadata")
+        # releases that write commit_success.txt write it in every step (LAYOUT-002)
+        marked = any(s.has_commit_file for s in layout.committed_steps())
         for step in layout.steps:
             step_path = _join(layout.path, step.name)
             if not step.committed:
@@ -309,28 +313,29 @@ class _Validator:
                 )
                 continue
             self.checked["steps"] += 1
-            child = detect(step_path)
-            if child.kind is Kind.NOT_A_CHECKPOINT:
-                # old releases (0.4.x): a step holds only item directories, no step metadata
-                from . import layout as _layout
-
-                child = _layout._detect_composite(step_path, _layout._list(step_path), depth=0)
-            if child.kind in (Kind.STEP, Kind.V1_CHECKPOINT, Kind.PYTREE_ITEM):
-                if not step.has_commit_file:
-                    self.report(
-                        "LAYOUT-002",
-                        f"step {step.step} holds no {COMMIT_FILE}",
-                        file=step_path,
-                    )
+            child = detect_step(layout, step)
+            if child.kind in (Kind.STEP, Kind.V1_CHECKPOINT):
+                self.composite(child, marked=marked)
+            elif child.kind is Kind.PYTREE_ITEM:
                 self.layout(child)
             else:
                 self.report("VAL-001", f"step {step.step}: {child.reason}", file=step_path)
 
-    def composite(self, layout: Layout) -> None:
+    def composite(self, layout: Layout, *, marked: bool = False) -> None:
+        """A step or v1 checkpoint. `marked`: the other steps of its root hold
+        `commit_success.txt`, so this one should too (LAYOUT-002)."""
         self._problems(layout)
-        meta = _join(layout.path, CHECKPOINT_METADATA_FILE)
-        if os.path.isfile(meta):
-            self.document("checkpoint-metadata", meta)
+        assert layout.location is not None
+        items_marked = any(c.has_commit_file for c in layout.checkpointables.values())
+        if layout.kind is Kind.STEP and not layout.has_commit_file and (marked or items_marked):
+            self.report(
+                "LAYOUT-002",
+                f"step holds no {COMMIT_FILE}, though "
+                + ("its items hold one" if items_marked else "the other steps of its root do"),
+                file=layout.path,
+            )
+        if CHECKPOINT_METADATA_FILE in _names(layout.location):
+            self.document("checkpoint-metadata", layout.location, CHECKPOINT_METADATA_FILE)
         for name in layout.temporaries:
             self.report(
                 "LAYOUT-001",
@@ -342,39 +347,51 @@ class _Validator:
             self.layout(child)
 
     def json_item(self, layout: Layout) -> None:
-        for name in sorted(os.listdir(layout.path)):
-            full = _join(layout.path, name)
-            if name != COMMIT_FILE and os.path.isfile(full):
-                self.plain_json(full)
+        assert layout.location is not None
+        listing = layout.location.listdir()
+        for name in sorted(listing.files | listing.other):
+            if name != COMMIT_FILE:
+                self.plain_json(layout.location, name)
 
     # -- documents --------------------------------------------------------------------------
 
-    def document(self, kind: str, path: str) -> bool:
-        """Check one document; True when it has no error finding."""
-        self.checked["documents"] += 1
-        limit = MSGPACK_MAX_BYTES if kind == "msgpack-view" else _MAX_DOCUMENT_BYTES
-        data = _read(path, limit)
+    def read(self, loc: Location, name: str, *, limit: int, rule: str) -> bytes | None:
+        """The bytes of file `name` of `loc` through the one hardened open; None (reported)
+        when it is refused (PATH-003..005, too large) or gone."""
+        try:
+            data = loc.read(name, limit=limit, rule=rule)
+        except OckptError as e:
+            self.error(e, file=loc.file(name))
+            return None
         if data is None:
-            rule = "MSGPACK-001" if kind == "msgpack-view" else "JSON-003"
-            self.report(rule, f"larger than the size limit ({limit} bytes)", file=path)
-            return False
-        found = check_document(kind, data, file=path)
+            self.report("VAL-009", "removed while validated", file=loc.file(name))
+        return data
+
+    def document(self, kind: str, loc: Location, name: str) -> bytes | None:
+        """Check one document; its bytes when it has no error finding, else None."""
+        self.checked["documents"] += 1
+        if kind == "msgpack-view":
+            data = self.read(loc, name, limit=MSGPACK_MAX_BYTES, rule="MSGPACK-001")
+        else:
+            data = self.read(loc, name, limit=_MAX_DOCUMENT_BYTES, rule="JSON-003")
+        if data is None:
+            return None
+        found = check_document(kind, data, file=loc.file(name))
         for f in found:
             self.add(f)
-        return not any(f.severity == "error" for f in found)
+        return None if any(f.severity == "error" for f in found) else data
 
-    def plain_json(self, path: str) -> None:
+    def plain_json(self, loc: Location, name: str) -> None:
         from .documents._json import parse_json
 
         self.checked["documents"] += 1
-        data = _read(path, _MAX_DOCUMENT_BYTES)
+        data = self.read(loc, name, limit=_MAX_DOCUMENT_BYTES, rule="JSON-003")
         if data is None:
-            self.report("JSON-003", "larger than the size limit", file=path)
             return
         try:
-            parse_json(data, file=path)
+            parse_json(data, file=loc.file(name))
         except FormatError as e:
-            self.error(e, file=path)
+            self.error(e, file=loc.file(name))
 
     # -- items ------------------------------------------------------------------------------
 
@@ -389,7 +406,9 @@ class _ItemCheck:
         self.v = v
         self.layout = layout
         self.path = layout.path
-        assert layout.item is not None
+        assert layout.item is not None and layout.location is not None
+        self.loc = layout.location
+        self.names_here = _names(self.loc)
         self.fmt = layout.item
         self.doc: MetadataDocument | None = None
         self.msgpack: Any = None
@@ -419,40 +438,55 @@ class _ItemCheck:
     # -- documents --------------------------------------------------------------------------
 
     def documents(self) -> None:
-        v = self.v
-        if os.path.isfile(self.f(CHECKPOINT_METADATA_FILE)):
-            v.document("checkpoint-metadata", self.f(CHECKPOINT_METADATA_FILE))
+        v, loc, here = self.v, self.loc, self.names_here
+        if CHECKPOINT_METADATA_FILE in here:
+            v.document("checkpoint-metadata", loc, CHECKPOINT_METADATA_FILE)
         if self.fmt.has_metadata:
-            if v.document("metadata", self.f(METADATA_FILE)):
-                self.doc = MetadataDocument.read(self.f(METADATA_FILE))
+            data = v.document("metadata", loc, METADATA_FILE)
+            if data is not None:
+                self.doc = MetadataDocument.from_bytes(data, file=loc.file(METADATA_FILE))
         if self.fmt.has_msgpack:
-            path = self.f(MSGPACK_FILE)
-            if v.document("msgpack-view", path):
-                with open(path, "rb") as fh:
-                    self.msgpack = decode_checkpoint(fh.read(), file=path)
+            data = v.document("msgpack-view", loc, MSGPACK_FILE)
+            if data is not None:
+                self.msgpack = decode_checkpoint(data, file=loc.file(MSGPACK_FILE))
             else:
                 self.msgpack_ok = False
         self.sharding = None
-        if os.path.isfile(self.f(SHARDING_FILE)):
-            if v.document("sharding", self.f(SHARDING_FILE)):
-                self.sharding = ShardingDocument.read(self.f(SHARDING_FILE))
+        if SHARDING_FILE in here:
+            data = v.document("sharding", loc, SHARDING_FILE)
+            if data is not None:
+                self.sharding = ShardingDocument.from_bytes(data, file=loc.file(SHARDING_FILE))
         self.strings_doc: StringsDocument | None = None
         self.strings_ok = True
-        if os.path.isfile(self.f(STRINGS_FILE)):
-            if v.document("strings", self.f(STRINGS_FILE)):
-                self.strings_doc = StringsDocument.read(self.f(STRINGS_FILE))
-            else:
-                self.strings_ok = False
+        if STRINGS_FILE in here:
+            self.read_strings(STRINGS_FILE)
         self.array_metas: dict[str, tuple[str, Any]] = {}
-        am_dir = self.f(ARRAY_METADATAS_DIR)
-        if os.path.isdir(am_dir):
-            for name in sorted(os.listdir(am_dir), key=lambda n: (process_index(n) is None, n)):
-                full = _join(am_dir, name)
-                if process_index(name) is None or not os.path.isfile(full):
+        if ARRAY_METADATAS_DIR in here:
+            sub = loc.join(ARRAY_METADATAS_DIR)
+            for name in sorted(_names(sub), key=lambda n: (process_index(n) is None, n)):
+                if process_index(name) is None:
                     continue
-                if v.document("array-metadatas", full):
-                    for a in ArrayMetadatas.read(full).arrays:
-                        self.array_metas.setdefault(a.param_name, (full, a))
+                data = v.document("array-metadatas", sub, name)
+                if data is not None:
+                    for a in ArrayMetadatas.from_bytes(data, file=sub.file(name)).arrays:
+                        self.array_metas.setdefault(a.param_name, (sub.file(name), a))
+
+    def read_strings(self, name: str) -> None:
+        """Check and parse the strings document `name` (a path relative to the item)."""
+        data = self.v.document("strings", self.loc, name)
+        if data is None:
+            self.strings_ok = False
+        else:
+            self.strings_doc = StringsDocument.from_bytes(data, file=self.loc.file(name))
+
+    def exists(self, name: str) -> bool:
+        """Whether the item holds a file `name` (a relative path); a name that leads out or is
+        no regular file counts as present: reading it reports why."""
+        assert self.loc.local is not None
+        try:
+            return files.size_inside(self.loc.local, name) is not None
+        except OckptError:
+            return True
 
     def collect_leaves(self) -> None:
         """Param name -> leaf, from `_METADATA` (and the msgpack file where one exists)."""
@@ -492,12 +526,9 @@ class _ItemCheck:
     def legacy_strings(self, names: list[str]) -> None:
         """Older releases: `_strings.json` inside the directory of the first string param."""
         for name in names:
-            path = self.f(name, STRINGS_FILE)
-            if os.path.isfile(path):
-                if self.v.document("strings", path):
-                    self.strings_doc = StringsDocument.read(path)
-                else:
-                    self.strings_ok = False
+            path = f"{name}/{STRINGS_FILE}"
+            if self.exists(path):
+                self.read_strings(path)
                 return
 
     def names(self) -> None:
@@ -541,7 +572,7 @@ class _ItemCheck:
         root_manifest = self.f(MANIFEST_FILE)
         processes = list(fmt.ocdbt_processes)
         use_ocdbt = getattr(self.doc, "use_ocdbt", None) if self.doc is not None else None
-        wants_ocdbt = use_ocdbt is True or os.path.isdir(self.f("d")) or bool(processes)
+        wants_ocdbt = use_ocdbt is True or OCDBT_DATA_DIR in self.names_here or bool(processes)
         if not fmt.has_root_manifest and wants_ocdbt:
             v.report(
                 "OCDBT-050",
@@ -554,7 +585,7 @@ class _ItemCheck:
         for n in processes:
             db_path = self.f(f"ocdbt.process_{n}")
             store = OcdbtStore(db_path, root=self.path)
-            if not os.path.isfile(_join(db_path, MANIFEST_FILE)):
+            if MANIFEST_FILE not in _names(self.loc.join(f"ocdbt.process_{n}")):
                 v.report(
                     "OCDBT-050",
                     f"per-process database ocdbt.process_{n}/ has no manifest",
@@ -604,8 +635,8 @@ class _ItemCheck:
                     continue
                 rel = ref.file_id.path
                 if rel not in sizes:
-                    full = os.path.join(db_path, os.fsdecode(rel))
-                    sizes[rel] = os.path.getsize(full) if os.path.isfile(full) else None
+                    within = os.path.relpath(os.path.join(db_path, os.fsdecode(rel)), self.path)
+                    sizes[rel] = files.size_inside(self.path, within)
                 size = sizes[rel]
                 if size is None or ref.offset + ref.length > size:
                     what = "is missing" if size is None else f"ends at byte {size}"
@@ -878,7 +909,7 @@ class _ItemCheck:
         doc = self.strings_doc
         for name in names:
             if doc is None:
-                if os.path.isfile(self.f(name)):  # older releases: a file per string leaf
+                if self.exists(name):  # older releases: a file per string leaf
                     continue
                 self.v.report(
                     "STR-002",
@@ -887,20 +918,14 @@ class _ItemCheck:
                     pointer="/" + name,
                 )
                 continue
-            legacy = os.path.normpath(doc.file) != os.path.normpath(self.f(STRINGS_FILE))
+            legacy = doc.file != self.loc.file(STRINGS_FILE)
             if legacy and isinstance(doc.values.get(name), str):
                 continue  # older releases keyed the file by param name, not by JSON pointer
             try:
                 doc.get(name)
             except OckptError as e:
-                self.v.add(
-                    _finding(
-                        "STR-002",
-                        _RULE_TAG.sub("", str(e)).strip(),
-                        file=doc.file,
-                        pointer="/" + name,
-                    )
-                )
+                message = getattr(e, "message", str(e))
+                self.v.add(_finding("STR-002", message, file=doc.file, pointer="/" + name))
 
 
 def _key_prefix(param_name: str, *, per_leaf: bool) -> str:
@@ -921,17 +946,23 @@ def _b64(name: str) -> str:
 
 
 def validate(
-    path: str | os.PathLike[str], *, deep: bool = False, progress: Progress | None = None
+    path: str | os.PathLike[str],
+    *,
+    step: int | None = None,
+    item: str | None = None,
+    deep: bool = False,
+    progress: Progress | None = None,
 ) -> Report:
-    """Validate the checkpoint at `path` (item, v1 checkpoint, step or manager root).
+    """Validate the checkpoint at `path` (item, v1 checkpoint, step or manager root; `step`
+    and `item` narrow it as they do for `load_pytree`, through `layout.select`).
 
     Returns a `Report` whose findings cite the spec's rule ids; `report.ok` is False when any
-    finding is an error. Raises `NotACheckpointError` when `path` does not exist or is not a
-    directory, and `OSError` when a file cannot be read.
+    finding is an error. Raises `PathNotFoundError` when `path` does not exist,
+    `NotACheckpointError` when it is not a directory, and `OSError` when a file cannot be read.
     """
     p = os.fspath(path)
     v = _Validator(deep, progress)
-    kind = v.run(p)
+    kind = v.run(p, step=step, item=item)
     return Report(p, kind, deep, v.findings, {k: n for k, n in v.checked.items()})
 
 

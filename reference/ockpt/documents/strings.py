@@ -101,14 +101,16 @@ class StringsDocument(Document):
         for part in strings_pointer(name)[1:].split("/"):
             if not isinstance(node, dict) or part not in node:
                 raise MissingDataError(
-                    f"{self.file}: no string at {strings_pointer(name)!r} "
-                    f"for param {name!r} [STR-002]"
+                    f"no string at {strings_pointer(name)!r} for param {name!r}",
+                    rule="STR-002",
+                    file=self.file,
                 )
             node = node[part]
         if not isinstance(node, str):
             raise MissingDataError(
-                f"{self.file}: {strings_pointer(name)!r} holds an object, "
-                f"not the string of param {name!r} [STR-002]"
+                f"{strings_pointer(name)!r} holds an object, not the string of param {name!r}",
+                rule="STR-002",
+                file=self.file,
             )
         return node
 

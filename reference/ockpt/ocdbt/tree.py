@@ -15,8 +15,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from .._filerange import ByteRange
 from ..errors import MissingDataError, OcdbtError
+from ..kv.byterange import ByteRange
 from ..limits import LIMITS, read_capped
 from . import format as fmt
 from .format import (

@@ -99,7 +99,8 @@ def missing_chunk(what: str) -> MissingDataError:
     """The error for a chunk that is absent where the checkpoint stores every chunk."""
     return MissingDataError(
         f"{what} is missing and the checkpoint stores every chunk "
-        "(store_array_data_equal_to_fill_value; ZARR-008) [LOAD-041]"
+        "(store_array_data_equal_to_fill_value; ZARR-008)",
+        rule="LOAD-041",
     )
 
 

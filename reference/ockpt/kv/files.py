@@ -1,0 +1,314 @@
+"""The one hardened way ockpt opens, reads and lists the files of a local checkpoint.
+
+A checkpoint is untrusted input (spec/limits.md, spec/directories.md §2.2). Every file of one
+is opened here, and only here:
+
+* only regular files are read: a FIFO, socket, device or directory in place of a file, or a
+  symbolic link loop, is a `FormatError` (PATH-005) at once, never a hang (FIFOs are opened
+  without blocking and refused before any read);
+* a name is resolved inside its checkpoint directory: ``..``, absolute names and NUL are
+  refused (PATH-003), and so is a symbolic link whose target lies outside (PATH-004), before
+  anything is opened, so no byte of an outside file is read or echoed;
+* reads are bounded by the caller's limit (from the limits table) before anything is
+  allocated for them;
+* listings are bounded in entries.
+
+Writers create their own files and do not come here.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from dataclasses import dataclass
+
+from ..errors import FormatError
+from ..limits import LIMITS
+from ..paths import check_relative
+from .byterange import ByteRange
+
+__all__ = [
+    "Listing",
+    "resolve_inside",
+    "links_leading_out",
+    "check_tree",
+    "open_regular",
+    "read_file",
+    "read_inside",
+    "open_range",
+    "size_inside",
+    "list_dir",
+]
+
+_OPEN_FLAGS = (
+    os.O_RDONLY
+    | os.O_NONBLOCK  # a FIFO opens at once instead of waiting for a writer
+    | getattr(os, "O_CLOEXEC", 0)
+    | getattr(os, "O_NOCTTY", 0)
+    | getattr(os, "O_BINARY", 0)
+)
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
+def _what(mode: int) -> str:
+    for test, name in _KINDS:
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _not_regular(why: str, shown: str) -> FormatError:
+    return FormatError(f"{why} stands where a regular file must be", rule="PATH-005", file=shown)
+
+
+def resolve_inside(root: str, name: str, *, file: str | None = None) -> str:
+    """The real path of `name` under the directory `root`, refusing a name that
+    `paths.unsafe_path` rejects (PATH-003) and one that resolves, through symbolic links, to a
+    place outside the real path of `root` (PATH-004). The file need not exist."""
+    check_relative(name, file=file)
+    real_root = os.path.realpath(root)
+    full = os.path.realpath(os.path.join(real_root, name))
+    if full != real_root and not full.startswith(real_root.rstrip(os.sep) + os.sep):
+        raise FormatError(
+            f"{name!r} resolves to {full!r}, outside the checkpoint {real_root!r} "
+            "(a symbolic link leads out)",
+            rule="PATH-004",
+            file=file,
+        )
+    return full
+
+
+def links_leading_out(root: str, *, limit: int = 1 << 22) -> list[tuple[str, str]]:
+    """(path, target) for each symbolic link under `root` whose target lies outside the real
+    path of `root` (PATH-004). Directories are not followed through links; at most `limit`
+    entries are visited (a larger tree is checked up to there)."""
+    real_root = os.path.realpath(root)
+    prefix = real_root.rstrip(os.sep) + os.sep
+    out: list[tuple[str, str]] = []
+    stack = [root]
+    seen = 0
+    while stack and seen < limit:
+        d = stack.pop()
+        try:
+            it = os.scandir(d)
+        except OSError:
+            continue
+        with it:
+            for entry in it:
+                seen += 1
+                if entry.is_symlink():
+                    target = os.path.realpath(entry.path)
+                    if target != real_root and not target.startswith(prefix):
+                        out.append((entry.path, target))
+                elif entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+    return out
+
+
+def check_tree(root: str, *, file: str | None = None, limit: int = 1 << 22) -> None:
+    """Refuse a directory tree that a reader which follows links and opens what it finds
+    (tensorstore) must not be given: a symbolic link whose target lies outside the real path
+    of `root` (PATH-004), and anything that is neither a regular file nor a directory, through
+    links (a FIFO, socket, device, or a link loop: PATH-005), so nothing blocks or is read
+    from outside. A dangling link is left alone (it reads as absent). Directories are not
+    followed through links; at most `limit` entries are visited (a larger tree is checked up
+    to there). `file` is how errors show `root`."""
+    real_root = os.path.realpath(root)
+    prefix = real_root.rstrip(os.sep) + os.sep
+    shown = file or root
+    stack = [root]
+    seen = 0
+    while stack and seen < limit:
+        d = stack.pop()
+        try:
+            it = os.scandir(d)
+        except OSError:
+            continue
+        with it:
+            for entry in it:
+                seen += 1
+                where = os.path.join(shown, os.path.relpath(entry.path, root))
+                try:
+                    if entry.is_symlink():
+                        target = os.path.realpath(entry.path)
+                        if target != real_root and not target.startswith(prefix):
+                            raise FormatError(
+                                f"symbolic link {entry.path!r} leads out of the checkpoint to "
+                                f"{target!r}",
+                                rule="PATH-004",
+                                file=shown,
+                            )
+                        mode = os.stat(entry.path).st_mode  # through the link
+                        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                            raise _not_regular(_what(mode), where)
+                    elif entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+                    elif not entry.is_file(follow_symlinks=False):
+                        mode = entry.stat(follow_symlinks=False).st_mode
+                        raise _not_regular(_what(mode), where)
+                except FileNotFoundError:
+                    continue  # a dangling link, or removed meanwhile
+                except OSError as e:
+                    if e.errno == errno.ELOOP:
+                        raise _not_regular("a symbolic link loop", where) from None
+                    continue
+
+
+def open_regular(path: str, *, file: str | None = None) -> int:
+    """A read-only descriptor of the regular file at `path` (the caller closes it).
+
+    Raises FileNotFoundError when nothing is there (callers decide whether that means
+    "absent"), `FormatError` PATH-005 for anything but a regular file, and OSError for other
+    I/O failures (permissions)."""
+    shown = file or path
+    try:
+        st = os.stat(path)  # no open of a device or socket at all
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise _not_regular("a symbolic link loop", shown) from None
+        raise
+    if not stat.S_ISREG(st.st_mode):
+        raise _not_regular(_what(st.st_mode), shown)
+    try:
+        fd = os.open(path, _OPEN_FLAGS)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR):
+            raise _not_regular("not a regular file", shown) from None
+        raise
+    try:
+        st = os.fstat(fd)  # the name may have been replaced since the stat above
+        if not stat.S_ISREG(st.st_mode):
+            raise _not_regular(_what(st.st_mode), shown)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _read_fd(fd: int, size: int) -> bytes:
+    """Up to `size` bytes from the start of `fd`, in few reads, allocated once."""
+    buf = bytearray(size)
+    view = memoryview(buf)
+    got = 0
+    while got < size:
+        n = os.preadv(fd, [view[got:]], got)
+        if not n:
+            break
+        got += n
+    del view
+    if got < size:
+        del buf[got:]
+    return bytes(buf)
+
+
+def read_file(path: str, *, limit: int, rule: str, file: str | None = None) -> bytes:
+    """The bytes of the regular file at `path`; a file larger than `limit` is refused with
+    `rule` before any byte is read (a file that grows while read is cut at ``limit + 1`` and
+    refused too)."""
+    shown = file or path
+    fd = open_regular(path, file=shown)
+    try:
+        size = os.fstat(fd).st_size
+        if size > limit:
+            raise FormatError(
+                "file larger than its size limit",
+                rule=rule,
+                file=shown,
+                expected=f"<= {limit} bytes",
+                got=size,
+            )
+        data = _read_fd(fd, min(size, limit) + 1)
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise FormatError(
+            "file grew past its size limit while read", rule=rule, file=shown, expected=limit
+        )
+    return data
+
+
+def read_inside(
+    root: str, name: str, *, limit: int, rule: str, file: str | None = None
+) -> bytes | None:
+    """`read_file` of `name` resolved inside the directory `root` (`resolve_inside`); None
+    when there is no such file (or it was removed meanwhile)."""
+    shown = file or os.path.join(root, name)
+    full = resolve_inside(root, name, file=shown)
+    try:
+        return read_file(full, limit=limit, rule=rule, file=shown)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def open_range(path: str, *, file: str | None = None) -> ByteRange:
+    """The whole regular file at `path` as a `ByteRange` (streamed reads of large values)."""
+    fd = open_regular(path, file=file)
+    return ByteRange(fd, 0, os.fstat(fd).st_size, file or path)
+
+
+def size_inside(root: str, name: str, *, file: str | None = None) -> int | None:
+    """The size of the regular file `name` inside the directory `root` without opening it;
+    None when there is none. Refused as `resolve_inside` and `open_regular` refuse."""
+    shown = file or os.path.join(root, name)
+    full = resolve_inside(root, name, file=shown)
+    try:
+        st = os.stat(full)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise _not_regular("a symbolic link loop", shown) from None
+        raise
+    if not stat.S_ISREG(st.st_mode):
+        raise _not_regular(_what(st.st_mode), shown)
+    return st.st_size
+
+
+@dataclass(frozen=True)
+class Listing:
+    """The names directly in a directory: regular files, subdirectories, and anything else
+    (FIFOs, sockets, devices, broken or looping links), which is never read."""
+
+    files: frozenset[str]
+    dirs: frozenset[str]
+    other: frozenset[str] = frozenset()
+
+
+def list_dir(path: str, *, limit: int = LIMITS.max_directory_entries) -> Listing:
+    """The entries of the directory `path`, classified through links (a link to a directory
+    is a directory; whether its target lies inside is checked when a file is opened).
+
+    Raises FileNotFoundError / NotADirectoryError when `path` is gone or no directory, and
+    `FormatError` (LIMIT-005) for a directory of more than `limit` entries."""
+    files: set[str] = set()
+    dirs: set[str] = set()
+    other: set[str] = set()
+    count = 0
+    with os.scandir(path) as it:
+        for entry in it:
+            count += 1
+            if count > limit:
+                raise FormatError(
+                    "directory holds more entries than the limit",
+                    rule="LIMIT-005",
+                    file=path,
+                    expected=f"<= {limit}",
+                )
+            try:
+                if entry.is_dir():
+                    dirs.add(entry.name)
+                elif entry.is_file():
+                    files.add(entry.name)
+                else:
+                    other.add(entry.name)
+            except OSError:  # a link loop, or removed meanwhile
+                other.add(entry.name)
+    return Listing(frozenset(files), frozenset(dirs), frozenset(other))

@@ -1,0 +1,180 @@
+"""`Location`: a directory of a checkpoint, local or in any tensorstore kvstore (a URL).
+
+Local directories are read through `kv.files` (regular files only, nothing outside the
+directory, bounded reads); URLs (``gs://``, ``s3://``, ``memory://``) through tensorstore's
+kvstore drivers, imported on first use. Callers never branch on which: they list, test and
+read names of a `Location`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..errors import FormatError, NotACheckpointError, UnsupportedError
+from ..limits import LIMITS
+from ..paths import check_relative
+from . import files
+from .byterange import ByteRange
+
+if TYPE_CHECKING:
+    import tensorstore as ts
+
+__all__ = ["Location", "new_context", "import_tensorstore", "is_url"]
+
+#: Cache for OCDBT tree nodes (shared by the arrays of one item); array chunks are not cached.
+#: Orbax writes B+tree nodes of up to 100 MB decoded (``max_decoded_node_bytes``): the keys of a
+#: tree of 100,000 small arrays are one leaf node of about that size. A node larger than the
+#: cache is dropped after each key looked up in it, and read and decoded again for the next
+#: (tens of milliseconds a key): the cache holds two nodes of that bound.
+_NODE_CACHE_BYTES = 256 << 20
+
+
+def import_tensorstore() -> Any:
+    """The tensorstore module, imported on first use (URLs and the tensorstore backend)."""
+    try:
+        import tensorstore
+    except ImportError as e:
+        raise UnsupportedError(
+            f"this needs the tensorstore package ({e}); local directories can be read without "
+            "it with backend='python'"
+        ) from None
+    return tensorstore
+
+
+def is_url(path: str) -> bool:
+    """True for ``scheme://...`` (``file://`` included)."""
+    return re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", path) is not None
+
+
+def new_context(parent: ts.Context | None = None) -> ts.Context:
+    """A tensorstore context for one reader: OCDBT nodes cached, array chunks not."""
+    ts = import_tensorstore()
+    spec = {
+        "cache_pool": {"total_bytes_limit": _NODE_CACHE_BYTES},
+        "cache_pool#chunks": {"total_bytes_limit": 0},
+    }
+    return ts.Context(ts.Context.Spec(spec), parent) if parent is not None else ts.Context(spec)
+
+
+@dataclass(frozen=True)
+class Location:
+    """A directory: its kvstore JSON spec (path ends with ``/``), the text errors show for it,
+    and for local directories the OS path."""
+
+    spec: dict[str, Any]
+    display: str
+    local: str | None = None
+
+    @property
+    def has_rename(self) -> bool:
+        """True where saves commit by an atomic rename (file systems, memory); on object
+        stores (`s3://`, `gs://`) `commit_success.txt` marks a complete step or item instead."""
+        return self.local is not None or self.spec.get("driver") in ("file", "memory")
+
+    @property
+    def name(self) -> str:
+        """The last component of the directory's path."""
+        return self.display.rstrip("/").rsplit("/", 1)[-1]
+
+    @classmethod
+    def of(cls, path: str | os.PathLike[str] | Location) -> Location:
+        """The location of a local path, a ``file://`` URL or a kvstore URL."""
+        if isinstance(path, Location):
+            return path
+        text = os.fspath(path)
+        if is_url(text) and not text.startswith("file://"):
+            ts = import_tensorstore()
+            try:
+                spec = ts.KvStore.Spec(text).to_json()
+            except ValueError as e:
+                raise NotACheckpointError(
+                    f"{text}: not a kvstore URL tensorstore knows ({e})", rule="LOAD-050"
+                ) from None
+            spec = dict(spec)
+            if spec.get("driver") == "s3" and "endpoint" not in spec:
+                # An S3-compatible server (MinIO, moto, ...): the AWS SDKs' variables.
+                endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get(
+                    "AWS_ENDPOINT_URL"
+                )
+                if endpoint:
+                    spec["endpoint"] = endpoint
+            p = spec.get("path", "")
+            if p and not p.endswith("/"):
+                spec["path"] = p + "/"
+            return cls(spec, text.rstrip("/"))
+        if text.startswith("file://"):
+            text = text[len("file://") :]
+        local = os.path.abspath(text)
+        return cls({"driver": "file", "path": local.rstrip("/") + "/"}, text, local)
+
+    def join(self, name: str) -> Location:
+        """The subdirectory `name` (which may contain ``/``)."""
+        spec = dict(self.spec)
+        spec["path"] = spec.get("path", "") + name.strip("/") + "/"
+        local = None if self.local is None else os.path.join(self.local, name)
+        return Location(spec, f"{self.display.rstrip('/')}/{name}", local)
+
+    def file(self, name: str) -> str:
+        """The display path of a file in this directory."""
+        return f"{self.display.rstrip('/')}/{name}"
+
+    def kvstore(self, context: ts.Context | None = None) -> ts.KvStore:
+        """This directory as an open tensorstore kvstore."""
+        ctx = context if context is not None else new_context()
+        return import_tensorstore().KvStore.open(self.spec, context=ctx).result()
+
+    def read(
+        self,
+        name: str,
+        *,
+        context: ts.Context | None = None,
+        limit: int = LIMITS.max_json_bytes,
+        rule: str = "JSON-003",
+    ) -> bytes | None:
+        """The bytes of file `name`, or None when it does not exist. A name that would leave
+        this directory (``..``, absolute, NUL, a symbolic link leading out) is refused
+        (PATH-003/004), so is a file that is no regular file (PATH-005), and one larger than
+        `limit` (`rule`)."""
+        if self.local is not None:
+            return files.read_inside(self.local, name, limit=limit, rule=rule, file=self.file(name))
+        check_relative(name, file=self.file(name))
+        result = self.kvstore(context).read(name).result()
+        if result.state != "value":
+            return None
+        if len(result.value) > limit:
+            raise FormatError(
+                "file larger than its size limit",
+                rule=rule,
+                file=self.file(name),
+                expected=f"<= {limit} bytes",
+                got=len(result.value),
+            )
+        return bytes(result.value)
+
+    def open_range(self, name: str) -> ByteRange | None:
+        """A local file as a `ByteRange` for streamed reads; None when absent."""
+        if self.local is None:
+            raise UnsupportedError(f"{self.file(name)}: streamed reads need a local directory")
+        full = files.resolve_inside(self.local, name, file=self.file(name))
+        try:
+            return files.open_range(full, file=self.file(name))
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+
+    def listdir(self, *, context: ts.Context | None = None) -> files.Listing:
+        """The names directly in this directory (an empty listing when it does not exist)."""
+        if self.local is not None:
+            try:
+                return files.list_dir(self.local)
+            except (FileNotFoundError, NotADirectoryError):
+                return files.Listing(frozenset(), frozenset())
+        found: set[str] = set()
+        dirs: set[str] = set()
+        for key in self.kvstore(context).list().result():
+            text = key.decode("utf-8", "replace")
+            head, sep, _ = text.partition("/")
+            (dirs if sep else found).add(head)
+        return files.Listing(frozenset(found), frozenset(dirs))

@@ -1,0 +1,71 @@
+"""The file and directory names of the format, defined once (spec/directories.md).
+
+Every module that looks for, opens or writes one of these names takes it from here.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = [
+    "METADATA_FILE",
+    "CHECKPOINT_METADATA_FILE",
+    "ROOT_METADATA_DIR",
+    "ROOT_METADATA_FILE",
+    "LEGACY_ROOT_METADATA_FILE",
+    "SHARDING_FILE",
+    "STRINGS_FILE",
+    "ARRAY_METADATAS_DIR",
+    "MSGPACK_FILE",
+    "MANIFEST_FILE",
+    "OCDBT_DATA_DIR",
+    "OCDBT_PROCESS_DIR",
+    "COMMIT_FILE",
+    "V1_MARKER",
+    "V1_JSON_FILE",
+    "STEP_JSON_FILE",
+    "JSON_ITEM_FILES",
+    "PYTREE_CHECKPOINTABLES",
+    "DEFAULT_ITEM",
+    "TMP_MARKER",
+    "REPLACED_SUFFIX",
+    "ZARR2_METADATA",
+    "ZARR3_METADATA",
+]
+
+#: An item's tree metadata (json-documents §2).
+METADATA_FILE = "_METADATA"
+#: Timestamps and item handlers of an item, step or v1 checkpoint (json-documents §3).
+CHECKPOINT_METADATA_FILE = "_CHECKPOINT_METADATA"
+#: The directory of a checkpoint-manager root's own metadata (directories §5.3); never a step.
+ROOT_METADATA_DIR = "metadata"
+ROOT_METADATA_FILE = f"{ROOT_METADATA_DIR}/_ROOT_METADATA"
+#: Root metadata before 0.10: a JSON item.
+LEGACY_ROOT_METADATA_FILE = f"{ROOT_METADATA_DIR}/metadata"
+SHARDING_FILE = "_sharding"
+STRINGS_FILE = "_strings.json"
+ARRAY_METADATAS_DIR = "array_metadatas"
+#: The legacy msgpack aggregate file (written up to 0.5.15).
+MSGPACK_FILE = "checkpoint"
+MANIFEST_FILE = "manifest.ocdbt"
+OCDBT_DATA_DIR = "d"
+#: `ocdbt.process_<N>/`: the database one writing process wrote.
+OCDBT_PROCESS_DIR = re.compile(r"ocdbt\.process_(0|[1-9][0-9]*)")
+COMMIT_FILE = "commit_success.txt"
+#: The empty file that marks a v1 checkpoint.
+V1_MARKER = "orbax.checkpoint"
+#: The file of a JSON checkpointable of a v1 checkpoint, and of a JSON item of a step.
+V1_JSON_FILE = "data.json"
+STEP_JSON_FILE = "metadata"
+#: Names of the one file of a JSON item (directories §6).
+JSON_ITEM_FILES = frozenset({STEP_JSON_FILE, "metrics", V1_JSON_FILE})
+#: v1 names of the pytree checkpointable, newest first.
+PYTREE_CHECKPOINTABLES = ("state", "pytree")
+#: The item name of a step saved with a single unnamed pytree.
+DEFAULT_ITEM = "default"
+#: In the name of every directory or file of an unfinished save (LAYOUT-001).
+TMP_MARKER = ".orbax-checkpoint-tmp"
+#: `<name>` + this: where an overwrite without atomic exchange parks the old checkpoint (DIR-006).
+REPLACED_SUFFIX = TMP_MARKER + "-replaced"
+ZARR2_METADATA = ".zarray"
+ZARR3_METADATA = "zarr.json"
