@@ -100,7 +100,7 @@ def _events(root: Path, *args: object) -> int:
     return out["events"]
 
 
-def _prepare(tmp_path: Path, name: str, ocdbt: str) -> tuple[Path, int]:
+def prepare_save(tmp_path: Path, name: str, ocdbt: str) -> tuple[Path, int]:
     """A root holding committed steps 0 and 1, and the number of events of saving step 2."""
     base = tmp_path / f"{name}-base"
     for step in (0, 1):
@@ -115,7 +115,7 @@ def _prepare(tmp_path: Path, name: str, ocdbt: str) -> tuple[Path, int]:
 @pytest.mark.parametrize("ocdbt", ["1", "0"], ids=["ocdbt", "per_leaf"])
 def test_manager_save_killed_at_every_event(tmp_path, ocdbt):
     """SIGKILL before each event of a manager save that also deletes the oldest step."""
-    base, n = _prepare(tmp_path, "root", ocdbt)
+    base, n = prepare_save(tmp_path, "root", ocdbt)
     # every third event with OCDBT, every fourth per-leaf, at different offsets (~27 kills in
     # all keep the test near 40 s on two cores); OCKPT_CRASH_ALL=1 kills at every event
     step = 1 if os.environ.get("OCKPT_CRASH_ALL") else (3 if ocdbt == "1" else 4)
@@ -244,7 +244,7 @@ def test_reader_lists_only_committed_steps_during_writes(tmp_path):
 def test_disk_full_simulated(tmp_path):
     """Every write fails with ENOSPC from event N on: a clear error, no step committed, the
     earlier steps intact and no temporary directory left."""
-    base, n = _prepare(tmp_path, "root", "1")
+    base, n = prepare_save(tmp_path, "root", "1")
     for at in range(2, n + 1, 5):
         root = tmp_path / f"full-{at}"
         shutil.copytree(base, root)

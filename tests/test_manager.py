@@ -195,7 +195,7 @@ def test_step_removed_while_listing_or_restoring(tmp_path, monkeypatch):
 
     def scandir_after_delete(path):
         if os.path.basename(path) == "1":
-            commit._remove(str(root / "1"))
+            commit.remove_path(str(root / "1"))
         return real_scandir(path)
 
     monkeypatch.setattr(kv_files.os, "scandir", scandir_after_delete)
@@ -203,7 +203,7 @@ def test_step_removed_while_listing_or_restoring(tmp_path, monkeypatch):
     monkeypatch.setattr(kv_files.os, "scandir", real_scandir)
     mngr.save(3, _state(3))
     path = mngr.step_path(3)
-    commit._remove(path)
+    commit.remove_path(path)
     monkeypatch.setattr(mngr, "step_path", lambda step: path)  # listed just before the delete
     with pytest.raises(ockpt.NotACheckpointError, match="removed meanwhile"):
         mngr.restore(3)

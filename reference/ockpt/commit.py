@@ -155,7 +155,7 @@ def begin(path: str | os.PathLike[str], *, overwrite: bool = False) -> Pending:
                 rule="DIR-003",
                 file=tmp,
             )
-        _remove(tmp)
+        remove_path(tmp)
     try:
         os.mkdir(tmp)
     except FileExistsError as e:
@@ -244,7 +244,7 @@ def _replace(tmp: str, final: str) -> None:
     old = replaced_name(final)
     if _renameat2(tmp, final, _RENAME_EXCHANGE):
         fsync_dir(parent)  # the new checkpoint is committed; the old one is at `tmp` now
-        _remove(tmp)
+        remove_path(tmp)
         _tidy(final)
         return
     if os.path.lexists(old):  # left by an interrupted overwrite that got past its commit
@@ -272,7 +272,7 @@ def _tidy(final: str) -> None:
         if os.path.lexists(replaced_name(final)):
             _discard(replaced_name(final), final)
         elif os.path.lexists(final + _DOOMED_SUFFIX):
-            _remove(final + _DOOMED_SUFFIX)
+            remove_path(final + _DOOMED_SUFFIX)
     except OSError:
         pass
     fsync_dir(os.path.dirname(final))
@@ -283,9 +283,9 @@ def _discard(path: str, final: str) -> None:
     is ever left under the ``-replaced`` name: such a name always holds a whole checkpoint."""
     doomed = final.rstrip(os.sep) + _DOOMED_SUFFIX
     if os.path.lexists(doomed):
-        _remove(doomed)
+        remove_path(doomed)
     os.rename(path, doomed)
-    _remove(doomed)
+    remove_path(doomed)
 
 
 def recover(path: str | os.PathLike[str]) -> bool:
@@ -362,10 +362,11 @@ def _renameat2(src: str, dst: str, flags: int) -> bool:
 
 def abort(pending: Pending) -> None:
     """Remove what a failed save wrote (its temporary directory only)."""
-    _remove(pending.tmp)
+    remove_path(pending.tmp)
 
 
-def _remove(path: str) -> None:
+def remove_path(path: str) -> None:
+    """Remove a directory tree or a file (a link itself, never its target); no error if gone."""
     if os.path.isdir(path) and not os.path.islink(path):
         shutil.rmtree(path, ignore_errors=True)
     elif os.path.lexists(path):

@@ -40,13 +40,15 @@ import tempfile
 import zipfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
 from . import dtypes
-from .errors import NotACheckpointError, UnsupportedError
+from .errors import FormatError, NotACheckpointError, UnsupportedError
 from .kv import is_url
+from .kv.files import open_regular, read_file
+from .limits import LIMITS
 
 __all__ = [
     "FORMATS",
@@ -186,12 +188,18 @@ def _split(name: str, sep: str) -> tuple[str, ...]:
     return tuple(name.split(sep)) if sep else (name,)
 
 
+def _open(path: str) -> BinaryIO:
+    """An input file opened through the one hardened open (regular files only, PATH-005)."""
+    return os.fdopen(open_regular(path), "rb")
+
+
 def _memmap(path: str, dtype: np.dtype, offset: int, shape: tuple[int, ...], order="C"):  # type: ignore[no-untyped-def]
     if int(np.prod(shape, dtype=np.int64)) == 0:
         return np.empty(shape, dtype)
-    if not shape:
-        return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=(1,)).reshape(())
-    return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape, order=order)
+    with _open(path) as f:  # the map outlives the file object
+        if not shape:
+            return np.memmap(f, dtype=dtype, mode="r", offset=offset, shape=(1,)).reshape(())
+        return np.memmap(f, dtype=dtype, mode="r", offset=offset, shape=shape, order=order)
 
 
 def _safetensors_dtypes() -> dict[str, np.dtype]:
@@ -219,8 +227,15 @@ def _safetensors_code(dtype: np.dtype, spec_class: Any = None) -> str | None:
 
 
 def _read_header(path: str) -> tuple[int, dict[str, Any]]:
-    with open(path, "rb") as f:
-        (n,) = struct.unpack("<Q", f.read(8))
+    with _open(path) as f:
+        head = f.read(8)
+        n = struct.unpack("<Q", head)[0] if len(head) == 8 else -1
+        if not 0 <= n <= LIMITS.max_json_bytes:
+            raise FormatError(
+                "not a safetensors file: no header of a size within the JSON limit",
+                rule="JSON-003",
+                file=path,
+            )
         return 8 + n, json.loads(f.read(n))
 
 
@@ -237,17 +252,17 @@ class SafetensorsSource(Source):
         self.path = path
         files = [path]
         if path.endswith(".json"):
-            index = json.loads(open(path, "rb").read())
+            index = json.loads(read_file(path, limit=LIMITS.max_json_bytes, rule="JSON-003"))
             base = os.path.dirname(path)
             files = sorted({os.path.join(base, f) for f in index["weight_map"].values()})
         codes = _safetensors_dtypes()
         self.leaves, self.empties, self.metadata = [], [], {}
         seen: dict[str, str] = {}
         for file in files:
+            start, header = _read_header(file)  # first: refuses what is no regular file
             with safe_open(file, framework="numpy") as f:
                 names = list(f.offset_keys())
                 self.metadata.update(f.metadata() or {})
-            start, header = _read_header(file)
             for name in names:
                 info = header[name]
                 if info["dtype"] not in codes:
@@ -281,7 +296,7 @@ class NpzSource(Source):
         self.path = path
         self.leaves, self.empties = [], []
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
-        with zipfile.ZipFile(path) as zf:
+        with _open(path) as raw, zipfile.ZipFile(raw) as zf:
             for info in zf.infolist():
                 if not info.filename.endswith(".npy"):
                     continue
@@ -295,7 +310,7 @@ class NpzSource(Source):
     def _file(self, leaf: Leaf) -> tuple[str, int]:
         info, _, header = leaf.ref
         if info.compress_type == zipfile.ZIP_STORED:
-            with open(self.path, "rb") as f:
+            with _open(self.path) as f:
                 f.seek(info.header_offset)
                 local = f.read(30)
                 n, m = struct.unpack("<HH", local[26:30])
@@ -303,7 +318,12 @@ class NpzSource(Source):
         if self._tmp is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="ockpt-npz-")
         out = os.path.join(self._tmp.name, f"{len(os.listdir(self._tmp.name))}.npy")
-        with zipfile.ZipFile(self.path) as zf, zf.open(info) as src, open(out, "wb") as dst:
+        with (
+            _open(self.path) as raw,
+            zipfile.ZipFile(raw) as zf,
+            zf.open(info) as src,
+            open(out, "wb") as dst,
+        ):
             shutil.copyfileobj(src, dst, 1 << 20)
         return out, header
 
@@ -319,7 +339,7 @@ class NpzSource(Source):
 
     def read(self, leaf: Leaf, index: Any = ...) -> Any:
         if leaf.kind == "string":
-            with zipfile.ZipFile(self.path) as zf, zf.open(leaf.ref[0]) as f:
+            with _open(self.path) as raw, zipfile.ZipFile(raw) as zf, zf.open(leaf.ref[0]) as f:
                 return str(np.lib.format.read_array(f, allow_pickle=False)[()])
         return np.array(self.mapped(leaf)[index], order="C")
 
@@ -424,10 +444,14 @@ def _bytes_of(block: np.ndarray) -> memoryview:
     return memoryview(arr.view(np.uint8))
 
 
-def _why_not(fmt: str, leaf: Leaf) -> str | None:
+def _why_not(fmt: str, leaf: Leaf, source: Source) -> str | None:
     """Why the format `fmt` cannot hold `leaf`, or None when it can."""
     if leaf.kind == "string":
-        return "safetensors holds only tensors, not strings" if fmt == "safetensors" else None
+        if fmt == "safetensors":
+            return "safetensors holds only tensors, not strings"
+        if fmt == "npz" and str(source.read(leaf)).endswith("\0"):  # numpy drops trailing NULs
+            return "a string ending in NUL cannot be stored in .npy exactly; use .pt"
+        return None
     assert leaf.dtype is not None
     name = leaf.dtype.name
     if fmt == "safetensors" and _safetensors_code(leaf.dtype) is None:
@@ -525,12 +549,7 @@ def _write_npz(source: Source, items: list[tuple[str, Leaf]], dst: str, *, bar) 
         for name, leaf in items:
             with zf.open(f"{name}.npy", "w", force_zip64=True) as f:
                 if leaf.kind == "string":
-                    text = str(source.read(leaf))
-                    if text.endswith("\0"):  # numpy's unicode arrays drop trailing NULs
-                        raise UnsupportedError(
-                            f"leaf {name!r}: a string ending in NUL cannot be stored in .npy "
-                            "exactly (numpy strips trailing NULs); use .pt"
-                        )
+                    text = str(source.read(leaf))  # no trailing NUL: `_why_not` refused it
                     fmt.write_array(f, np.array(text), allow_pickle=False)
                     continue
                 assert leaf.dtype is not None
@@ -690,7 +709,7 @@ def convert(
         chosen: list[Leaf] = []
         skipped: list[tuple[str, str]] = []
         for leaf in source.leaves:
-            why = None if out_fmt == "orbax" else _why_not(out_fmt, leaf)
+            why = None if out_fmt == "orbax" else _why_not(out_fmt, leaf, source)
             if why is not None:
                 if not skip_unsupported:
                     raise UnsupportedError(

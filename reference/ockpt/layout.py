@@ -281,8 +281,9 @@ def _detect_dir(loc: Location, context: ts.Context | None, *, depth: int) -> Lay
         )
     if CHECKPOINT_METADATA_FILE in scan.files or _is_bare_step(scan):
         return _detect_composite(scan, depth=depth)
-    json_file = _json_item_file(scan) if depth > 0 else None
-    if json_file is not None:
+    json_file = _json_item_file(scan)
+    # given directly, only a JSON item file name of directories §6 makes a JSON item
+    if json_file is not None and (depth > 0 or json_file in JSON_ITEM_FILES):
         return Layout(
             loc.display,
             Kind.JSON_ITEM,

@@ -23,10 +23,10 @@ from .errors import DocumentError, NotACheckpointError, OckptWarning, WriteConfl
 from .kv import Location
 from .layout import Kind, detect, is_temporary_name, parse_step_name, scan_steps
 from .limits import LIMITS
-from .names import DEFAULT_ITEM, REPLACED_SUFFIX, STEP_JSON_FILE
+from .names import DEFAULT_ITEM, REPLACED_SUFFIX, ROOT_METADATA_DIR, STEP_JSON_FILE
 from .reader import CastPolicy, load_pytree
 from .save_options import SaveOptions
-from .writer import _prepare
+from .writer import prepare_save
 
 __all__ = ["CheckpointManager", "DEFAULT_ITEM"]
 
@@ -125,11 +125,9 @@ class CheckpointManager:
         and temporary files of the root metadata). They are never steps (LOAD-054), even a
         ``…-replaced`` whose step is missing (see `remove_temporaries`)."""
         out = []
-        for base in (self.root, os.path.join(self.root, os.path.dirname(ROOT_METADATA_FILE))):
-            try:
-                names = os.listdir(base)
-            except OSError:
-                continue
+        for base in (self.root, os.path.join(self.root, ROOT_METADATA_DIR)):
+            listing = Location.of(base).listdir()  # empty when it does not exist
+            names = listing.files | listing.dirs | listing.other
             out += [os.path.join(base, n) for n in names if is_temporary_name(n)]
         return sorted(out)
 
@@ -150,7 +148,7 @@ class CheckpointManager:
                 final = path[: -len(REPLACED_SUFFIX)]
                 if not os.path.lexists(final):
                     continue  # could not be renamed back: never remove the only copy
-            commit._remove(path)
+            commit.remove_path(path)
         if found:
             commit.fsync_dir(self.root)
         return found
@@ -212,7 +210,7 @@ class CheckpointManager:
                 f"step {step} exists already", rule="DIR-002", file=self.root
             )
         parts = {DEFAULT_ITEM: tree} if items is None else dict(items)
-        save = _prepare(
+        save = prepare_save(
             os.path.join(self.root, self._step_name(step)),
             parts,
             layout="step",
@@ -252,7 +250,7 @@ class CheckpointManager:
         path = self.step_path(step)
         doomed = path + commit.TMP_SUFFIX + "-deleted"
         if os.path.lexists(doomed):  # left by an earlier delete that was killed
-            commit._remove(doomed)
+            commit.remove_path(doomed)
         os.rename(path, doomed)
         commit.fsync_dir(self.root)
         shutil.rmtree(doomed, ignore_errors=True)

@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import math
 import os
-import stat
 import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -55,7 +54,8 @@ import numpy as np
 
 from . import dtypes
 from .errors import MsgpackError, NotACheckpointError
-from .limits import LIMITS, read_capped
+from .kv.files import read_file
+from .limits import LIMITS
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
@@ -664,23 +664,11 @@ def read_checkpoint_file(path: str | os.PathLike, *, max_bytes: int = DEFAULT_MA
     """
     name = os.fspath(path)
     try:
-        st = os.stat(name)
+        data = read_file(name, limit=max_bytes, rule="MSGPACK-001")  # the one hardened open
     except OSError as e:
         raise NotACheckpointError(
-            f"{name}: cannot stat the msgpack checkpoint file ({e.strerror})"
+            f"cannot read the msgpack checkpoint file ({e.strerror})", rule="LOAD-050", file=name
         ) from None
-    if not stat.S_ISREG(st.st_mode):
-        raise NotACheckpointError(f"{name}: not a regular file")
-    if st.st_size > max_bytes:
-        raise MsgpackError(
-            "checkpoint file is larger than the size limit",
-            rule="MSGPACK-001",
-            file=name,
-            expected=f"<= {max_bytes} bytes",
-            got=st.st_size,
-        )
-    with open(name, "rb") as f:
-        data = read_capped(f, max_bytes)  # the file may have grown since stat
     return decode_checkpoint(data, file=name, max_bytes=max_bytes)
 
 

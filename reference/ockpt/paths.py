@@ -30,6 +30,7 @@ __all__ = [
     "KeyType",
     "KeyEntry",
     "KeyPath",
+    "SEQUENCE_INDEX",
     "EmptyNode",
     "param_name",
     "tree_key",
@@ -61,13 +62,14 @@ class KeyEntry:
     key_type: KeyType
 
     def __post_init__(self) -> None:
-        if self.key_type is KeyType.SEQUENCE and not _INDEX.fullmatch(self.key):
+        if self.key_type is KeyType.SEQUENCE and not SEQUENCE_INDEX.fullmatch(self.key):
             raise ValueError(f"sequence index must be a decimal integer, got {self.key!r}")
 
 
 KeyPath = tuple[KeyEntry, ...]
 
-_INDEX = re.compile(r"0|[1-9][0-9]*")
+#: The text of a sequence index key: a decimal integer without leading zeros.
+SEQUENCE_INDEX = re.compile(r"0|[1-9][0-9]*")
 
 
 class EmptyNode(enum.Enum):

@@ -683,7 +683,7 @@ class _Save:
         commit.finish(pending)
 
 
-def _prepare(
+def prepare_save(
     path: Any,
     items: Mapping[str, Any],
     *,
@@ -811,7 +811,7 @@ def _save(
             overwrite=overwrite,
         )
         return
-    save = _prepare(
+    save = prepare_save(
         path,
         items,
         layout=layout,
@@ -994,7 +994,7 @@ def save_pytree_async(
         chunk_byte_size=chunk_byte_size,
         storage_dtypes=storage_dtypes,
     )
-    save = _prepare(
+    save = prepare_save(
         path,
         _pytree_items(tree, layout),
         layout=layout,

@@ -15,7 +15,8 @@ from typing import Any, TypeVar
 import numpy as np
 
 from ..errors import DocumentError
-from ..limits import LIMITS, read_capped
+from ..kv.files import read_file
+from ..limits import LIMITS
 
 MAX_DOCUMENT_BYTES = LIMITS.max_json_bytes  # 1 GiB: a 1M-leaf _METADATA is ~200 MiB
 MAX_DEPTH = LIMITS.max_depth
@@ -266,17 +267,8 @@ def parse_json(
 def read_json(path: str | os.PathLike[str], *, max_bytes: int = MAX_DOCUMENT_BYTES) -> Any:
     """Read and parse a JSON file, refusing files over `max_bytes` before reading them."""
     file = os.fspath(path)
-    size = os.stat(file).st_size
-    if size > max_bytes:
-        raise DocumentError(
-            "document too large",
-            rule="JSON-003",
-            file=file,
-            expected=f"<= {max_bytes} bytes",
-            got=size,
-        )
-    with open(file, "rb") as f:
-        return parse_json(read_capped(f, max_bytes), file=file, max_bytes=max_bytes)
+    data = read_file(file, limit=max_bytes, rule="JSON-003")  # the one hardened open (kv)
+    return parse_json(data, file=file, max_bytes=max_bytes)
 
 
 def dump_json(value: Any, *, compact: bool = False) -> bytes:

@@ -15,8 +15,18 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ..errors import DocumentError
+from ..kv.files import read_file
 from ..limits import LIMITS
-from ..paths import _INDEX, EmptyNode, KeyEntry, KeyPath, KeyType, param_name, tree_key, unflatten
+from ..paths import (
+    SEQUENCE_INDEX,
+    EmptyNode,
+    KeyEntry,
+    KeyPath,
+    KeyType,
+    param_name,
+    tree_key,
+    unflatten,
+)
 from ._base import Document
 from ._json import (
     ABSENT,
@@ -26,7 +36,6 @@ from ._json import (
     expect_int_list,
     expect_object,
     parse_json,
-    read_json,
     require,
 )
 
@@ -204,7 +213,7 @@ def _plain_entry(
         if entry is None:
             if kind == 2:
                 entry = KeyEntry(text, KeyType.DICT)
-            elif kind == 1 and _INDEX.fullmatch(text):
+            elif kind == 1 and SEQUENCE_INDEX.fullmatch(text):
                 entry = KeyEntry(text, KeyType.SEQUENCE)
             else:
                 return None
@@ -265,7 +274,7 @@ def _key_entry(obj: Any, *, file: str, pointer: str) -> KeyEntry:
             expected=f"<= {LIMITS.max_key_bytes} UTF-8 bytes",
             got=len(key.encode("utf-8")),
         )
-    if key_type is KeyType.SEQUENCE and not _INDEX.fullmatch(key):
+    if key_type is KeyType.SEQUENCE and not SEQUENCE_INDEX.fullmatch(key):
         raise DocumentError(
             "sequence index is not a decimal integer",
             rule="META-005",
@@ -382,11 +391,7 @@ class MetadataDocument(Document):
     @classmethod
     def read(cls, path: str | os.PathLike[str]) -> MetadataDocument:
         file = os.fspath(path)
-        size = os.stat(file).st_size
-        if size > MAX_DOCUMENT_BYTES:
-            return cls.from_json(read_json(path), file=file)  # refused for its size
-        with open(file, "rb") as f:
-            return cls.from_bytes(f.read(size + 1), file=file)
+        return cls.from_bytes(read_file(file, limit=MAX_DOCUMENT_BYTES, rule="JSON-003"), file=file)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"tree_metadata": {e.tree_key: e.to_json() for e in self.entries}}

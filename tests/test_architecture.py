@@ -1,0 +1,159 @@
+"""The structure of the package, checked from its source: one open, no private imports.
+
+* Every file of a checkpoint is opened through `ockpt.kv` (the one hardened open: regular
+  files only, nothing outside the checkpoint, bounded reads). Outside `ockpt/kv/` only the
+  places listed in `OPENS_ALLOWED` open or list files, each for a file that is not a
+  checkpoint's (a writer's own output, the user's output file, the package's schemas).
+* No module imports a private name (``_name``) of another module of ockpt, nor reaches one
+  as ``module._name``.
+* ockpt never imports orbax.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "reference" / "ockpt"
+
+#: Calls that open or list files.
+_IO_CALLS = {
+    ("os", "open"),
+    ("io", "open"),
+    ("np", "memmap"),
+    ("np", "fromfile"),
+    ("os", "scandir"),
+    ("os", "listdir"),
+    ("os", "walk"),
+}
+
+#: (module, function) -> why it may open or list files without `ockpt.kv`.
+OPENS_ALLOWED = {
+    ("commit.py", "write_file"): "the writer writes its own new file",
+    ("commit.py", "fsync_dir"): "opens a directory the writer made, to fsync it",
+    ("commit.py", "_fsync_tree"): "walks the writer's own temporary directory",
+    ("convert.py", "_write_safetensors"): "the converter's output file",
+    ("convert.py", "_write_pt"): "the converter's output file",
+    ("convert.py", "NpzSource._file"): "a temporary file the converter made",
+    ("convert.py", "guess_format"): "lists the user's path to tell its format (no open)",
+    ("convert.py", "open_source"): "lists the user's path to tell its format (no open)",
+    ("transfer.py", "put_file"): "uploads a local file the user names, not a checkpoint's",
+    ("schema.py", "_load"): "the package's own JSON Schemas",
+    ("conformance/cli.py", "run_command"): "the suite's report file",
+    ("conformance/runner.py", "_Runner._spawn"): "the suite's own pipes to its worker",
+    ("conformance/runner.py", "_Runner.start_bad_corpus"): "the fixtures' expected.json",
+    ("convert.py", "_memmap"): "maps a file opened through kv.files (`_open`)",
+}
+
+
+def _modules() -> list[tuple[str, ast.Module]]:
+    return [
+        (p.relative_to(PACKAGE).as_posix(), ast.parse(p.read_text(encoding="utf-8")))
+        for p in sorted(PACKAGE.rglob("*.py"))
+    ]
+
+
+def _io_calls(tree: ast.Module) -> list[tuple[str, int, str]]:
+    """(enclosing function, line, call) for each call that opens or lists files."""
+    found: list[tuple[str, int, str]] = []
+    scope: list[str] = []
+
+    class Visitor(ast.NodeVisitor):
+        def visit_scope(self, node: ast.AST) -> None:
+            scope.append(node.name)  # type: ignore[attr-defined]
+            self.generic_visit(node)
+            scope.pop()
+
+        visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = visit_scope
+
+        def visit_Call(self, node: ast.Call) -> None:
+            fn = node.func
+            name = None
+            if isinstance(fn, ast.Name) and fn.id == "open":
+                name = "open"
+            elif isinstance(fn, ast.Attribute):
+                if isinstance(fn.value, ast.Name) and (fn.value.id, fn.attr) in _IO_CALLS:
+                    name = f"{fn.value.id}.{fn.attr}"
+                elif fn.attr in ("read_bytes", "read_text"):
+                    name = f".{fn.attr}"
+            if name is not None:
+                found.append((".".join(scope) or "<module>", node.lineno, name))
+            self.generic_visit(node)
+
+    Visitor().visit(tree)
+    return found
+
+
+def test_checkpoint_files_are_opened_through_kv_only():
+    stray = []
+    used = set()
+    for module, tree in _modules():
+        if module.startswith("kv/"):
+            continue
+        for function, line, call in _io_calls(tree):
+            key = (module, function)
+            if key in OPENS_ALLOWED:
+                used.add(key)
+            else:
+                stray.append(f"{module}:{line} {function}: {call}")
+    assert not stray, "files opened or listed outside ockpt.kv:\n" + "\n".join(stray)
+    assert used == set(OPENS_ALLOWED), f"allowances no longer needed: {set(OPENS_ALLOWED) - used}"
+
+
+def _ockpt_module(level: int, name: str | None) -> bool:
+    return level > 0 or (name or "").split(".")[0] == "ockpt"
+
+
+def _is_module(module: str, node: ast.ImportFrom, name: str) -> bool:
+    """Whether ``from <node.module> import <name>`` names a module of the package (a module
+    whose name starts with ``_`` is private to the package, not to another module)."""
+    if node.level:
+        base = (PACKAGE / module).parent
+        for _ in range(node.level - 1):
+            base = base.parent
+    else:
+        base = PACKAGE.parent
+    for part in (node.module or "").split("."):
+        if part:
+            base = base / part
+    return (base / f"{name}.py").exists() or (base / name / "__init__.py").exists()
+
+
+def test_no_private_names_cross_modules():
+    crossing = []
+    for module, tree in _modules():
+        aliases: set[str] = set()  # names bound to ockpt modules in this module
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and _ockpt_module(node.level, node.module):
+                for alias in node.names:
+                    private = alias.name.startswith("_") and not alias.name.startswith("__")
+                    if private and not _is_module(module, node, alias.name):
+                        crossing.append(f"{module}:{node.lineno} imports {alias.name}")
+                    aliases.add(alias.asname or alias.name)
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name.split(".")[0] == "ockpt":
+                        aliases.add(alias.asname or alias.name.split(".")[0])
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in aliases
+                and node.attr.startswith("_")
+                and not node.attr.startswith("__")
+            ):
+                crossing.append(f"{module}:{node.lineno} uses {node.value.id}.{node.attr}")
+    assert not crossing, "private names used across modules:\n" + "\n".join(crossing)
+
+
+def test_ockpt_never_imports_orbax():
+    found = []
+    for module, tree in _modules():
+        for node in ast.walk(tree):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module or ""]
+            found += [f"{module}:{node.lineno} {n}" for n in names if n.split(".")[0] == "orbax"]
+    assert not found, found
