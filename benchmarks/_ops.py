@@ -206,8 +206,7 @@ def op_ockpt_load(a: dict) -> dict:
     import numpy as np
 
     import ockpt
-    import ockpt._fastread
-    import ockpt.python_backend  # noqa: F401 - imported before the clock starts
+    import ockpt.engines.python  # noqa: F401 - imported before the clock starts
 
     if subset is not None:  # numpy targets that hold no memory
         shape = leaf_shape(a["gib"], a["leaves"])

@@ -62,15 +62,19 @@ def main() -> None:
         )
     import numpy as np
 
-    from ockpt import python_backend, storage
+    from ockpt import engines
+    from ockpt.engines import python as python_engine
+    from ockpt.kv import Location, new_context
+    from ockpt.layout import detect
 
-    names = sorted(python_backend.key_listing(python_backend.item_keys(path))["params"])
-    loc = storage.Location.of(path)
+    names = sorted(python_engine.key_listing(python_engine.item_keys(path))["params"])
+    loc = Location.of(path)
+    fmt = detect(path).item
     backends = {
-        "tensorstore": lambda: storage.ArrayStore(
-            loc, storage="ocdbt", zarr_version=None, context=storage.new_context()
+        "tensorstore": lambda: engines.open_store(
+            loc, fmt, backend="tensorstore", context=new_context()
         ),
-        "python": lambda: python_backend.ArrayStore(loc, storage="ocdbt", zarr_version=None),
+        "python": lambda: engines.open_store(loc, fmt, backend="python"),
     }
     results = {}
     for name, make in backends.items():

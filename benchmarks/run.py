@@ -67,7 +67,7 @@ def child_env() -> dict[str, str]:
 def warm_imports() -> None:
     """Compile every module the operations import once, before anything is timed."""
     code = (
-        "import ockpt, ockpt.python_backend, ockpt._fastread, ockpt.validate, zstandard\n"
+        "import ockpt, ockpt.engines.python, ockpt.validate, zstandard\n"
         "try:\n    import orbax.checkpoint, jax\nexcept ImportError:\n    pass\n"
     )
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=child_env(), check=True)
@@ -119,7 +119,7 @@ def ceilings(item: Path) -> dict:
     import numpy as np
     import zstandard
 
-    from ockpt import python_backend
+    from ockpt.engines import python as python_engine
 
     out: dict = {"cores": os.cpu_count()}
     files = _data_files(item)
@@ -134,7 +134,7 @@ def ceilings(item: Path) -> dict:
     read_all()  # warm the page cache
     out["page_cache_read"] = size / _best(read_all) / GIB
 
-    kv = python_backend.open_item_store(item)
+    kv = python_engine.open_item_store(item)
     keys = [k for k in kv.list() if not k.endswith((".zarray", "zarr.json"))]
     frames = [kv.get(k) for k in keys]
     kv.close()

@@ -229,7 +229,7 @@ def test_streaming_memory_stays_near_one_block(tmp_path, monkeypatch):
     buffers) stay near one block plus what each decoding thread keeps (one chunk's encoded and
     decoded bytes), not the whole 32 MiB."""
     import ockpt.convert as conv
-    from ockpt import _fastread
+    from ockpt.engines.python import fastread as _fastread
 
     monkeypatch.setattr(conv, "BLOCK_BYTES", 1 << 20)
     rng = np.random.default_rng(0)

@@ -1,4 +1,5 @@
-"""The python backend's parallel region reads (`ockpt._fastread`): each chunk decoded once into
+"""The python engine's parallel region reads (`ockpt.engines.python.fastread`): each chunk decoded
+once into
 every region it overlaps. Results must equal the tensorstore backend's for every target kind:
 numpy (whole arrays, casts, padding), jax.Arrays on the saved sharding and resharded, partial
 loads, zarr v2 and v3, edge chunks, raw (uncompressed) chunks; errors keep their rules."""
@@ -15,7 +16,7 @@ from conftest import assert_backends_agree
 jax = pytest.importorskip("jax")
 
 import ockpt  # noqa: E402
-from ockpt import _fastread  # noqa: E402
+from ockpt.engines.python import fastread as _fastread  # noqa: E402
 from ockpt.writer import save_pytree  # noqa: E402
 
 P = jax.sharding.PartitionSpec

@@ -17,10 +17,9 @@ from conftest import FIXTURES
 from ockpt.documents import MetadataDocument
 from ockpt.documents import metadata as metadata_module
 from ockpt.errors import FormatError
-from ockpt.kv import links_leading_out, resolve_inside
+from ockpt.kv import Location, links_leading_out, resolve_inside
 from ockpt.limits import LIMITS, Limits
 from ockpt.paths import tree_key, unsafe_path
-from ockpt.storage import Location
 
 NO_OCDBT = FIXTURES / "orbax-0.12.8" / "no_ocdbt" / "checkpoint"
 OCDBT = FIXTURES / "orbax-0.12.8" / "sharded" / "checkpoint"
@@ -59,8 +58,9 @@ def test_limit_001_defaults_are_the_spec_table():
     with pytest.raises(dataclasses.FrozenInstanceError):
         LIMITS.max_depth = 1  # type: ignore[misc]
     # every parser takes its bound from LIMITS
-    from ockpt import msgpack_legacy, python_backend
+    from ockpt import msgpack_legacy
     from ockpt.documents import _json
+    from ockpt.engines.python import store as python_store
     from ockpt.ocdbt import format as ocdbt_format
     from ockpt.ocdbt import tree
     from ockpt.zarr import _common
@@ -70,7 +70,7 @@ def test_limit_001_defaults_are_the_spec_table():
     assert msgpack_legacy.DEFAULT_MAX_BYTES == LIMITS.max_msgpack_bytes
     assert ocdbt_format.DEFAULT_MAX_DECODED_BYTES == LIMITS.max_node_bytes
     assert ocdbt_format._MAX_VARINT_BYTES == LIMITS.max_varint_bytes
-    assert _common.MAX_CHUNK_BYTES == python_backend._MAX_FILE_BYTES == LIMITS.max_chunk_bytes
+    assert _common.MAX_CHUNK_BYTES == python_store._MAX_FILE_BYTES == LIMITS.max_chunk_bytes
     assert _common.MAX_RANK == LIMITS.max_zarr_ndim
 
 

@@ -17,8 +17,8 @@ import tensorstore as ts
 
 import ockpt
 from conftest import FIXTURES
-from ockpt import python_backend as pb
 from ockpt.documents import StringsDocument
+from ockpt.engines import python as pb
 from ockpt.errors import MissingDataError
 from ockpt.layout import Kind
 from test_reader import assert_same, expected_items

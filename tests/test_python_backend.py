@@ -1,10 +1,10 @@
-"""backend="python": the same arrays, regions and key listings as the tensorstore backend."""
+"""The python engine (`ockpt.engines.python`, backend="python"): its own reads, views and key
+listings, its dependencies, and the reader with it (equal to the tensorstore backend)."""
 
 from __future__ import annotations
 
 import ast
 import json
-import shutil
 from importlib import resources
 
 import numpy as np
@@ -13,100 +13,25 @@ from jsonschema import Draft202012Validator
 
 from conftest import assert_backends_agree
 from ocdbt_support import fixture_items, short
-from ockpt import python_backend as pb
-from ockpt import storage
-from ockpt.errors import MissingDataError
+from ockpt.engines import python as pb
+from ockpt.layout import Storage, detect
 
 ITEMS = fixture_items()
-ROOT = pb.__file__.rsplit("/", 1)[0]
+ENGINE = pb.__file__.rsplit("/", 1)[0]
 
 
-def _kind(item) -> str:
-    names = {p.name for p in item.iterdir()}
-    if "manifest.ocdbt" in names:
-        return "ocdbt"
-    if any(n.startswith("ocdbt.process_") for n in names):
-        return "ocdbt_processes"
-    return "per_leaf"
+def _kind(item) -> tuple[Storage, bool]:
+    fmt = detect(item).item
+    return fmt.storage, fmt.has_root_manifest
 
 
-def _processes(item) -> list[int]:
-    return sorted(int(p.name.split("_")[-1]) for p in item.glob("ocdbt.process_*"))
-
-
-def _compare(item, kind):
-    keys = pb.item_keys(item, storage=kind)
-    params = sorted(pb.key_listing(keys)["params"])
-    loc = storage.Location.of(item)
-    theirs = storage.ArrayStore(
-        loc,
-        storage=kind,
-        zarr_version=None,
-        context=storage.new_context(),
-        processes=_processes(item),
-    )
-    mine = pb.ArrayStore(loc, storage=kind, zarr_version=None, processes=_processes(item))
-    assert sorted(mine.list_keys()) == sorted(keys)
-    for name in params:
-        a, b = mine.open(name), theirs.open(name)
-        assert (a.shape, a.dtype, a.chunk_shape, a.zarr_version) == (
-            b.shape,
-            b.dtype,
-            b.chunk_shape,
-            b.zarr_version,
-        ), name
-        full = tuple((0, n) for n in a.shape)
-        x, y = a.read(full).result(), np.asarray(b.read(full).result())
-        assert x.dtype == y.dtype and x.tobytes() == y.tobytes(), name
-        if a.shape and int(np.prod(a.shape)) > 1:
-            box = tuple((n // 3, max(n // 3 + 1, n - n // 4)) for n in a.shape)
-            x, y = a.read(box).result(), np.asarray(b.read(box).result())
-            assert x.tobytes() == y.tobytes(), (name, box)
-            if a.dtype.kind == "f":
-                x = a.read(box, np.dtype("float64")).result()
-                y = np.asarray(b.read(box, np.dtype("float64")).result())
-                assert x.dtype == y.dtype and x.tobytes() == y.tobytes()
-    return params
-
-
-@pytest.mark.parametrize("item", ITEMS, ids=short)
-def test_same_arrays_as_tensorstore_backend(item):
-    _compare(item, _kind(item))
-
-
-@pytest.mark.parametrize(
-    "item", [i for i in ITEMS if (i / "ocdbt.process_0").is_dir()][:3], ids=short
-)
-def test_per_process_databases_without_root(tmp_path, item):
-    copy = tmp_path / "item"
-    shutil.copytree(item, copy)
-    (copy / "manifest.ocdbt").unlink()
-    shutil.rmtree(copy / "d")
-    assert _compare(copy, "ocdbt_processes")
-
-
-def test_missing_chunk_policy(tmp_path):
-    """ZARR-008: an absent chunk reads as the fill value, or fails with LOAD-041."""
-    item = next(i for i in ITEMS if _kind(i) == "per_leaf")
-    copy = tmp_path / "item"
-    shutil.copytree(item, copy)
-    keys = pb.key_listing(pb.item_keys(copy))
-    name, entry = next((n, e) for n, e in keys["params"].items() if e["chunk_keys"])
-    (copy / name / entry["chunk_keys"][0]).unlink()
-    loose = pb.ArrayStore(copy, storage="per_leaf", zarr_version=None).open(name)
-    loose.read().result()  # the missing chunk reads as the fill value
-    strict = pb.ArrayStore(
-        copy, storage="per_leaf", zarr_version=None, missing_chunks_are_errors=True
-    )
-    with pytest.raises(MissingDataError, match="LOAD-041"):
-        strict.open(name).read().result()
-    with pytest.raises(MissingDataError, match="LOAD-040"):
-        strict.open("no_such_param")
+# The engine contract (tests/test_engine_contract.py) compares this engine with the tensorstore
+# engine on every fixture item, per-process databases, missing arrays and chunks.
 
 
 def test_read_into_preallocated(tmp_path):
-    item = next(i for i in ITEMS if _kind(i) == "ocdbt")
-    store = pb.ArrayStore(item, storage="ocdbt", zarr_version=None)
+    item = next(i for i in ITEMS if _kind(i) == (Storage.OCDBT, True))
+    store = pb.ArrayStore(item)
     name = next(n for n in pb.key_listing(store.list_keys())["params"] if store.open(n).shape)
     arr = store.open(name)
     out = np.empty(arr.shape, arr.dtype)
@@ -128,7 +53,7 @@ def test_key_listing_meets_schema_and_rules(item):
     listing = pb.key_listing(pb.item_keys(item))
     Draft202012Validator(_schema()).validate(listing)
     assert "unclaimed" not in listing
-    store = pb.ArrayStore(item, storage=_kind(item), zarr_version=None, processes=_processes(item))
+    store = pb.ArrayStore(item)
     for name, entry in listing["params"].items():
         meta = store.open(name).metadata
         grid = [-(-n // c) for n, c in zip(meta.shape, meta.chunk_shape, strict=False)]
@@ -158,7 +83,9 @@ ALLOWED = {"numpy", "ml_dtypes", "zstandard", "google_crc32c"}
 def test_decoder_modules_import_no_heavy_dependency():
     import sys
 
-    files = [f"{ROOT}/python_backend.py"]
+    files = [str(p) for p in (resources.files("ockpt") / "engines" / "python").iterdir()]
+    files = [f for f in files if f.endswith(".py")]
+    files += [f"{ENGINE}/../contract.py", f"{ENGINE}/../__init__.py"]
     for sub in ("ocdbt", "zarr"):
         files += [
             str(p) for p in (resources.files("ockpt") / sub).iterdir() if p.name.endswith(".py")
@@ -193,8 +120,8 @@ def test_decoder_modules_import_no_heavy_dependency():
     ],
 )
 def test_view_matches_numpy_indexing(index):
-    item = next(i for i in ITEMS if _kind(i) == "ocdbt")
-    store = pb.ArrayStore(item, storage="ocdbt", zarr_version=None)
+    item = next(i for i in ITEMS if _kind(i) == (Storage.OCDBT, True))
+    store = pb.ArrayStore(item)
     arr = next(
         a
         for n in pb.key_listing(store.list_keys())["params"]

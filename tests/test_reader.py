@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 
 import ockpt
 from conftest import ROOT, case_id, fixture_cases
-from ockpt import storage
+from ockpt import engines
+from ockpt.engines import tensorstore as ts_engine
 from ockpt.errors import MissingDataError, NotACheckpointError, TargetError
 from ockpt.layout import parse_step_name
 
@@ -198,9 +199,9 @@ def _case(release: str, name: str) -> Path:
 
 def test_metadata_reads_no_chunks():
     case = _case("0.12.8", "sharded")
-    before = storage.chunk_reads()
+    before = ts_engine.chunk_reads()
     meta = ockpt.pytree_metadata(case / "checkpoint")
-    assert storage.chunk_reads() == before
+    assert ts_engine.chunk_reads() == before
     xy = meta["xy"]
     assert isinstance(xy, ockpt.LeafMetadata)
     assert xy.param_name == "xy" and xy.value_type == "jax.Array"
@@ -439,13 +440,13 @@ def test_strings_in_older_locations(tmp_path):
 
 def _counting(monkeypatch) -> list[tuple[str, tuple]]:
     reads: list[tuple[str, tuple]] = []
-    original = storage.StoredArray.read
+    original = ts_engine.StoredArray.read
 
     def read(self, box, dtype=None, *, batch=None):
         reads.append((self.param_name, tuple(box)))
         return original(self, box, dtype, batch=batch)
 
-    monkeypatch.setattr(storage.StoredArray, "read", read)
+    monkeypatch.setattr(ts_engine.StoredArray, "read", read)
     return reads
 
 
@@ -466,7 +467,7 @@ def test_partial_load_reads_only_its_leaves(monkeypatch):
     case = _case("0.12.8", "sharded")
     expected = expected_items(case)[""]
     reads = _counting(monkeypatch)
-    before = storage.chunk_reads()
+    before = ts_engine.chunk_reads()
     got = ockpt.load_pytree(
         case / "checkpoint", {"x": np.zeros((8, 3), np.int32)}, partial=True, backend="tensorstore"
     )
@@ -475,13 +476,13 @@ def test_partial_load_reads_only_its_leaves(monkeypatch):
     assert {name for name, _ in reads} == {"x"}
     meta = ockpt.pytree_metadata(case / "checkpoint")["x"]
     n_chunks = math.prod(-(-s // c) for s, c in zip(meta.shape, meta.chunk_shape, strict=True))
-    assert storage.chunk_reads() - before == n_chunks
+    assert ts_engine.chunk_reads() - before == n_chunks
 
 
 def test_python_backend_reads_only_the_chunks_asked_for(monkeypatch):
     """The same with ockpt's own decoders: a partial load and placeholders decode only the
     chunks of the leaves asked for (LOAD-033)."""
-    from ockpt import _fastread
+    from ockpt.engines.python import fastread as _fastread
 
     case = _case("0.12.8", "sharded")
     expected = expected_items(case)[""]
@@ -513,20 +514,20 @@ def test_placeholders_skip_leaves(monkeypatch):
     target = {k: ... for k in expected}
     target["yx"] = np.zeros((2, 8), np.float32)
     reads = _counting(monkeypatch)
-    before = storage.chunk_reads()
+    before = ts_engine.chunk_reads()
     got = ockpt.load_pytree(case / "checkpoint", target, backend="tensorstore")
-    after = storage.chunk_reads()
+    after = ts_engine.chunk_reads()
     assert {name for name, _ in reads} == {"yx"}
     meta = ockpt.pytree_metadata(case / "checkpoint")["yx"]
     n_chunks = math.prod(-(-s // c) for s, c in zip(meta.shape, meta.chunk_shape, strict=True))
     assert after - before == n_chunks == 8  # (2, 8) in chunks of (1, 2)
     assert all(got[k] is ... for k in expected if k != "yx")
     assert_same(got["yx"], expected["yx"])
-    before = storage.chunk_reads()
+    before = ts_engine.chunk_reads()
     everything_skipped = ockpt.load_pytree(
         case / "checkpoint", {k: ... for k in expected}, backend="tensorstore"
     )
-    assert storage.chunk_reads() == before
+    assert ts_engine.chunk_reads() == before
     assert set(everything_skipped) == set(expected)
 
 
@@ -689,13 +690,13 @@ def test_slice_reads_touch_only_their_chunks():
     assert "xy" in ck and len(ck) == len(ck.keys())
     xy = ck["xy"]
     assert xy.shape == (8, 4) and xy.dtype == np.float32 and xy.chunk_shape == (2, 2)
-    before = storage.chunk_reads()
+    before = ts_engine.chunk_reads()
     part = xy[2:4, 1:3]
-    assert storage.chunk_reads() - before == 2
+    assert ts_engine.chunk_reads() - before == 2
     assert np.array_equal(part, exp[2:4, 1:3])
-    before = storage.chunk_reads()
+    before = ts_engine.chunk_reads()
     assert xy[5, 3] == exp[5, 3]
-    assert storage.chunk_reads() - before == 1
+    assert ts_engine.chunk_reads() - before == 1
 
 
 @pytest.mark.parametrize(
@@ -818,7 +819,7 @@ def test_tiles_partition_the_box_along_the_chunk_grid(data):
         a = data.draw(st.integers(0, n))
         box.append((a, data.draw(st.integers(a, n))))
     budget = data.draw(st.integers(1, 400))
-    parts = storage.tiles(box, chunks, 4, budget)
+    parts = engines.tiles(box, chunks, 4, budget)
     covered = np.zeros(shape, np.int32)
     for part in parts:
         covered[tuple(slice(a, b) for a, b in part)] += 1

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import ockpt
-from ockpt import storage
+from ockpt.engines import tensorstore as ts_engine
 from ockpt.errors import TargetError
 from test_reader import ITEMS, _case, _counting, assert_same, expected_items, load_kwargs
 
@@ -111,11 +111,11 @@ def test_shards_read_only_their_regions(monkeypatch):
     reads = _counting(monkeypatch)
     m = mesh((8,), ("a",))
     target = {"xy": jax.ShapeDtypeStruct((8, 4), np.float32, sharding=NamedSharding(m, P("a")))}
-    before = storage.chunk_reads()
+    before = ts_engine.chunk_reads()
     got = ockpt.load_pytree(case / "checkpoint", target, partial=True, backend="tensorstore")["xy"]
     boxes = sorted(box for name, box in reads if name == "xy")
     assert boxes == [((i, i + 1), (0, 4)) for i in range(8)]
-    assert storage.chunk_reads() - before == 16  # each (2, 2) chunk read by 2 shards
+    assert ts_engine.chunk_reads() - before == 16  # each (2, 2) chunk read by 2 shards
     assert np.array_equal(np.asarray(got), exp)
     # replicated: one read of the whole array serves every device
     reads.clear()

@@ -3,9 +3,10 @@
 tensorstore checks every entry of an OCDBT B+tree node on each key it looks up, and Orbax
 writes the keys of a tree of small arrays into one leaf node, so a key lookup per array makes a
 load quadratic. Many small arrays of a local OCDBT database are therefore read through a stage
-(`_ts_stage.Stage`): ockpt lists the keys once, tensorstore decodes each array from a copy of
-its stored values. These tests pin that down (no OCDBT lookup per array, opens in flight
-bounded, the stage empty after a load) and that the stage changes neither values nor errors.
+(`ockpt.engines.tensorstore.stage.Stage`): ockpt lists the keys once, tensorstore decodes each
+array from a copy of its stored values. These tests pin that down (no OCDBT lookup per array,
+opens in flight bounded, the stage empty after a load) and that the stage changes neither
+values nor errors.
 """
 
 from __future__ import annotations
@@ -18,8 +19,12 @@ import pytest
 import tensorstore as ts
 
 import ockpt
-from ockpt import _ts_stage, storage
+from ockpt import kv
+from ockpt.engines import ImmediateFuture, ReadRequest, read_regions
+from ockpt.engines.tensorstore import stage as _ts_stage
+from ockpt.engines.tensorstore import store as ts_store
 from ockpt.errors import OckptError
+from ockpt.kv import new_context
 from ockpt.ocdbt import Database
 from test_reader import ITEMS, assert_same, expected_items, load_kwargs
 
@@ -36,14 +41,14 @@ def _ocdbt_lookups() -> int:
 
 
 class _Opens:
-    """Wraps `ts.open` as storage calls it: counts opens per kvstore driver and the most futures
-    started and not yet waited on."""
+    """Wraps `ts.open` as the tensorstore engine calls it: counts opens per kvstore driver and
+    the most futures started and not yet waited on."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.by_driver: dict[str, int] = {}
         self.outstanding = 0
         self.most = 0
-        real = storage._tensorstore()
+        real = kv.import_tensorstore()
         opens = self
 
         class Proxy:
@@ -57,7 +62,7 @@ class _Opens:
                 opens.most = max(opens.most, opens.outstanding)
                 return _Counted(real.open(spec, *args, **kwargs), opens)
 
-        monkeypatch.setattr(storage, "_tensorstore", lambda: Proxy())
+        monkeypatch.setattr(kv, "import_tensorstore", lambda: Proxy())
 
 
 class _Counted:
@@ -116,15 +121,15 @@ def _same(got, want) -> None:
 def test_node_cache_holds_a_leaf_node_of_the_size_orbax_writes():
     """A 100,000-leaf tree is one B+tree leaf node of ~100 MB decoded; a node cache smaller than
     that reads and decodes the whole node again for every key (the load did not finish)."""
-    spec = storage.new_context().spec.to_json()
+    spec = new_context().spec.to_json()
     assert spec["cache_pool"]["total_bytes_limit"] >= 2 * 100_000_000
     assert spec.get("cache_pool#chunks", {}).get("total_bytes_limit", 0) == 0
 
 
 def test_many_small_arrays_do_not_look_up_a_key_each(many, monkeypatch):
     path, tree = many
-    monkeypatch.setattr(storage, "_STAGE_MIN_ARRAYS", 16)
-    monkeypatch.setattr(storage, "_STAGE_ARRAY_BYTES", 8 << 10)  # the big leaves: not staged
+    monkeypatch.setattr(ts_store, "_STAGE_MIN_ARRAYS", 16)
+    monkeypatch.setattr(ts_store, "_STAGE_ARRAY_BYTES", 8 << 10)  # the big leaves: not staged
     stages: list[_ts_stage.Stage] = []
     real_init = _ts_stage.Stage.__init__
 
@@ -151,13 +156,13 @@ def test_many_small_arrays_do_not_look_up_a_key_each(many, monkeypatch):
 def test_staged_and_direct_loads_are_equal(many, monkeypatch):
     path, tree = many
     direct = ockpt.load_pytree(path, backend="tensorstore")
-    monkeypatch.setattr(storage, "_STAGE_MIN_ARRAYS", 1)
+    monkeypatch.setattr(ts_store, "_STAGE_MIN_ARRAYS", 1)
     _same(ockpt.load_pytree(path, backend="tensorstore"), direct)
     _same(direct, tree)
     target = {k: v for k, v in tree.items() if k.startswith("block_0")}
     target = {"block_0": {k: v.astype(np.float64) for k, v in target["block_0"].items()}}
     got = ockpt.load_pytree(path, target, partial=True, cast="checked")
-    monkeypatch.setattr(storage, "_STAGE_MIN_ARRAYS", 10**9)
+    monkeypatch.setattr(ts_store, "_STAGE_MIN_ARRAYS", 10**9)
     _same(got, ockpt.load_pytree(path, target, partial=True, cast="checked"))
 
 
@@ -177,7 +182,7 @@ def test_views_of_staged_arrays_read_the_database(many, monkeypatch):
 
 def test_opens_in_flight_are_bounded(many, monkeypatch):
     path, tree = many
-    monkeypatch.setattr(storage, "_OPEN_IN_FLIGHT", 4)
+    monkeypatch.setattr(ts_store, "_OPEN_IN_FLIGHT", 4)
     opens = _Opens(monkeypatch)
     _same(ockpt.load_pytree(path, backend="tensorstore"), tree)  # below _STAGE_MIN_ARRAYS
     assert opens.by_driver == {"ocdbt": 243}
@@ -188,7 +193,7 @@ def test_stage_failures_fall_back_to_the_database(many, monkeypatch):
     """A read the stage gets wrong (here: garbage staged for every chunk) is made again from the
     database."""
     path, tree = many
-    monkeypatch.setattr(storage, "_STAGE_MIN_ARRAYS", 1)
+    monkeypatch.setattr(ts_store, "_STAGE_MIN_ARRAYS", 1)
     real_put = _ts_stage.Stage.put
 
     def put(self, entries):
@@ -227,7 +232,7 @@ def _chunk_value(path: Path, param: str):
 
 def _error(path: Path, stage_min: int) -> tuple[BaseException, dict[str, int]]:
     with pytest.MonkeyPatch.context() as monkeypatch:
-        monkeypatch.setattr(storage, "_STAGE_MIN_ARRAYS", stage_min)
+        monkeypatch.setattr(ts_store, "_STAGE_MIN_ARRAYS", stage_min)
         opens = _Opens(monkeypatch)
         with pytest.raises(OckptError) as info:
             ockpt.load_pytree(path, backend="tensorstore")
@@ -240,7 +245,7 @@ def test_staged_errors_are_the_direct_errors(tmp_path, monkeypatch, damage):
     rng = np.random.default_rng(1)
     tree = {f"w{i:02d}": rng.standard_normal((600,)).astype(np.float32) for i in range(12)}
     ockpt.save_pytree(path, tree)
-    monkeypatch.setattr(storage, "_STAGE_ARRAY_BYTES", 1 << 20)
+    monkeypatch.setattr(ts_store, "_STAGE_ARRAY_BYTES", 1 << 20)
     file, offset, length = _chunk_value(path, "w05")
     with open(file, "r+b") as f:
         if damage == "garbage":
@@ -257,8 +262,8 @@ def test_staged_errors_are_the_direct_errors(tmp_path, monkeypatch, damage):
 
 
 def _stage_everything(monkeypatch) -> None:
-    monkeypatch.setattr(storage, "_STAGE_MIN_ARRAYS", 1)
-    monkeypatch.setattr(storage, "_STAGE_KEYS_PER_ARRAY", 10**9)
+    monkeypatch.setattr(ts_store, "_STAGE_MIN_ARRAYS", 1)
+    monkeypatch.setattr(ts_store, "_STAGE_KEYS_PER_ARRAY", 10**9)
 
 
 @pytest.mark.parametrize("case,rel", ITEMS)
@@ -309,13 +314,17 @@ class _Fake:
         self.chunk_shape = data.shape
 
     def read(self, box, dtype=None, *, batch=None):
-        return storage._ImmediateFuture(lambda: self.data)
+        return ImmediateFuture(lambda: self.data)
+
+    def read_regions(self, requests, *, max_in_flight, tile_bytes):
+        """The tensorstore engine's reader of many requests."""
+        return ts_store.read_tiled(requests, max_in_flight=max_in_flight, tile_bytes=tile_bytes)
 
 
 def _read_one(data: np.ndarray, dtype=None) -> np.ndarray:
     array = _Fake(data)
     box = tuple((0, n) for n in data.shape)
-    [(_, out)] = list(storage.read_regions([storage.ReadRequest(array, box, dtype)]))  # type: ignore[arg-type]
+    [(_, out)] = list(read_regions([ReadRequest(array, box, dtype)]))  # type: ignore[arg-type]
     return out
 
 
@@ -350,25 +359,25 @@ def test_metadata_of_many_arrays_reads_zarr_metadata_once_and_falls_back(tmp_pat
     """`pytree_metadata` with the tensorstore backend reads the zarr metadata of many arrays of
     a local OCDBT item with ockpt's decoder, one array at a time; when that decoder fails, the
     arrays are opened with tensorstore and the result is the same."""
-    from ockpt import python_backend
+    from ockpt.engines.python import store as python_store
 
     tree = {f"p{i:03d}": np.full((i % 5 + 1,), i, np.float32) for i in range(100)}
     ockpt.save_pytree(tmp_path / "c", tree)
     want = ockpt.pytree_metadata(tmp_path / "c", backend="python")
     opened = []
-    real = python_backend.ArrayStore.open
+    real = python_store.ArrayStore.open
 
     def counting(self, name):
         opened.append(name)
         return real(self, name)
 
-    monkeypatch.setattr(python_backend.ArrayStore, "open", counting)
+    monkeypatch.setattr(python_store.ArrayStore, "open", counting)
     assert ockpt.pytree_metadata(tmp_path / "c", backend="tensorstore") == want
     assert sorted(opened) == sorted(tree)
 
     def failing(self, name):
         raise OckptError("decoder refused")
 
-    monkeypatch.setattr(python_backend.ArrayStore, "open", failing)
+    monkeypatch.setattr(python_store.ArrayStore, "open", failing)
     assert ockpt.pytree_metadata(tmp_path / "c", backend="tensorstore") == want
     assert want["p007"].shape == (3,) and want["p007"].dtype == np.float32

@@ -16,7 +16,7 @@ jax = pytest.importorskip("jax")
 import orbax.checkpoint as ocp  # noqa: E402
 
 import ockpt  # noqa: E402
-from ockpt import python_backend  # noqa: E402
+from ockpt.engines import python as python_engine  # noqa: E402
 from ockpt.writer import save_pytree  # noqa: E402
 
 P = jax.sharding.PartitionSpec
@@ -59,7 +59,7 @@ def _assert_same(expected, got):
 
 
 def _zarray(item, name):
-    kv = python_backend.open_item_store(item)
+    kv = python_engine.open_item_store(item)
     try:
         return json.loads(kv.get(f"{name}/.zarray"))
     finally:
@@ -92,7 +92,7 @@ def test_auto_with_zarr3_and_a_level(tmp_path):
     tree = _tree()
     save_pytree(tmp_path / "c", tree, compression="auto", compression_level=5)  # v1, zarr v3
     item = tmp_path / "c" / "state"
-    kv = python_backend.open_item_store(item)
+    kv = python_engine.open_item_store(item)
     try:
         codecs = {
             n: json.loads(kv.get(f"{n}/zarr.json"))["codecs"][0]["configuration"]["codecs"]

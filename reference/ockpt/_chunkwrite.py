@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ._fastread import workers  # one thread per core, as the reader
+from .engines.python.fastread import workers  # one thread per core, as the reader
 from .paths import array_prefix
 
 __all__ = ["direct", "encode_window", "write_chunks"]

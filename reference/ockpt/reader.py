@@ -3,12 +3,14 @@
 Reading follows spec/loading.md. A load resolves the path to one pytree item (LOAD-050..054),
 builds the saved tree from `_METADATA` and/or the legacy msgpack `checkpoint` file, matches the
 caller's target against it (LOAD-001..005), checks every requested dtype and shape
-(LOAD-020..031), then reads only the regions the target needs, through `storage`.
+(LOAD-020..031), then reads only the regions the target needs, through an array engine
+(`engines`).
 
 Nothing here imports jax: jax targets go through `_jax`, which imports jax lazily and only when
-the caller has imported it already. Nothing here imports tensorstore either: `storage` does, on
-first use. Local checkpoints are read by ockpt's own decoders (``backend="python"``, the
-default for them) and need no tensorstore; URLs, and ``backend="tensorstore"``, use it.
+the caller has imported it already. Nothing here imports tensorstore either: the tensorstore
+engine does, on first use. Local checkpoints are read by ockpt's own decoders
+(``backend="python"``, the default for them) and need no tensorstore; URLs, and
+``backend="tensorstore"``, use it.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from . import _jax, dtypes, storage
+from . import _jax, dtypes, engines
 from .documents.array_metadatas import DIRECTORY as ARRAY_METADATAS_DIR
 from .documents.array_metadatas import ArrayMetadatas, process_index
 from .documents.metadata import FILE_NAME as METADATA_FILE
@@ -32,7 +34,7 @@ from .documents.sharding import ShardingDocument, ShardingSpec
 from .documents.strings import FILE_NAME as STRINGS_FILE
 from .documents.strings import StringsDocument
 from .errors import FormatError, MissingDataError, NotACheckpointError, OckptError, TargetError
-from .kv import Location, links_leading_out, new_context
+from .kv import Location, new_context
 from .layout import Resolved, Storage, resolve
 from .msgpack_legacy import DEFAULT_MAX_BYTES, Placeholder, decode_checkpoint
 from .names import MSGPACK_FILE
@@ -228,37 +230,21 @@ class _Item:
             for name, leaf in self.leaves.items():
                 if leaf.source == "array":
                     check_relative(name, file=self.metadata_file, absolute_ok=True)
-        if loc.local is not None and backend == "tensorstore":  # tensorstore follows links
-            out = links_leading_out(loc.local)
-            if out:
-                raise FormatError(
-                    f"symbolic link {out[0][0]!r} leads out of the checkpoint to {out[0][1]!r}",
-                    rule="PATH-004",
-                    file=loc.display,
-                )
         zarr_version = None
         if self.doc is not None and isinstance(self.doc.use_zarr3, bool):
             zarr_version = 3 if self.doc.use_zarr3 else 2
-        if fmt.storage is Storage.OCDBT:
-            kind = "ocdbt" if fmt.has_root_manifest else "ocdbt_processes"
-        else:
-            kind = "per_leaf"
         strict = self.doc is not None and self.doc.store_array_data_equal_to_fill_value is True
-        if backend == "python":  # OCDBT and zarr decoded by ockpt itself (spec/ocdbt.md)
-            from . import python_backend
-
-            store_class: Any = python_backend.ArrayStore
-        else:
-            store_class = storage.ArrayStore
-        self.store = store_class(
+        # the tensorstore engine refuses a local item with links leading out (PATH-004) or
+        # anything but regular files and directories (PATH-005) before tensorstore sees it
+        self.store: engines.ArrayStore = engines.open_store(
             loc,
-            storage=kind,
-            zarr_version=zarr_version,
+            fmt,
+            backend=backend,
             context=self.context,
-            processes=fmt.ocdbt_processes,
+            zarr_version=zarr_version,
             missing_chunks_are_errors=strict,
         )
-        self._arrays: dict[str, storage.StoredArray] = {}
+        self._arrays: dict[str, engines.StoredArray] = {}
 
     # -- the saved tree --------------------------------------------------------------------
 
@@ -386,14 +372,14 @@ class _Item:
                     out.setdefault(a.param_name, a)
         return out
 
-    def arrays(self, names: list[str]) -> dict[str, storage.StoredArray]:
+    def arrays(self, names: list[str]) -> dict[str, engines.StoredArray]:
         """The named arrays, opened together and kept for the item's lifetime."""
         todo = [n for n in names if n not in self._arrays]
         if todo:
             self._arrays.update(self.store.open_many(todo))
         return {n: self._arrays[n] for n in names}
 
-    def array(self, name: str) -> storage.StoredArray:
+    def array(self, name: str) -> engines.StoredArray:
         """One array: the kept one, else opened now and not kept."""
         hit = self._arrays.get(name)
         return hit if hit is not None else self.store.open(name)
@@ -475,25 +461,10 @@ def _leaf_metadata(
 
 
 def _quick_store(item: _Item, names: list[str]) -> Any:
-    """ockpt's own decoder for the zarr metadata of the many arrays of a local OCDBT item (one
-    pass over the B+tree instead of a tensorstore open per array); None when it does not
-    apply."""
-    store = item.store
-    if (
-        type(store) is not storage.ArrayStore
-        or store.storage != "ocdbt"
-        or item.location.local is None
-        or len(names) < 64
-    ):
-        return None
-    from . import python_backend
-
-    try:
-        return python_backend.ArrayStore(
-            item.location, storage="ocdbt", zarr_version=store.zarr_version
-        )
-    except (OckptError, OSError, ValueError):
-        return None
+    """A store that opens the zarr metadata of `names` faster than the item's, one array at a
+    time (the tensorstore engine's: ockpt's own decoder, one pass over the B+tree of a local
+    OCDBT item instead of a tensorstore open per array); None when there is none."""
+    return item.store.metadata_store(len(names))
 
 
 def _metadata_tree(item: _Item) -> Any:
@@ -808,7 +779,7 @@ class _Loader:
 
     def run(self) -> dict[int, Any]:
         pending: dict[int, dict[Any, Any]] = {}
-        for request, data in storage.read_regions(
+        for request, data in engines.read_regions(
             self._requests(pending), max_in_flight=self.max_in_flight
         ):
             index, box, devices = request.tag
@@ -826,7 +797,7 @@ class _Loader:
                 del pending[index]
         return self.results
 
-    def _requests(self, pending: dict[int, dict[Any, Any]]) -> Iterator[storage.ReadRequest]:
+    def _requests(self, pending: dict[int, dict[Any, Any]]) -> Iterator[engines.ReadRequest]:
         """The reads of every job, made as reading reaches them. Before the first, strings and
         inline values are settled and every leaf a target asks for is checked against its
         stored array, so that a mismatch is refused before anything is read. A backend that
@@ -865,10 +836,10 @@ class _Loader:
                 box = _box_of(job.shape)
                 yield self._request(array, box, read_dtype, (index, box, None))
 
-    def _request(self, array, box, dtype, tag) -> storage.ReadRequest:  # type: ignore[no-untyped-def]
-        return storage.ReadRequest(array, _clip(box, array.shape), dtype, tag)
+    def _request(self, array, box, dtype, tag) -> engines.ReadRequest:  # type: ignore[no-untyped-def]
+        return engines.ReadRequest(array, _clip(box, array.shape), dtype, tag)
 
-    def _finish_region(self, job: _Job, request: storage.ReadRequest, data: np.ndarray, box):  # type: ignore[no-untyped-def]
+    def _finish_region(self, job: _Job, request: engines.ReadRequest, data: np.ndarray, box):  # type: ignore[no-untyped-def]
         assert job.dtype is not None
         if data.dtype != job.dtype:
             data = self._cast(job, data)
@@ -932,7 +903,7 @@ class _Loader:
         region = _box_of(job.shape)
         clipped = _clip(region, host.shape)
         part = host[tuple(slice(a, b) for a, b in clipped)]
-        request = storage.ReadRequest(None, clipped)  # type: ignore[arg-type]
+        request = engines.ReadRequest(None, clipped)  # type: ignore[arg-type]
         data = self._finish_region(job, request, np.array(part), region)
         if job.want == "jax":
             return _jax.from_host(data, job.sharding)
@@ -992,7 +963,7 @@ def load_pytree(
     partial: bool = False,
     cast: CastPolicy = "exact",
     pad_or_truncate: bool = False,
-    max_in_flight: int = storage.DEFAULT_MAX_IN_FLIGHT,
+    max_in_flight: int = engines.DEFAULT_MAX_IN_FLIGHT,
     context: ts.Context | None = None,
     backend: str = "auto",
 ) -> Any:
@@ -1108,7 +1079,7 @@ def _normalize_index(index: Any, shape: tuple[int, ...]) -> tuple[tuple[Any, ...
 class LazyArray:
     """One stored leaf, read on demand: ``lazy[10:20, :]`` reads only the chunks it touches."""
 
-    def __init__(self, leaf: _Leaf, array: storage.StoredArray | None, inline: Any = None):
+    def __init__(self, leaf: _Leaf, array: engines.StoredArray | None, inline: Any = None):
         self._leaf = leaf
         self._array = array
         self._inline = None if array is not None else np.asarray(inline)
@@ -1234,7 +1205,7 @@ class Checkpoint:
         partial: bool = False,
         cast: CastPolicy = "exact",
         pad_or_truncate: bool = False,
-        max_in_flight: int = storage.DEFAULT_MAX_IN_FLIGHT,
+        max_in_flight: int = engines.DEFAULT_MAX_IN_FLIGHT,
     ) -> Any:
         """`load_pytree` of this checkpoint (same options)."""
         return _load(

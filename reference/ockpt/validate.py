@@ -561,12 +561,12 @@ class _ItemCheck:
     # -- storage ----------------------------------------------------------------------------
 
     def open_storage(self) -> None:
-        from .python_backend import (
+        from .engines.python.store import (
             DirectoryStore,
             MultiOcdbtStore,
             OcdbtStore,
-            _per_leaf_skip,  # noqa: PLC2701 - the backend's own rule
         )
+        from .engines.python.store import per_leaf_skip as _per_leaf_skip  # the engine's rule
 
         v, fmt = self.v, self.fmt
         root_manifest = self.f(MANIFEST_FILE)
@@ -667,7 +667,7 @@ class _ItemCheck:
     # -- arrays -----------------------------------------------------------------------------
 
     def arrays(self) -> None:
-        from .python_backend import key_listing
+        from .engines.python.store import key_listing
         from .zarr import open_metadata
 
         v = self.v

@@ -15,7 +15,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from ..errors import MissingDataError, OcdbtError
+from ..errors import FormatError, MissingDataError, OcdbtError
+from ..kv import files
 from ..kv.byterange import ByteRange
 from ..limits import LIMITS, read_capped
 from . import format as fmt
@@ -159,17 +160,13 @@ class Database:
         full = self._resolve(file_id, pointer=pointer, origin=origin)
         display = self._display(file_id.path.decode("utf-8"))
         try:
-            fd = os.open(full, os.O_RDONLY | getattr(os, "O_BINARY", 0))
-        except FileNotFoundError:
+            fd = files.open_regular(full, file=display)  # a FIFO or directory: PATH-005
+        except (FileNotFoundError, NotADirectoryError):
             raise MissingDataError(
                 "referenced data file is missing",
                 rule="OCDBT-022",
                 file=display,
                 pointer=f"referenced from {origin}{' ' + pointer if pointer else ''}",
-            ) from None
-        except IsADirectoryError:
-            raise OcdbtError(
-                "referenced data file is a directory", rule="OCDBT-022", file=display
             ) from None
         size = os.fstat(fd).st_size
         with self._lock:
@@ -273,13 +270,22 @@ class Database:
 
     def _read_manifest_file(self, name: str) -> Manifest:
         path = self.path / name
+        full = os.path.realpath(path)
+        if os.path.commonpath([full, self._real_root]) != self._real_root:
+            raise FormatError(  # the check data files get (OCDBT-023), for a manifest
+                f"{name!r} resolves to {full!r}, outside the checkpoint {self._real_root!r} "
+                "(a symbolic link leads out)",
+                rule="PATH-004",
+                file=str(path),
+            )
         try:
-            with open(path, "rb") as f:
-                data = read_capped(f, MAX_MANIFEST_BYTES)
-        except FileNotFoundError:
+            fd = files.open_regular(full, file=str(path))  # a FIFO or directory: PATH-005
+        except (FileNotFoundError, NotADirectoryError):
             raise OcdbtError(
                 "OCDBT manifest is missing", rule="OCDBT-050", file=str(path)
             ) from None
+        with os.fdopen(fd, "rb") as f:
+            data = read_capped(f, MAX_MANIFEST_BYTES)
         if len(data) > MAX_MANIFEST_BYTES:
             raise OcdbtError(
                 "manifest larger than the manifest size limit",
@@ -288,6 +294,12 @@ class Database:
                 expected=f"<= {MAX_MANIFEST_BYTES}",
             )
         return fmt.decode_manifest(data, file=str(path), max_decoded_bytes=self.max_decoded_bytes)
+
+    def _names(self) -> frozenset[str]:
+        """The names in the database directory that are not directories (a bounded listing;
+        a FIFO among them is refused when opened)."""
+        listing = files.list_dir(str(self.path))
+        return listing.files | listing.other
 
     @property
     def manifest(self) -> Manifest:
@@ -298,7 +310,7 @@ class Database:
             if top.config.manifest_kind == fmt.MANIFEST_KIND_NUMBERED:
                 numbered = sorted(
                     (int(m.group(1), 16), m.group(0))
-                    for n in os.listdir(self.path)
+                    for n in self._names()
                     if (m := _NUMBERED.fullmatch(n))
                 )
                 if not numbered:

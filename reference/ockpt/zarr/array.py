@@ -28,6 +28,7 @@ __all__ = [
     "read_region",
     "chunks_for_region",
     "missing_chunk",
+    "overlap",
 ]
 
 ArrayMetadata = Union[ArrayV2Metadata, ArrayV3Metadata]  # noqa: UP007
@@ -85,7 +86,7 @@ def chunks_for_region(meta: ArrayMetadata, box: Box | None = None) -> list[tuple
     return list(itertools.product(*ranges))
 
 
-def _overlap(box, lo, size):
+def overlap(box, lo, size):
     """Per dimension: (target slice in out, source slice in the chunk)."""
     target, source = [], []
     for (a, b), low, c in zip(box, lo, size, strict=False):
@@ -128,7 +129,7 @@ def read_region(
         lo = tuple(i * c for i, c in zip(index, chunk, strict=False))
         key = prefix + meta.chunk_key(index)
         where = f"{file}/{key}" if file is not None else key
-        target, source = _overlap(box, lo, chunk)
+        target, source = overlap(box, lo, chunk)
         data = get(key)
         if data is None:
             if missing == "error":
@@ -156,7 +157,7 @@ def _read_shard(meta, sharding: ShardingCodec, data: bytes, index, box, out, whe
     ranges = [range(a // c, -(-b // c)) for (a, b), c in zip(rel, inner, strict=False)]
     for sub in itertools.product(*ranges):
         lo = tuple(sl + i * c for sl, i, c in zip(shard_lo, sub, inner, strict=False))
-        target, source = _overlap(box, lo, inner)
+        target, source = overlap(box, lo, inner)
         entry = idx.get(sub)
         if entry is None:
             if missing == "error":

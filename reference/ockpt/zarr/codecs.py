@@ -1,18 +1,24 @@
 """The zarr codecs Orbax's arrays use (spec/arrays.md), decode direction only.
 
-Three kinds, named by what they take and give: array -> array (`TransposeCodec`), array ->
-bytes (`BytesCodec`, `ShardingCodec` in `shard_index`), bytes -> bytes (`ZstdCodec`,
-`GzipCodec`, `Crc32cCodec`). `CodecPipeline` is one chain of them, built from a zarr v3
-``codecs`` list (`parse_codecs`) or a zarr v2 ``compressor`` (`from_v2_compressor`). Every
-decoder bounds its output by the size the chunk must have.
+Three kinds, named by what they take and give (each codec's `kind`): array -> array
+(`TransposeCodec`), array -> bytes (`BytesCodec`, `ShardingCodec` in `shard_index`), bytes ->
+bytes (`ZstdCodec`, `GzipCodec`, `Crc32cCodec`). `CodecPipeline` is one chain of them, built
+from a zarr v3 ``codecs`` list (`parse_codecs`) or a zarr v2 ``compressor``
+(`from_v2_compressor`). Every decoder bounds its output by the size the chunk must have.
+
+Codecs are looked up by the name their JSON gives, in `CODECS` (zarr v3 ``codecs`` entries)
+and `V2_COMPRESSORS` (zarr v2 ``compressor`` ids): `register_codec` adds one. This module
+registers its own; `shard_index` registers ``sharding_indexed`` (it parses the inner codecs
+with `parse_codecs`: the lookup goes one way, and this module never imports it).
 """
 
 from __future__ import annotations
 
 import math
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
@@ -27,9 +33,40 @@ __all__ = [
     "GzipCodec",
     "Crc32cCodec",
     "CodecPipeline",
+    "CODECS",
+    "V2_COMPRESSORS",
+    "register_codec",
+    "parse_codec",
     "parse_codecs",
     "from_v2_compressor",
 ]
+
+Kind = Literal["array_to_array", "array_to_bytes", "bytes_to_bytes"]
+
+#: A zarr v3 codec entry's parser: ``parse(entry, rank=, dtype=, file=, pointer=)`` gives the
+#: codec (its `kind` says where it may stand in a pipeline) or raises ZARR-013 / ZARR-014.
+CodecParser = Callable[..., Any]
+
+#: The zarr v3 codecs this decoder knows, by their JSON ``name``.
+CODECS: dict[str, CodecParser] = {}
+
+#: The zarr v2 compressors this decoder knows, by their JSON ``id``: ``make(compressor,
+#: file=, pointer=)`` gives the bytes -> bytes codec.
+V2_COMPRESSORS: dict[str, Callable[..., Any]] = {}
+
+
+def _listed(names: list[str]) -> str:
+    return ", ".join(names[:-1]) + " or " + names[-1] if len(names) > 1 else "".join(names)
+
+
+def register_codec(name: str) -> Callable[[CodecParser], CodecParser]:
+    """Register the parser of the zarr v3 codec named `name` in `CODECS`."""
+
+    def add(parse: CodecParser) -> CodecParser:
+        CODECS[name] = parse
+        return parse
+
+    return add
 
 
 # ------------------------------------------------------------------------------ bytes -> bytes
@@ -40,6 +77,7 @@ class ZstdCodec:
     level: int = 0
     checksum: bool = False
     name = "zstd"
+    kind: ClassVar[Kind] = "bytes_to_bytes"
 
     def decode(self, data: bytes, *, max_size: int, file: object, pointer: str | None) -> bytes:
         return zstd_decompress(
@@ -57,6 +95,7 @@ class GzipCodec:
     level: int = 0
     wbits: int = 31  # 31: gzip header; 15: zlib header
     name = "gzip"
+    kind: ClassVar[Kind] = "bytes_to_bytes"
 
     def decode(self, data: bytes, *, max_size: int, file: object, pointer: str | None) -> bytes:
         d = zlib.decompressobj(self.wbits)
@@ -83,6 +122,7 @@ class GzipCodec:
 @dataclass(frozen=True)
 class Crc32cCodec:
     name = "crc32c"
+    kind: ClassVar[Kind] = "bytes_to_bytes"
 
     def decode(self, data: bytes, *, max_size: int, file: object, pointer: str | None) -> bytes:
         if len(data) < 4:
@@ -114,6 +154,7 @@ class Crc32cCodec:
 class BytesCodec:
     endian: str | None = "little"  # None: only for 1-byte element types
     name = "bytes"
+    kind: ClassVar[Kind] = "array_to_bytes"
 
     def decode(
         self, data: bytes, shape: tuple[int, ...], dtype: np.dtype, *, file: object, pointer
@@ -140,6 +181,7 @@ class BytesCodec:
 class TransposeCodec:
     order: tuple[int, ...]
     name = "transpose"
+    kind: ClassVar[Kind] = "array_to_array"
 
     def encoded_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
         return tuple(shape[i] for i in self.order)
@@ -215,7 +257,8 @@ def _int(conf: dict, key: str, default: int, *, file, pointer) -> int:
 
 
 def parse_codec(entry: object, *, rank: int, dtype: np.dtype, file: object, pointer: str):
-    """One codec of a zarr v3 ``codecs`` list."""
+    """One codec of a zarr v3 ``codecs`` list, parsed by the parser `CODECS` holds for its
+    name."""
     if isinstance(entry, str):
         entry = {"name": entry}
     if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
@@ -230,71 +273,85 @@ def parse_codec(entry: object, *, rank: int, dtype: np.dtype, file: object, poin
     if extra:
         raise fail(f"unknown codec keys {sorted(extra)}", "ZARR-013", file=file, pointer=pointer)
     name = entry["name"]
-    if name == "bytes":
-        conf = _config(entry, {"endian"}, file=file, pointer=pointer)
-        endian = conf.get("endian")
-        if endian not in (None, "little", "big"):
-            raise fail(
-                "bytes endian must be 'little' or 'big'",
-                "ZARR-013",
-                file=file,
-                pointer=pointer,
-                got=endian,
-            )
-        if endian is None and dtype.itemsize > 1:
-            raise fail(
-                "bytes codec needs endian for multi-byte element types",
-                "ZARR-013",
-                file=file,
-                pointer=pointer,
-            )
-        return BytesCodec(endian)
-    if name == "zstd":
-        conf = _config(entry, {"level", "checksum"}, file=file, pointer=pointer)
-        checksum = conf.get("checksum", False)
-        if not isinstance(checksum, bool):
-            raise fail(
-                "zstd checksum must be a boolean",
-                "ZARR-013",
-                file=file,
-                pointer=pointer,
-                got=checksum,
-            )
-        return ZstdCodec(_int(conf, "level", 0, file=file, pointer=pointer), checksum)
-    if name == "gzip":
-        conf = _config(entry, {"level"}, file=file, pointer=pointer)
-        return GzipCodec(_int(conf, "level", 0, file=file, pointer=pointer))
-    if name == "crc32c":
-        _config(entry, set(), file=file, pointer=pointer)
-        return Crc32cCodec()
-    if name == "transpose":
-        conf = _config(entry, {"order"}, file=file, pointer=pointer)
-        order = conf.get("order")
-        if (
-            not isinstance(order, list)
-            or not all(type(i) is int for i in order)  # not bool, float or str
-            or sorted(order) != list(range(rank))
-        ):
-            raise fail(
-                "transpose order must be a permutation of the dimensions",
-                "ZARR-013",
-                file=file,
-                pointer=pointer,
-                got=order,
-            )
-        return TransposeCodec(tuple(order))
-    if name == "sharding_indexed":
-        from .shard_index import parse_sharding
+    parse = CODECS.get(name)
+    if parse is None:
+        raise fail(
+            f"codec {name!r} is not one the spec allows",
+            "ZARR-013",
+            file=file,
+            pointer=pointer,
+            expected=_listed(list(CODECS)),
+            got=name,
+        )
+    return parse(entry, rank=rank, dtype=dtype, file=file, pointer=pointer)
 
-        return parse_sharding(entry, rank=rank, dtype=dtype, file=file, pointer=pointer)
-    raise fail(
-        f"codec {name!r} is not one the spec allows",
-        "ZARR-013",
-        file=file,
-        pointer=pointer,
-        expected="bytes, transpose, zstd, gzip, crc32c or sharding_indexed",
-        got=name,
-    )
+
+@register_codec("bytes")
+def _parse_bytes(entry: dict, *, rank: int, dtype: np.dtype, file: object, pointer: str):
+    conf = _config(entry, {"endian"}, file=file, pointer=pointer)
+    endian = conf.get("endian")
+    if endian not in (None, "little", "big"):
+        raise fail(
+            "bytes endian must be 'little' or 'big'",
+            "ZARR-013",
+            file=file,
+            pointer=pointer,
+            got=endian,
+        )
+    if endian is None and dtype.itemsize > 1:
+        raise fail(
+            "bytes codec needs endian for multi-byte element types",
+            "ZARR-013",
+            file=file,
+            pointer=pointer,
+        )
+    return BytesCodec(endian)
+
+
+@register_codec("transpose")
+def _parse_transpose(entry: dict, *, rank: int, dtype: np.dtype, file: object, pointer: str):
+    conf = _config(entry, {"order"}, file=file, pointer=pointer)
+    order = conf.get("order")
+    if (
+        not isinstance(order, list)
+        or not all(type(i) is int for i in order)  # not bool, float or str
+        or sorted(order) != list(range(rank))
+    ):
+        raise fail(
+            "transpose order must be a permutation of the dimensions",
+            "ZARR-013",
+            file=file,
+            pointer=pointer,
+            got=order,
+        )
+    return TransposeCodec(tuple(order))
+
+
+@register_codec("zstd")
+def _parse_zstd(entry: dict, *, rank: int, dtype: np.dtype, file: object, pointer: str):
+    conf = _config(entry, {"level", "checksum"}, file=file, pointer=pointer)
+    checksum = conf.get("checksum", False)
+    if not isinstance(checksum, bool):
+        raise fail(
+            "zstd checksum must be a boolean",
+            "ZARR-013",
+            file=file,
+            pointer=pointer,
+            got=checksum,
+        )
+    return ZstdCodec(_int(conf, "level", 0, file=file, pointer=pointer), checksum)
+
+
+@register_codec("gzip")
+def _parse_gzip(entry: dict, *, rank: int, dtype: np.dtype, file: object, pointer: str):
+    conf = _config(entry, {"level"}, file=file, pointer=pointer)
+    return GzipCodec(_int(conf, "level", 0, file=file, pointer=pointer))
+
+
+@register_codec("crc32c")
+def _parse_crc32c(entry: dict, *, rank: int, dtype: np.dtype, file: object, pointer: str):
+    _config(entry, set(), file=file, pointer=pointer)
+    return Crc32cCodec()
 
 
 def parse_codecs(
@@ -311,7 +368,7 @@ def parse_codecs(
     for i, entry in enumerate(codecs):
         where = f"{pointer}/{i}"
         codec = parse_codec(entry, rank=rank, dtype=dtype, file=file, pointer=where)
-        if isinstance(codec, TransposeCodec):
+        if codec.kind == "array_to_array":
             if a2b is not None:
                 raise fail(
                     "array->array codec after the array->bytes codec",
@@ -320,7 +377,7 @@ def parse_codecs(
                     pointer=where,
                 )
             a2a.append(codec)
-        elif codec.name in ("bytes", "sharding_indexed"):
+        elif codec.kind == "array_to_bytes":
             if a2b is not None:
                 raise fail("more than one array->bytes codec", "ZARR-013", file=file, pointer=where)
             a2b = codec
@@ -355,22 +412,16 @@ def from_v2_compressor(
         b2b: tuple = ()
     elif isinstance(compressor, dict) and isinstance(compressor.get("id"), str):
         cid = compressor["id"]
-        if cid == "zstd":
-            b2b = (ZstdCodec(_int(compressor, "level", 0, file=file, pointer=pointer)),)
-        elif cid in ("gzip", "zlib"):
-            b2b = (
-                GzipCodec(
-                    _int(compressor, "level", 0, file=file, pointer=pointer),
-                    31 if cid == "gzip" else 15,
-                ),
-            )
+        make = V2_COMPRESSORS.get(cid)
+        if make is not None:
+            b2b = (make(compressor, file=file, pointer=pointer),)
         else:
             raise fail(
                 f"compressor {cid!r} is not one the spec allows",
                 "ZARR-004",
                 file=file,
                 pointer=pointer,
-                expected="null, zstd, gzip or zlib",
+                expected=_listed(["null", *V2_COMPRESSORS]),
                 got=cid,
             )
     else:
@@ -385,3 +436,17 @@ def from_v2_compressor(
         (TransposeCodec(tuple(reversed(range(rank)))),) if order == "F" and rank > 1 else ()
     )
     return CodecPipeline(a2a, a2b, b2b)
+
+
+def _v2_zstd(compressor: dict, *, file: object, pointer: str) -> ZstdCodec:
+    return ZstdCodec(_int(compressor, "level", 0, file=file, pointer=pointer))
+
+
+def _v2_deflate(wbits: int) -> Callable[..., GzipCodec]:
+    def make(compressor: dict, *, file: object, pointer: str) -> GzipCodec:
+        return GzipCodec(_int(compressor, "level", 0, file=file, pointer=pointer), wbits)
+
+    return make
+
+
+V2_COMPRESSORS.update(zstd=_v2_zstd, gzip=_v2_deflate(31), zlib=_v2_deflate(15))

@@ -4,17 +4,21 @@ A shard is the stored value of one outer chunk: the encoded inner chunks, then (
 ``index_location: "start"``, before them) an index of one ``(offset, nbytes)`` pair of uint64
 little-endian per inner chunk in C order, followed by the CRC-32C of those pairs when the index
 codecs end with ``crc32c``. A pair of two 2**64-1 marks an inner chunk that is not stored.
+
+This module registers ``sharding_indexed`` in `codecs.CODECS` (the inner and index codecs are
+parsed by `codecs.parse_codecs`; `codecs` never imports this module).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
 from ._common import dims, fail
-from .codecs import BytesCodec, CodecPipeline, Crc32cCodec, parse_codecs
+from .codecs import BytesCodec, CodecPipeline, Crc32cCodec, Kind, parse_codecs, register_codec
 
 __all__ = ["EMPTY", "ShardingCodec", "parse_sharding", "ShardIndex"]
 
@@ -40,6 +44,7 @@ class ShardingCodec:
     index_crc32c: bool
     index_location: str  # "end" or "start"
     name = "sharding_indexed"
+    kind: ClassVar[Kind] = "array_to_bytes"
 
     def grid(self, shard_shape: tuple[int, ...]) -> tuple[int, ...]:
         return tuple(s // c for s, c in zip(shard_shape, self.chunk_shape, strict=False))
@@ -92,6 +97,7 @@ class ShardingCodec:
         return ShardIndex(entries)
 
 
+@register_codec("sharding_indexed")
 def parse_sharding(
     entry: dict, *, rank: int, dtype: np.dtype, file: object, pointer: str
 ) -> ShardingCodec:

@@ -1,4 +1,5 @@
-"""Parallel region reads for the python backend (`storage.read_regions` hands them here).
+"""Parallel region reads of the python engine (`StoredArray.read_regions`, which
+`engines.read_regions` calls for its arrays).
 
 Each zarr chunk that any requested region overlaps is fetched and decoded once, in a pool of
 one thread per core, and copied straight into every output it overlaps: a full-array read and
@@ -26,12 +27,12 @@ from typing import Any
 import numpy as np
 import zstandard
 
-from . import dtypes
-from ._filerange import ByteRange
-from .ocdbt.format import _zstd_frame_size
-from .zarr.array import _overlap, missing_chunk, read_region
-from .zarr.codecs import BytesCodec, ZstdCodec
-from .zarr.v3 import ArrayV3Metadata
+from ... import dtypes
+from ...kv.byterange import ByteRange
+from ...ocdbt.format import _zstd_frame_size
+from ...zarr.array import missing_chunk, overlap, read_region
+from ...zarr.codecs import BytesCodec, ZstdCodec
+from ...zarr.v3 import ArrayV3Metadata
 
 __all__ = ["read_regions", "workers"]
 
@@ -272,7 +273,7 @@ def _stream(
                     part = ((a, b), *sub[1:])
                     first = target[0].start + a - sub[0][0]
                     to = (slice(first, first + b - a), *target[1:])
-                    _, source_slices = _overlap(part, (top, *lo[1:]), slab.shape)
+                    _, source_slices = overlap(part, (top, *lo[1:]), slab.shape)
                     _assign(group.outs[n], to, slab[source_slices])
             if last < chunk[0]:
                 return True  # the rest of the chunk is not decoded (nor checked)
@@ -334,7 +335,7 @@ def _decode(
         numpy_dtype = group.array.metadata.numpy_dtype
         decoded = pipeline.decode(data, chunk, numpy_dtype, file=where, pointer=pointer)
     for n, sub, target in dests:
-        _, source = _overlap(sub, lo, chunk)
+        _, source = overlap(sub, lo, chunk)
         _assign(group.outs[n], target, decoded[source])
 
 
@@ -440,7 +441,7 @@ def _small(group: _Group) -> bool:
 
 
 def read_regions(requests: Iterable[Any], *, max_in_flight: int) -> Iterator[tuple[Any, Any]]:
-    """Yield (request, numpy array) for each request (python-backend arrays only).
+    """Yield (request, numpy array) for each request (python-engine arrays only).
 
     `requests` is consumed as reading proceeds, and a group is dropped once yielded: memory
     holds the groups in flight and their outputs, not every request of a 100,000-leaf load."""

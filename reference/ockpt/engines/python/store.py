@@ -1,41 +1,45 @@
-"""The pure-Python storage backend (``backend="python"``): OCDBT and zarr decoded from the spec.
+"""The python engine's arrays: OCDBT and zarr decoded from the spec (``backend="python"``).
 
-It needs numpy, zstandard and google-crc32c only (no tensorstore, no jax). It mirrors the
-tensorstore backend of `ockpt.storage`: `ArrayStore(location, storage=..., zarr_version=...,
-processes=..., missing_chunks_are_errors=...)` opens the arrays of one item and
-`StoredArray.read(box, dtype)` returns a future-like object whose ``result()`` is the region.
-A read touches only the chunks (and inner chunks of shards) that the region overlaps.
+It needs numpy, zstandard and google-crc32c only (no tensorstore, no jax). `ArrayStore(location,
+fmt, zarr_version=..., missing_chunks_are_errors=...)` opens the arrays of one item and
+`StoredArray.read(box, dtype)` returns a future whose ``result()`` is the region, as
+`engines.contract` says. A read touches only the chunks (and inner chunks of shards) that the
+region overlaps; many regions are read in parallel by `fastread`.
 
-Storage kinds (as in `ockpt.storage`):
+Where the arrays are (`layout.ItemFormat`):
 
-* ``"ocdbt"``: the item's root database (``<item>/manifest.ocdbt``), whose values may lie in
-  ``ocdbt.process_<N>/d/`` through base paths;
-* ``"ocdbt_processes"``: the per-process databases only (no root manifest): a key is looked up in
-  each ``ocdbt.process_<N>/`` in turn;
-* ``"per_leaf"``: one plain zarr directory per param (``<item>/<param name>/``).
+* `Storage.OCDBT` with a root manifest: the item's root database (``<item>/manifest.ocdbt``),
+  whose values may lie in ``ocdbt.process_<N>/d/`` through base paths;
+* `Storage.OCDBT` without one: the per-process databases only: a key is looked up in each
+  ``ocdbt.process_<N>/`` in turn;
+* anything else: one plain zarr directory per param (``<item>/<param name>/``).
 
-`item_keys(...)` / `key_listing(...)` list an item's storage keys (the second grouped per param,
-in the form of ``schemas/ocdbt-keys.schema.json``).
+Every file is opened through `kv.files` (regular files only, PATH-005; nothing outside the
+item, PATH-004). `item_keys(...)` / `key_listing(...)` list an item's storage keys (the second
+grouped per param, in the form of ``schemas/ocdbt-keys.schema.json``).
 """
 
 from __future__ import annotations
 
 import os
-import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
 
-from . import dtypes
-from ._filerange import ByteRange
-from .errors import FormatError, MissingDataError, UnsupportedError, ZarrFormatError
-from .limits import LIMITS
-from .ocdbt.tree import Database
-from .paths import array_prefix
-from .zarr import ArrayMetadata, open_metadata, read_region
-from .zarr.v3 import ArrayV3Metadata
+from ... import dtypes
+from ...errors import FormatError, MissingDataError, NotACheckpointError, UnsupportedError
+from ...kv import Location, files
+from ...kv.byterange import ByteRange
+from ...layout import ItemFormat, Storage, detect
+from ...limits import LIMITS
+from ...ocdbt.tree import Database
+from ...paths import array_prefix
+from ...zarr import ArrayMetadata, open_metadata, read_region
+from ...zarr.v3 import ArrayV3Metadata
+from ..contract import ImmediateFuture, ReadRequest
+from . import fastread
 
 __all__ = [
     "ArrayStore",
@@ -45,11 +49,12 @@ __all__ = [
     "MultiOcdbtStore",
     "DirectoryStore",
     "open_item_store",
+    "item_format",
+    "per_leaf_skip",
     "item_keys",
     "key_listing",
 ]
 
-_PROCESS_DIR = re.compile(r"ocdbt\.process_(\d+)")
 _MAX_FILE_BYTES = LIMITS.max_chunk_bytes
 
 
@@ -57,7 +62,7 @@ def _local_path(location: Any) -> str:
     local = getattr(location, "local", None)
     if local is not None:
         return os.fspath(local)
-    if hasattr(location, "spec"):  # a storage.Location for a URL
+    if hasattr(location, "spec"):  # a kv.Location for a URL
         raise UnsupportedError(
             f"{getattr(location, 'display', location)}: the python backend reads local "
             "directories only"
@@ -170,33 +175,40 @@ class DirectoryStore(KeyValueStore):
         if full is None:
             return None
         try:
-            with open(full, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                if size > _MAX_FILE_BYTES:
-                    raise ZarrFormatError("file too large", rule="ZARR-003", file=full, got=size)
-                return f.read(size + 1)
-        except (FileNotFoundError, IsADirectoryError):
+            return files.read_file(full, limit=_MAX_FILE_BYTES, rule="ZARR-003")
+        except (FileNotFoundError, NotADirectoryError):
             return None  # absent (or removed meanwhile): a missing chunk or document
 
     def value_range(self, key: str) -> ByteRange | None:
         """The file of `key` as a `ByteRange` (for streaming a large chunk); None if absent."""
         full = self._path(key)
-        if full is None or not os.path.isfile(full):
+        if full is None:
             return None
         try:
-            fd = os.open(full, os.O_RDONLY | getattr(os, "O_BINARY", 0))
-        except FileNotFoundError:
-            return None  # removed meanwhile
-        return ByteRange(fd, 0, os.fstat(fd).st_size, full)
+            return files.open_range(full)
+        except (FileNotFoundError, NotADirectoryError):
+            return None  # absent, or removed meanwhile
 
     def list(self, prefix: str = "") -> list[str]:
+        """Every key under the directory (a FIFO or the like too: reading it is refused),
+        through bounded listings (`kv.files.list_dir`); links to directories are not
+        followed."""
         out = []
-        for dirpath, dirnames, filenames in os.walk(self.root):
-            rel_dir = os.path.relpath(dirpath, self.root)
-            rel_dir = "" if rel_dir == "." else rel_dir.replace(os.sep, "/") + "/"
-            if self.skip is not None:
-                dirnames[:] = [d for d in dirnames if not self.skip(rel_dir + d + "/")]
-            for name in filenames:
+        stack = [""]
+        while stack:
+            rel_dir = stack.pop()
+            here = os.path.join(self.root, *rel_dir.split("/")) if rel_dir else self.root
+            try:
+                listing = files.list_dir(here)
+            except OSError:
+                continue  # removed meanwhile, or not readable
+            for name in listing.dirs:
+                sub = rel_dir + name + "/"
+                if os.path.islink(os.path.join(here, name)):
+                    continue
+                if self.skip is None or not self.skip(sub):
+                    stack.append(sub)
+            for name in listing.files | listing.other:
                 key = rel_dir + name
                 if key.startswith(prefix) and (self.skip is None or not self.skip(key)):
                     out.append(key)
@@ -207,9 +219,10 @@ class DirectoryStore(KeyValueStore):
 _STRINGS_DOCUMENT = "_strings.json"
 
 
-def _per_leaf_skip(key: str) -> bool:
-    # top-level files are the item's documents; these directories are not arrays; a file
-    # `<param>/_strings.json` is the legacy strings document, never a zarr key (directories §2.1)
+def per_leaf_skip(key: str) -> bool:
+    """Whether a key of a per-leaf item's directory is no zarr key: top-level files are the
+    item's documents; these directories are not arrays; a file `<param>/_strings.json` is the
+    legacy strings document (directories §2.1)."""
     return (
         "/" not in key
         or key.startswith(("array_metadatas/", "ocdbt.process_", "d/"))
@@ -217,37 +230,35 @@ def _per_leaf_skip(key: str) -> bool:
     )
 
 
-def open_item_store(
-    item_dir: str | os.PathLike, *, storage: str | None = None, processes: Sequence[int] = ()
-) -> KeyValueStore:
-    """The key-value view of an item's array storage (kind detected when `storage` is None)."""
+def item_format(item_dir: str | os.PathLike) -> ItemFormat:
+    """How the pytree item in the local directory `item_dir` is stored (`layout.detect`)."""
+    found = detect(os.fspath(item_dir)).item
+    if found is None:
+        raise NotACheckpointError("not a pytree item", rule="LOAD-050", file=os.fspath(item_dir))
+    return found
+
+
+def open_item_store(item_dir: str | os.PathLike, fmt: ItemFormat | None = None) -> KeyValueStore:
+    """The key-value view of an item's array storage (`fmt` detected when None)."""
     path = os.fspath(item_dir)
-    if storage is None:
-        if os.path.exists(os.path.join(path, "manifest.ocdbt")):
-            storage = "ocdbt"
-        elif any(_PROCESS_DIR.fullmatch(n) for n in os.listdir(path)):
-            storage = "ocdbt_processes"
-        else:
-            storage = "per_leaf"
-    if storage == "ocdbt":
+    if fmt is None:
+        fmt = item_format(path)
+    if fmt.storage is not Storage.OCDBT:
+        return DirectoryStore(path, skip=per_leaf_skip)
+    if fmt.has_root_manifest:
         return OcdbtStore(path, root=path)
-    if storage == "ocdbt_processes":
-        if not processes:
-            processes = sorted(
-                int(m.group(1)) for n in os.listdir(path) if (m := _PROCESS_DIR.fullmatch(n))
-            )
-        return MultiOcdbtStore(
-            [OcdbtStore(os.path.join(path, f"ocdbt.process_{p}"), root=path) for p in processes],
-            path,
-        )
-    if storage == "per_leaf":
-        return DirectoryStore(path, skip=_per_leaf_skip)
-    raise ValueError(f"unknown storage kind {storage!r}")
+    return MultiOcdbtStore(
+        [
+            OcdbtStore(os.path.join(path, f"ocdbt.process_{p}"), root=path)
+            for p in fmt.ocdbt_processes
+        ],
+        path,
+    )
 
 
-def item_keys(item_dir: str | os.PathLike, **kw: Any) -> list[str]:
-    """Every key of an item's array storage, sorted."""
-    store = open_item_store(item_dir, **kw)
+def item_keys(item_dir: str | os.PathLike, fmt: ItemFormat | None = None) -> list[str]:
+    """Every key of an item's array storage, sorted (`fmt` detected when None)."""
+    store = open_item_store(item_dir, fmt)
     try:
         return store.list()
     finally:
@@ -305,16 +316,6 @@ def key_listing(keys: Iterable[str]) -> dict[str, Any]:
 # arrays
 
 
-class _Done:
-    """A future-like object: `result()` runs the read (errors surface there)."""
-
-    def __init__(self, fn: Callable[[], np.ndarray]) -> None:
-        self._fn = fn
-
-    def result(self) -> np.ndarray:
-        return self._fn()
-
-
 @dataclass
 class StoredArray:
     """One zarr array of an item, opened (its metadata read; no chunk read yet)."""
@@ -352,15 +353,23 @@ class StoredArray:
         """A lazy view of numpy basic indexing (ints, slices, Ellipsis); no bytes read."""
         return _View(self, index)
 
+    def read_regions(
+        self, requests: Iterable[ReadRequest], *, max_in_flight: int, tile_bytes: int
+    ) -> Iterator[tuple[ReadRequest, np.ndarray]]:
+        """`fastread.read_regions`: each chunk decoded once, in a thread per core (`tile_bytes`
+        does not apply: outputs are filled chunk by chunk)."""
+        del tile_bytes
+        return fastread.read_regions(requests, max_in_flight=max_in_flight)
+
     def read(
         self,
         box: Sequence[tuple[int, int]] | None = None,
         dtype: np.dtype | None = None,
         *,
         batch: Any = None,
-    ) -> _Done:
+    ) -> ImmediateFuture:
         """Read region `box` ((start, stop) per dimension; None: all) as `dtype`."""
-        del batch  # the python backend reads synchronously
+        del batch  # the python engine reads when asked for the result
 
         def run() -> np.ndarray:
             b = [(0, n) for n in self.shape] if box is None else [tuple(x) for x in box]
@@ -370,7 +379,7 @@ class StoredArray:
                 return dtypes.astype(out, np.dtype(dtype))
             return out
 
-        return _Done(run)
+        return ImmediateFuture(run)
 
 
 class _View:
@@ -407,17 +416,20 @@ class _View:
                 post.append(0)
         self.box, self.post = box, tuple(post)
 
-    def read(self) -> _Done:
+    def read(self) -> ImmediateFuture:
         def run() -> np.ndarray:
             return self.array.read(self.box).result()[self.post]
 
-        return _Done(run)
+        return ImmediateFuture(run)
 
 
 class ArrayStore:
-    """The arrays of one pytree item, read with the python backend.
+    """The arrays of one pytree item, read by the python engine (`engines.contract`).
 
-    Arguments match `ockpt.storage.ArrayStore`; `context` is accepted and ignored.
+    `location` is a local `kv.Location` (or a local path); `fmt` says where the arrays are
+    (module docstring); `fmt` is detected (`layout.detect`) when None. `zarr_version` is 2 or
+    3, or None to find out per array. With `missing_chunks_are_errors`, an absent chunk is an
+    error (LOAD-041), not the fill value.
     """
 
     #: Opening arrays one at a time costs what opening them together does, so a load opens
@@ -426,25 +438,26 @@ class ArrayStore:
 
     def __init__(
         self,
-        location: Any,
+        location: Location | str | os.PathLike[str],
+        fmt: ItemFormat | None = None,
         *,
-        storage: str,
-        zarr_version: int | None,
-        context: Any = None,
-        processes: Sequence[int] = (),
+        zarr_version: int | None = None,
         missing_chunks_are_errors: bool = False,
     ) -> None:
-        del context
-        self.location = location
         self.path = _local_path(location)
-        self.storage = storage
+        self.location = location if isinstance(location, Location) else Location.of(self.path)
+        self.fmt = fmt if fmt is not None else item_format(self.path)
         self.zarr_version = zarr_version
-        self.processes = tuple(processes)
         self.missing_chunks_are_errors = missing_chunks_are_errors
-        self.kv = open_item_store(self.path, storage=storage, processes=self.processes)
+        self._per_leaf = self.fmt.storage is not Storage.OCDBT
+        self.kv = open_item_store(self.path, self.fmt)
+
+    def metadata_store(self, count: int) -> None:
+        """None: this engine's `open` is already the quick one."""
+        del count
 
     def file(self, param_name: str) -> str:
-        if self.storage == "per_leaf":
+        if self._per_leaf:
             return os.path.join(self.path, param_name)
         return f"{self.path.rstrip('/')}/<ocdbt>/{param_name}"
 
@@ -453,14 +466,15 @@ class ArrayStore:
 
     def open(self, param_name: str) -> StoredArray:
         file = self.file(param_name)
-        prefix = array_prefix(param_name, per_leaf=self.storage == "per_leaf")
+        prefix = array_prefix(param_name, per_leaf=self._per_leaf)
         meta = open_metadata(
             self.kv.get, prefix=prefix, file=self.kv.display, zarr_version=self.zarr_version
         )
         if meta is None:
             raise MissingDataError(
-                f"{file}: no zarr array for param {param_name!r} (neither .zarray nor zarr.json) "
-                "[LOAD-040]"
+                f"no zarr array for param {param_name!r} (neither .zarray nor zarr.json)",
+                rule="LOAD-040",
+                file=file,
             )
         chunk = meta.chunk_shape
         if isinstance(meta, ArrayV3Metadata) and meta.sharding is not None:

@@ -2,10 +2,10 @@
 
 tensorstore's OCDBT reader checks every entry of a B+tree node on each key it looks up, and
 Orbax writes the keys of a tree of small arrays into one leaf node, so reading N arrays one
-lookup at a time is quadratic in N. `storage.ArrayStore` hands such arrays to a `Stage`: ockpt's
+lookup at a time is quadratic in N. `store.ArrayStore` hands such arrays to a `Stage`: ockpt's
 own OCDBT decoder lists the keys once, and each array's stored values are copied into a
 tensorstore memory kvstore just before it is read (and dropped after), where tensorstore opens
-and decodes it as it would in the database. Used only with the tensorstore backend.
+and decodes it as it would in the database. Part of the tensorstore engine.
 """
 
 from __future__ import annotations
@@ -16,13 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .errors import OckptError
-from .ocdbt.tree import Database
+from ... import kv
+from ...errors import OckptError
+from ...ocdbt.tree import Database
 
 if TYPE_CHECKING:
     import tensorstore as ts
-
-    from .storage import ArrayStore, StoredArray
 
 __all__ = ["Stage", "StagedArray", "StagedRead"]
 
@@ -40,7 +39,7 @@ class Stage:
     values) as it does from the database."""
 
     def __init__(self, local: str, *, max_array_bytes: int) -> None:
-        ts = _tensorstore()
+        ts = kv.import_tensorstore()
         self.db = Database(local, root=local)
         self.max_array_bytes = max_array_bytes
         self.context = ts.Context(
@@ -103,7 +102,7 @@ class StagedArray:
 
     def __init__(
         self,
-        owner: ArrayStore,
+        owner: Any,  # the `store.ArrayStore` that opened the arrays
         stage: Stage,
         version: int,
         entries: list[tuple[bytes, Any]],
@@ -117,24 +116,24 @@ class StagedArray:
         self.readers = 0
         self.failed = False
 
-    def direct(self, array: StoredArray) -> ts.TensorStore:
+    def direct(self, array: Any) -> ts.TensorStore:
         """The array opened in the database itself."""
         if self._direct is None:
             name = array.param_name
             self._direct = self.owner._open_direct([name])[name]._store
         return self._direct
 
-    def _open(self, array: StoredArray) -> ts.TensorStore:
+    def _open(self, array: Any) -> ts.TensorStore:
         self.stage.put(self.entries)
         spec = self.owner._staged_spec(array.param_name, self.version)
-        store = _tensorstore().open(spec, read=True, context=self.stage.context).result()
+        store = kv.import_tensorstore().open(spec, read=True, context=self.stage.context).result()
         if tuple(store.shape) != array.shape or np.dtype(store.dtype.numpy_dtype) != array.dtype:
             raise ValueError("not the array opened before")
         return store
 
     def read(
         self,
-        array: StoredArray,
+        array: Any,
         box: Sequence[tuple[int, int]],
         dtype: np.dtype | None,
         batch: ts.Batch | None,
@@ -185,9 +184,3 @@ class StagedRead:
             release, self._release = self._release, None
             if release is not None:
                 release()
-
-
-def _tensorstore() -> Any:
-    from .storage import _tensorstore  # the one place that imports it (and says if it is missing)
-
-    return _tensorstore()

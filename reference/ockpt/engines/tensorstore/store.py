@@ -1,4 +1,4 @@
-"""Array storage through tensorstore: where a leaf's zarr array lives, and reading it.
+"""The tensorstore engine: the arrays of a pytree item read through tensorstore's drivers.
 
 A pytree item keeps each array as a zarr array (v2 or v3) named by its param name, either
 
@@ -9,26 +9,23 @@ A pytree item keeps each array as a zarr array (v2 or v3) named by its param nam
   zarr metadata is in one of them and each chunk in the database of the process that wrote it,
 * or in a plain zarr directory per leaf (`<param name>/.zarray` or `zarr.json`).
 
-`Location` is a directory in any tensorstore kvstore (a local path or a URL such as
-``gs://bucket/ckpt/``, ``s3://...``, ``memory://...``). `ArrayStore` opens the arrays of one
-item; `StoredArray` reads regions of one array, touching only the chunks a region overlaps.
-`read_regions` runs many reads concurrently, batched, with a bound on reads in flight.
-Many small arrays of a local OCDBT database are read through a `_ts_stage.Stage` (tensorstore's
-key lookups in a large B+tree node cost time in proportion to the node: one per array made
-loading a tree of many small arrays quadratic).
+The item is a `kv.Location`: a local directory or any tensorstore kvstore URL (``gs://``,
+``s3://``, ``memory://``). `ArrayStore` opens the arrays of one item; `StoredArray` reads
+regions of one array, touching only the chunks a region overlaps; `read_tiled` runs many
+reads concurrently, batched, with a bound on reads in flight (both as `engines.contract`
+says). Many small arrays of a local OCDBT database are read through a `stage.Stage`
+(tensorstore's key lookups in a large B+tree node cost time in proportion to the node: one
+per array made loading a tree of many small arrays quadratic).
 
-Only this module and `reader` touch storage. Nothing here imports jax, and tensorstore is
-imported on first use: a local `Location`, `ReadRequest`, `tiles` and `read_regions` over arrays
-of the python backend work without it.
+tensorstore follows links and opens whatever a key names, so a local item is checked before
+it is handed over (`kv.files.check_tree`: no link leading out, PATH-004; nothing but regular
+files and directories, PATH-005). Nothing here imports jax; tensorstore is imported on first
+use (`kv.import_tensorstore`, looked up when called).
 """
 
 from __future__ import annotations
 
 import contextlib
-import itertools
-import math
-import os
-import re
 import sys
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -37,193 +34,34 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from . import dtypes
-from ._ts_stage import Stage, StagedArray
-from .errors import (
-    DocumentError,
-    FormatError,
-    MissingDataError,
-    NotACheckpointError,
-    OckptError,
-    UnsupportedError,
-    ZarrFormatError,
-)
-from .limits import LIMITS
-from .paths import array_prefix, check_relative, resolve_inside
+from ... import dtypes, kv
+from ...errors import MissingDataError, OckptError, ZarrFormatError
+from ...kv import Location
+from ...kv.files import check_tree
+from ...layout import ItemFormat, Storage
+from ...paths import array_prefix
+from ..contract import TILE_BYTES, ImmediateFuture, ReadRequest, tiles
+from .stage import Stage, StagedArray
 
 if TYPE_CHECKING:
     import tensorstore as ts
 
-__all__ = [
-    "Location",
-    "ArrayStore",
-    "StoredArray",
-    "ReadRequest",
-    "read_regions",
-    "tiles",
-    "chunk_reads",
-    "DEFAULT_MAX_IN_FLIGHT",
-]
+__all__ = ["ArrayStore", "StoredArray", "read_tiled", "chunk_reads"]
 
-#: Tile reads in flight at once by default.
-DEFAULT_MAX_IN_FLIGHT = 8
-#: Largest tile (bytes) one read decodes before copying it into its output.
-TILE_BYTES = 4 << 20
-#: Cache for OCDBT tree nodes (shared by the arrays of one item); array chunks are not cached.
-#: Orbax writes B+tree nodes of up to 100 MB decoded (``max_decoded_node_bytes``): the keys of a
-#: tree of 100,000 small arrays are one leaf node of about that size. A node larger than the
-#: cache is dropped after each key looked up in it, and read and decoded again for the next
-#: (tens of milliseconds a key): the cache holds two nodes of that bound.
-_NODE_CACHE_BYTES = 256 << 20
 #: `ArrayStore.open_many` keeps at most this many tensorstore opens in flight.
 _OPEN_IN_FLIGHT = 256
 #: Opening at least this many arrays of a local OCDBT database at once reads those of at most
-#: `_STAGE_ARRAY_BYTES` stored through a `Stage` (`_ts_stage`), unless the database holds more
+#: `_STAGE_ARRAY_BYTES` stored through a `Stage` (`stage`), unless the database holds more
 #: than `_STAGE_KEYS_PER_ARRAY` keys per array opened (arrays of many chunks: its keys are not
 #: listed to find the few small arrays).
 _STAGE_MIN_ARRAYS = 512
 _STAGE_ARRAY_BYTES = 1 << 20
 _STAGE_KEYS_PER_ARRAY = 8
-_MAX_DOCUMENT_BYTES = LIMITS.max_json_bytes
-
-
-def _tensorstore() -> Any:
-    """The tensorstore module, imported on first use (URLs and the tensorstore backend)."""
-    try:
-        import tensorstore
-    except ImportError as e:
-        raise UnsupportedError(
-            f"this needs the tensorstore package ({e}); local directories can be read without "
-            "it with backend='python'"
-        ) from None
-    return tensorstore
-
-
-def _is_url(path: str) -> bool:
-    return re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", path) is not None
-
-
-@dataclass(frozen=True)
-class Location:
-    """A directory in a tensorstore kvstore: its kvstore JSON spec (path ends with ``/``) and
-    the text errors show for it."""
-
-    spec: dict[str, Any]
-    display: str
-    local: str | None = None  # the OS path, for local directories
-
-    @property
-    def has_rename(self) -> bool:
-        """True where saves commit by an atomic rename (file systems, memory); on object
-        stores (`s3://`, `gs://`) `commit_success.txt` marks a complete step or item instead."""
-        return self.local is not None or self.spec.get("driver") in ("file", "memory")
-
-    @classmethod
-    def of(cls, path: str | os.PathLike[str]) -> Location:
-        text = os.fspath(path)
-        if _is_url(text) and not text.startswith("file://"):
-            ts = _tensorstore()
-            try:
-                spec = ts.KvStore.Spec(text).to_json()
-            except ValueError as e:
-                raise NotACheckpointError(
-                    f"{text}: not a kvstore URL tensorstore knows ({e})"
-                ) from None
-            spec = dict(spec)
-            if spec.get("driver") == "s3" and "endpoint" not in spec:
-                # An S3-compatible server (MinIO, moto, ...): the AWS SDKs' variables.
-                endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get(
-                    "AWS_ENDPOINT_URL"
-                )
-                if endpoint:
-                    spec["endpoint"] = endpoint
-            p = spec.get("path", "")
-            if p and not p.endswith("/"):
-                spec["path"] = p + "/"
-            return cls(spec, text.rstrip("/"))
-        if text.startswith("file://"):
-            text = text[len("file://") :]
-        local = os.path.abspath(text)
-        return cls({"driver": "file", "path": local.rstrip("/") + "/"}, text, local)
-
-    def join(self, name: str) -> Location:
-        """The subdirectory `name` (which may contain ``/``)."""
-        spec = dict(self.spec)
-        spec["path"] = spec.get("path", "") + name.strip("/") + "/"
-        local = None if self.local is None else os.path.join(self.local, name)
-        return Location(spec, f"{self.display.rstrip('/')}/{name}", local)
-
-    def file(self, name: str) -> str:
-        """The display path of a file in this directory."""
-        return f"{self.display.rstrip('/')}/{name}"
-
-    def _kvstore(self, context: ts.Context) -> ts.KvStore:
-        return _tensorstore().KvStore.open(self.spec, context=context).result()
-
-    def read(self, name: str, *, context: ts.Context, max_bytes: int = _MAX_DOCUMENT_BYTES):
-        """The bytes of file `name`, or None when it does not exist. A name that would leave this
-        directory (``..``, absolute, NUL, a symbolic link leading out) is refused (PATH-003/004)."""
-        if self.local is not None:
-            path = resolve_inside(self.local, name, file=self.file(name))
-            try:
-                size = os.stat(path).st_size
-            except OSError:
-                return None
-            if size > max_bytes:
-                raise DocumentError(
-                    "file too large", rule="JSON-003", file=path, expected=max_bytes, got=size
-                )
-            try:
-                with open(path, "rb") as f:
-                    return f.read(min(size, max_bytes) + 1)
-            except FileNotFoundError:
-                return None  # removed meanwhile
-        check_relative(name, file=self.file(name))
-        result = self._kvstore(context).read(name).result()
-        if result.state != "value":
-            return None
-        return bytes(result.value)
-
-    def exists(self, name: str, *, context: ts.Context) -> bool:
-        if self.local is not None:
-            try:
-                return os.path.exists(resolve_inside(self.local, name))
-            except FormatError:
-                return False
-        return self.read(name, context=context) is not None
-
-    def listdir(self, *, context: ts.Context) -> tuple[set[str], set[str]]:
-        """(files, subdirectories) directly in this directory."""
-        files: set[str] = set()
-        dirs: set[str] = set()
-        if self.local is not None:
-            try:
-                with os.scandir(self.local) as it:
-                    for entry in it:
-                        (dirs if entry.is_dir() else files).add(entry.name)
-            except OSError:
-                pass
-            return files, dirs
-        for key in self._kvstore(context).list().result():
-            text = key.decode("utf-8", "replace")
-            head, sep, _ = text.partition("/")
-            (dirs if sep else files).add(head)
-        return files, dirs
-
-
-def new_context(parent: ts.Context | None = None) -> ts.Context:
-    """A context for one reader: OCDBT nodes cached, array chunks not (no copy kept)."""
-    ts = _tensorstore()
-    spec = {
-        "cache_pool": {"total_bytes_limit": _NODE_CACHE_BYTES},
-        "cache_pool#chunks": {"total_bytes_limit": 0},
-    }
-    return ts.Context(ts.Context.Spec(spec), parent) if parent is not None else ts.Context(spec)
 
 
 def chunk_reads() -> int:
     """tensorstore's process-wide count of array chunks read (for tests and diagnostics)."""
-    ts = _tensorstore()
+    ts = kv.import_tensorstore()
     for metric in ts.experimental_collect_matching_metrics("/tensorstore/cache/chunk_cache/reads"):
         return int(sum(v.get("value", 0) for v in metric["values"]))
     return 0
@@ -261,7 +99,7 @@ class StoredArray:
     #: the grid being that of the chunk keys (zarr v3: shards, not inner chunks).
     _chunk_stores: dict[tuple[int, ...], ts.TensorStore] | None = field(default=None, repr=False)
     _key_grid: tuple[int, ...] | None = field(default=None, repr=False)
-    #: For an array read through a `Stage` (`_ts_stage`) (`_store` then reads the stage's copy).
+    #: For an array read through a `Stage` (`stage`) (`_store` then reads the stage's copy).
     _staged: StagedArray | None = field(default=None, repr=False)
 
     @property
@@ -273,6 +111,12 @@ class StoredArray:
         store = self._staged.direct(self) if self._staged is not None else self._store
         return store[index]
 
+    def read_regions(
+        self, requests: Iterable[ReadRequest], *, max_in_flight: int, tile_bytes: int
+    ) -> Iterator[tuple[ReadRequest, np.ndarray]]:
+        """`read_tiled` (the engine's reader of many requests)."""
+        return read_tiled(requests, max_in_flight=max_in_flight, tile_bytes=tile_bytes)
+
     def read(
         self,
         box: Sequence[tuple[int, int]],
@@ -281,12 +125,15 @@ class StoredArray:
         batch: ts.Batch | None = None,
     ) -> Any:
         """Start reading the region `box` ((start, stop) per dimension) as `dtype`; returns a
-        future whose ``result()`` is the numpy array."""
+        future whose ``result()`` is the numpy array, or raises an error that names its rule
+        (a missing chunk: LOAD-041)."""
         if self._chunk_stores is not None:
-            return _ImmediateFuture(lambda: self._read_split(box, dtype))
-        if self._staged is not None:
-            return self._staged.read(self, box, dtype, batch)
-        return self._read_from(self._store, box, dtype, batch)
+            future: Any = ImmediateFuture(lambda: self._read_split(box, dtype))
+        elif self._staged is not None:
+            future = self._staged.read(self, box, dtype, batch)
+        else:
+            future = self._read_from(self._store, box, dtype, batch)
+        return _Checked(future, self, box)
 
     def _read_from(
         self,
@@ -300,7 +147,7 @@ class StoredArray:
             cast = _ts_cast(view, self.dtype, np.dtype(dtype))
             if cast is None:  # numpy / ml_dtypes convert it exactly as the spec says
                 future = view.read(batch=batch)
-                return _ImmediateFuture(
+                return ImmediateFuture(
                     lambda: dtypes.astype(np.asarray(future.result()), np.dtype(dtype))
                 )
             view = cast
@@ -327,6 +174,42 @@ class StoredArray:
         return out
 
 
+class _Checked:
+    """A read of a `StoredArray` whose ``result()`` raises tensorstore's errors as ockpt's
+    (`_read_error`)."""
+
+    __slots__ = ("_future", "_array", "_box")
+
+    def __init__(self, future: Any, array: StoredArray, box: Sequence[tuple[int, int]]) -> None:
+        self._future = future
+        self._array = array
+        self._box = box
+
+    def result(self) -> Any:
+        try:
+            return self._future.result()
+        except OckptError:
+            raise
+        except ValueError as e:
+            raise _read_error(self._array, self._box, e) from None
+
+
+def _read_error(array: Any, part: Any, e: BaseException) -> OckptError:
+    """tensorstore's error reading region `part` of `array`: a missing chunk (LOAD-041), or
+    anything else it cannot decode (ZARR-003)."""
+    if _not_found(e) or "Missing" in str(e) or "missing" in str(e):
+        return MissingDataError(
+            f"a chunk of param {array.param_name!r} in region {list(part)} is missing ({_tail(e)})",
+            rule="LOAD-041",
+            file=array.file,
+        )
+    return ZarrFormatError(
+        f"cannot read param {array.param_name!r} region {list(part)}: {_tail(e)}",
+        rule="ZARR-003",
+        file=array.file,
+    )
+
+
 def _ts_cast(view: Any, src: np.dtype, dst: np.dtype) -> Any:
     """A tensorstore cast of `view`, or None where numpy must convert: tensorstore does not
     convert every pair, and flushes subnormals of the ml_dtypes types (float8_e8m0fnu's
@@ -334,28 +217,26 @@ def _ts_cast(view: Any, src: np.dtype, dst: np.dtype) -> Any:
     if src.isbuiltin == 2 or dst.isbuiltin == 2:  # an ml_dtypes (user-defined) type
         return None
     try:
-        return _tensorstore().cast(view, dst)
+        return kv.import_tensorstore().cast(view, dst)
     except ValueError:
         return None
 
 
-class _ImmediateFuture:
-    """A future-like wrapper for reads assembled synchronously."""
-
-    def __init__(self, fn: Callable[[], np.ndarray]) -> None:
-        self._fn = fn
-
-    def result(self) -> np.ndarray:
-        return self._fn()
+#: `ArrayStore.metadata_store` hands the metadata of at least this many arrays of a local
+#: OCDBT item to the python engine (one pass over the B+tree instead of an open per array).
+_QUICK_METADATA_ARRAYS = 64
 
 
 class ArrayStore:
-    """The arrays of one pytree item.
+    """The arrays of one pytree item (`engines.contract.ArrayStore`).
 
-    `storage` is ``"ocdbt"`` (root database), ``"ocdbt_processes"`` (per-process databases
-    only, listed in `processes`) or ``"per_leaf"``. `zarr_version` is 2 or 3, or None to find
-    out per array. With `missing_chunks_are_errors` (`_METADATA`'s
+    `fmt` says where they are: `Storage.OCDBT` with `fmt.has_root_manifest` (the item's root
+    database) or without (the per-process databases `fmt.ocdbt_processes` only); anything
+    else is a zarr directory per leaf. `zarr_version` is 2 or 3, or None to find out per
+    array. With `missing_chunks_are_errors` (`_METADATA`'s
     ``store_array_data_equal_to_fill_value``), a chunk absent from storage is an error.
+    `context` is the tensorstore context (a new one when None). A local item is checked
+    first (`kv.files.check_tree`: PATH-004, PATH-005).
     """
 
     #: `open_many` is much cheaper per array than `open` (staged, concurrent opens).
@@ -364,23 +245,44 @@ class ArrayStore:
     def __init__(
         self,
         location: Location,
+        fmt: ItemFormat,
         *,
-        storage: str,
-        zarr_version: int | None,
-        context: ts.Context,
-        processes: Sequence[int] = (),
+        zarr_version: int | None = None,
+        context: ts.Context | None = None,
         missing_chunks_are_errors: bool = False,
     ) -> None:
+        if location.local is not None:  # tensorstore follows links and opens FIFOs
+            check_tree(location.local, file=location.display)
         self.location = location
-        self.storage = storage
+        self.fmt = fmt
         self.zarr_version = zarr_version
-        self.context = context
-        self.processes = tuple(processes)
+        self.context = context if context is not None else kv.new_context()
+        self.processes = tuple(fmt.ocdbt_processes)
         self.missing_chunks_are_errors = missing_chunks_are_errors
+        self._per_leaf = fmt.storage is not Storage.OCDBT
+        self._root_database = fmt.storage is Storage.OCDBT and fmt.has_root_manifest
         self._stage: Stage | None = None
 
+    def metadata_store(self, count: int) -> Any:
+        """The python engine's store for the zarr metadata of `count` arrays of a local item's
+        root OCDBT database, from `_QUICK_METADATA_ARRAYS` on (one pass over the B+tree
+        instead of a tensorstore open per array); None otherwise, or when it cannot open."""
+        if not self._root_database or self.location.local is None:
+            return None
+        if count < _QUICK_METADATA_ARRAYS:
+            return None
+        from ..python import ArrayStore as PythonStore
+
+        try:
+            return PythonStore(self.location, self.fmt, zarr_version=self.zarr_version)
+        except (OckptError, OSError, ValueError):
+            return None
+
+    def close(self) -> None:
+        self._stage = None  # tensorstore closes its files when the stores are dropped
+
     def _kvstore_spec(self, param_name: str, base: Location | None = None) -> dict[str, Any]:
-        if self.storage == "per_leaf":
+        if self._per_leaf:
             return self.location.join(param_name).spec
         base = base or self.location
         return {"driver": "ocdbt", "base": base.spec, "path": array_prefix(param_name)}
@@ -400,7 +302,7 @@ class ArrayStore:
 
     def file(self, param_name: str) -> str:
         """Where errors say the array lives."""
-        if self.storage == "per_leaf":
+        if self._per_leaf:
             return self.location.file(param_name)
         return f"{self.location.file('')}<ocdbt>/{param_name}"
 
@@ -412,7 +314,7 @@ class ArrayStore:
         """Open several arrays concurrently (metadata only), at most `_OPEN_IN_FLIGHT` opens
         in flight at once."""
         names = list(dict.fromkeys(names))
-        if self.storage == "ocdbt_processes":
+        if not self._per_leaf and not self._root_database:  # per-process databases only
             return {n: self._open_split(n) for n in names}
         out = self._open_staged(names)
         if len(out) < len(names):
@@ -424,7 +326,7 @@ class ArrayStore:
         out: dict[str, StoredArray] = {}
         pending = names
         errors: dict[str, BaseException] = {}
-        ts = _tensorstore()
+        ts = kv.import_tensorstore()
         for version in versions:
 
             def start(n: str, version: int = version) -> Any:
@@ -449,7 +351,7 @@ class ArrayStore:
         array with the same metadata) and each array again, from the stage, when it is read:
         the open arrays held are those of the reads in flight. An array the stage cannot open
         is left to `_open_direct`, which names what is wrong with it."""
-        if self.storage != "ocdbt" or self.location.local is None:
+        if not self._root_database or self.location.local is None:
             return {}
         if len(names) < _STAGE_MIN_ARRAYS:
             return {}
@@ -483,7 +385,7 @@ class ArrayStore:
             except (OckptError, OSError, ValueError):
                 continue
             groups.setdefault((version, meta), []).append((prefixes[prefix], key, entries))
-        ts = _tensorstore()
+        ts = kv.import_tensorstore()
 
         def start(group: tuple[tuple[int, bytes], list]) -> Any:
             (version, meta), [(name, key, _), *_] = group
@@ -526,8 +428,9 @@ class ArrayStore:
     def _raise_open(self, param_name: str, e: BaseException) -> None:
         if _not_found(e):
             raise MissingDataError(
-                f"{self.file(param_name)}: no zarr array for param {param_name!r} "
-                f"({_tail(e)}) [LOAD-040]"
+                f"no zarr array for param {param_name!r} ({_tail(e)})",
+                rule="LOAD-040",
+                file=self.file(param_name),
             ) from None
         raise ZarrFormatError(
             f"cannot open the zarr array of param {param_name!r}: {_tail(e)}",
@@ -551,7 +454,7 @@ class ArrayStore:
 
     def _open_split(self, param_name: str) -> StoredArray:
         """An array whose chunks are spread over `ocdbt.process_<N>/` databases."""
-        ts = _tensorstore()
+        ts = kv.import_tensorstore()
         bases = [self.location.join(f"ocdbt.process_{p}") for p in self.processes]
         versions = [self.zarr_version] if self.zarr_version else [2, 3]
         meta_store = None
@@ -574,11 +477,11 @@ class ArrayStore:
         metadata = meta_store.spec().to_json()["metadata"]
         chunk_stores: dict[tuple[int, ...], ts.TensorStore] = {}
         for base in bases:
-            kv = ts.KvStore.open(
+            database = ts.KvStore.open(
                 {"driver": "ocdbt", "base": base.spec, "path": array_prefix(param_name)},
                 context=self.context,
             ).result()
-            keys = [k.decode("utf-8", "replace") for k in kv.list().result()]
+            keys = [k.decode("utf-8", "replace") for k in database.list().result()]
             if array.shape == ():
                 grids = [()] if any(_is_chunk_key(k) for k in keys) else []
             else:
@@ -639,45 +542,6 @@ def _chunk_grid_index(key: str, version: int, metadata: dict) -> tuple[int, ...]
 
 
 @dataclass
-class ReadRequest:
-    """Read `box` of `array` as `dtype`; `tag` is the caller's."""
-
-    array: StoredArray
-    box: tuple[tuple[int, int], ...]
-    dtype: np.dtype | None = None
-    tag: Any = None
-
-
-def tiles(
-    box: Sequence[tuple[int, int]],
-    chunk_shape: Sequence[int],
-    itemsize: int,
-    budget: int = TILE_BYTES,
-) -> list[tuple[tuple[int, int], ...]]:
-    """Cut `box` into pieces aligned to the chunk grid, each of whole chunks (clipped to the
-    box) and of at most `budget` bytes unless one chunk is larger; no chunk is in two pieces."""
-    ndim = len(box)
-    if ndim == 0:
-        return [()]
-    extent = [b - a for a, b in box]
-    if any(e <= 0 for e in extent):
-        return []
-    lens = [max(1, int(c)) for c in chunk_shape]
-    for d in reversed(range(ndim)):
-        span = -(-extent[d] // lens[d]) + 1  # chunks a box can touch along d
-        piece = itemsize * math.prod(min(n, e) for n, e in zip(lens, extent, strict=True))
-        factor = max(1, min(span, budget // max(piece, 1)))
-        lens[d] *= factor
-        if factor < span:
-            break
-    cuts = []
-    for (a, b), n in zip(box, lens, strict=True):
-        points = [a, *range((a // n + 1) * n, b, n), b]
-        cuts.append(list(zip(points[:-1], points[1:], strict=True)))
-    return [tuple(t) for t in itertools.product(*cuts)]
-
-
-@dataclass
 class _Pending:
     request: ReadRequest
     dtype: np.dtype
@@ -686,37 +550,23 @@ class _Pending:
     remaining: int
 
 
-def read_regions(
+def read_tiled(
     requests: Iterable[ReadRequest],
     *,
-    max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+    max_in_flight: int,
     tile_bytes: int = TILE_BYTES,
 ) -> Iterator[tuple[ReadRequest, np.ndarray]]:
-    """Read each request, yielding (request, array) as each completes.
+    """Read each request (of arrays that read as this engine's do: ``array.read(box, dtype,
+    batch=)``), yielding (request, array) as each completes (`contract.read_regions`).
 
     A request is read in chunk-aligned tiles of about `tile_bytes` (`tiles`), each decoded
     and copied into the request's output array. At most `max_in_flight` tiles are read at once;
     tiles issued together are submitted as one tensorstore batch, so reads of the same OCDBT
     node or data file are coalesced. Memory held: the outputs, plus per tile in flight the
     tile and the chunks it is decoded from. A request read in one tile gets the tile's own
-    array as its output (writeable, C-contiguous), not a copy of it. All requests are of one
-    backend (the first request's array decides which reads them).
+    array as its output (writeable, C-contiguous), not a copy of it.
     """
-    if max_in_flight < 1:
-        raise ValueError("max_in_flight must be at least 1")
-    from . import python_backend
-
-    pending = iter(requests)
-    first = next(pending, None)
-    if first is None:
-        return
-    if isinstance(first.array, python_backend.StoredArray):  # one item: one backend
-        from . import _fastread  # each chunk decoded once, in a thread per core
-
-        chained = itertools.chain((first,), pending)  # consumed as it is read
-        yield from _fastread.read_regions(chained, max_in_flight=max_in_flight)
-        return
-    requests = [first, *pending]
+    requests = list(requests)
 
     def pieces() -> Iterator[tuple[_Pending, tuple[tuple[int, int], ...]]]:
         for request in requests:
@@ -780,25 +630,15 @@ def _own(data: np.ndarray, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarra
 
 def _batch() -> Any:
     """A tensorstore batch when tensorstore is in use (its arrays exist only once it is
-    imported); otherwise nothing to batch (the python backend ignores `batch`)."""
+    imported); otherwise nothing to batch."""
     ts = sys.modules.get("tensorstore")
     return ts.Batch() if ts is not None else contextlib.nullcontext(None)
 
 
 def _finish(request: ReadRequest, part: Any, future: Any) -> np.ndarray:
-    array = request.array
     try:
         return np.asarray(future.result())
     except OckptError:
-        raise  # already names its rule, file and offset (the python backend)
+        raise  # already names its rule, file and offset
     except ValueError as e:
-        if _not_found(e) or "Missing" in str(e) or "missing" in str(e):
-            raise MissingDataError(
-                f"{array.file}: a chunk of param {array.param_name!r} in region "
-                f"{list(part)} is missing ({_tail(e)}) [LOAD-041]"
-            ) from None
-        raise ZarrFormatError(
-            f"cannot read param {array.param_name!r} region {list(part)}: {_tail(e)}",
-            rule="ZARR-003",
-            file=array.file,
-        ) from None
+        raise _read_error(request.array, part, e) from None
