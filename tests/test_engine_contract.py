@@ -289,10 +289,15 @@ def _within(seconds: float, fn, fifo: Path) -> BaseException | None:
     return out[0]
 
 
-def _chunk_file(item: Path) -> Path:
+def _chunk(item: Path) -> tuple[str, Path]:
+    """A param of a per-leaf item and the file of one of its chunks."""
     listing = pb.key_listing(pb.item_keys(item, _format(item)))
-    name, entry = next((n, e) for n, e in listing["params"].items() if e["chunk_keys"])
-    return item / name / entry["chunk_keys"][0]
+    name, entry = next((n, e) for n, e in sorted(listing["params"].items()) if e["chunk_keys"])
+    return name, item / name / entry["chunk_keys"][0]
+
+
+def _chunk_file(item: Path) -> Path:
+    return _chunk(item)[1]
 
 
 def _metadata_file(item: Path) -> Path:
@@ -345,6 +350,25 @@ def test_link_leading_out_is_path_004(tmp_path, engine, where):
     assert info.value.rule == "PATH-004", str(info.value)
 
 
+@pytest.mark.parametrize("engine, rule", [("python", "OCDBT-023"), ("tensorstore", "PATH-004")])
+def test_ocdbt_data_file_linked_out_is_refused(tmp_path, engine, rule):
+    """A data file linked out of the item: OCDBT-023 where the data file's path is resolved
+    (spec/ocdbt.md: the python engine), PATH-004 where the item is checked before tensorstore
+    opens it."""
+    source, pick = HOSTILE["data_file"]
+    item = tmp_path / "item"
+    shutil.copytree(source, item)
+    target = pick(item)
+    outside = tmp_path / "outside" / target.name
+    outside.parent.mkdir()
+    shutil.copyfile(target, outside)
+    target.unlink()
+    target.symlink_to(outside)
+    with pytest.raises(FormatError) as info:
+        _read_everything(engine, item)
+    assert info.value.rule == rule, str(info.value)
+
+
 @pytest.mark.parametrize("engine", ENGINES)
 def test_link_inside_the_item_is_followed(tmp_path, engine):
     """A symbolic link to a file inside the item reads as that file."""
@@ -355,6 +379,25 @@ def test_link_inside_the_item_is_followed(tmp_path, engine):
     target.rename(moved)
     target.symlink_to(moved)
     _read_everything(engine, item)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_directory_in_place_of_a_chunk_is_an_absent_chunk(tmp_path, engine):
+    """A directory holds no value: the chunk is absent (the fill value, or LOAD-041)."""
+    item = tmp_path / "item"
+    shutil.copytree(PER_LEAF_ITEM, item)
+    name, target = _chunk(item)
+    target.unlink()
+    target.mkdir()
+    loose = _open(engine, item).open(name)
+    full = tuple((0, n) for n in loose.shape)
+    _same_bytes(
+        loose.read(full).result(), _open("tensorstore", item).open(name).read(full).result(), name
+    )
+    strict = _open(engine, item, missing_chunks_are_errors=True).open(name)
+    with pytest.raises(MissingDataError) as info:
+        strict.read(full).result()
+    assert info.value.rule == "LOAD-041"
 
 
 def test_unknown_backend_is_refused():

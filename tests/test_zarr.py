@@ -556,3 +556,41 @@ def test_fuzz_shards_raise_only_format_errors(fix_crc, edits, cut):
         read_region(_FUZZ_META, {"c/0/0": shard}.get, out)
     except ZarrFormatError as e:
         assert e.rule and e.rule.startswith("ZARR-")
+
+
+# ---------------------------------------------------------------------------------------------
+# Codecs are looked up by the name their JSON gives.
+
+_LE = {"name": "bytes", "configuration": {"endian": "little"}}
+_MINIMAL = {
+    "bytes": _LE,
+    "transpose": {"name": "transpose", "configuration": {"order": [0]}},
+    "zstd": {"name": "zstd", "configuration": {"level": 3}},
+    "gzip": {"name": "gzip"},
+    "crc32c": {"name": "crc32c"},
+    "sharding_indexed": {
+        "name": "sharding_indexed",
+        "configuration": {"chunk_shape": [1], "codecs": [_LE], "index_codecs": [_LE]},
+    },
+}
+
+
+def test_codecs_are_looked_up_by_their_json_name():
+    from ockpt.zarr import codecs
+
+    assert list(codecs.CODECS) == list(_MINIMAL)  # sharding_indexed: registered by shard_index
+    for name, entry in _MINIMAL.items():
+        codec = codecs.parse_codec(entry, rank=1, dtype=np.dtype("<f4"), file="f", pointer="/0")
+        assert codec.name == name
+        assert codec.kind in ("array_to_array", "array_to_bytes", "bytes_to_bytes")
+    with pytest.raises(ZarrFormatError) as info:
+        codecs.parse_codec({"name": "blosc"}, rank=1, dtype=np.dtype("<f4"), file="f", pointer="")
+    assert info.value.rule == "ZARR-013"
+    assert "bytes, transpose, zstd, gzip, crc32c or sharding_indexed" in str(info.value)
+    assert list(codecs.V2_COMPRESSORS) == ["zstd", "gzip", "zlib"]
+    pipeline = codecs.from_v2_compressor({"id": "zlib", "level": 1}, np.dtype("<f4"))
+    assert [c.name for c in pipeline.bytes_to_bytes] == ["gzip"]
+    assert pipeline.bytes_to_bytes[0].wbits == 15
+    with pytest.raises(ZarrFormatError) as info:
+        codecs.from_v2_compressor({"id": "blosc"}, np.dtype("<f4"))
+    assert info.value.rule == "ZARR-004" and "null, zstd, gzip or zlib" in str(info.value)

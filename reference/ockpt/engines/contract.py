@@ -24,6 +24,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from ..kv import Location
+    from ..layout import ItemFormat
 
 __all__ = [
     "ArrayStore",
@@ -115,6 +116,7 @@ class ArrayStore(Protocol):
 
     BULK_OPEN: ClassVar[bool]
     location: Location
+    fmt: ItemFormat  # where the item keeps its arrays
     zarr_version: int | None  # 2 or 3 where the item says; None: found out per array
 
     def file(self, param_name: str) -> str:

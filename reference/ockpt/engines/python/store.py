@@ -178,6 +178,10 @@ class DirectoryStore(KeyValueStore):
             return files.read_file(full, limit=_MAX_FILE_BYTES, rule="ZARR-003")
         except (FileNotFoundError, NotADirectoryError):
             return None  # absent (or removed meanwhile): a missing chunk or document
+        except FormatError as e:
+            if e.rule == "PATH-005" and os.path.isdir(full):
+                return None  # a directory holds no value: the key is absent (as in tensorstore)
+            raise
 
     def value_range(self, key: str) -> ByteRange | None:
         """The file of `key` as a `ByteRange` (for streaming a large chunk); None if absent."""
@@ -188,6 +192,10 @@ class DirectoryStore(KeyValueStore):
             return files.open_range(full)
         except (FileNotFoundError, NotADirectoryError):
             return None  # absent, or removed meanwhile
+        except FormatError as e:
+            if e.rule == "PATH-005" and os.path.isdir(full):
+                return None  # as in `get`
+            raise
 
     def list(self, prefix: str = "") -> list[str]:
         """Every key under the directory (a FIFO or the like too: reading it is refused),
