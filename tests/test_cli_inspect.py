@@ -128,7 +128,11 @@ def test_ls_v1_checkpoint_and_not_a_checkpoint(tmp_path):
     data = json.loads(ok("ls", "--json", str(CASES / "v1_pytree" / "checkpoint")))
     assert data["kind"] == "v1_checkpoint" and data["children"][0]["name"] == "state"
     result = ockpt("ls", str(tmp_path))
-    assert result.returncode == 1 and "not a checkpoint" in result.stderr and "LOAD-050" in result.stderr
+    assert (
+        result.returncode == 1
+        and "not a checkpoint" in result.stderr
+        and "LOAD-050" in result.stderr
+    )
 
 
 @pytest.mark.parametrize(

@@ -73,7 +73,9 @@ def test_item_named_by_handlers_must_exist(tmp_path):
     _item(step / "params")
     layout = detect(step)
     assert layout.kind is Kind.STEP
-    assert any(p.rule == "LAYOUT-003" and "meta" in p.message for p in layout.problems), layout.problems
+    assert any(p.rule == "LAYOUT-003" and "meta" in p.message for p in layout.problems), (
+        layout.problems
+    )
 
 
 def test_mixed_step_name_formats(tmp_path):

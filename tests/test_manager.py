@@ -193,8 +193,8 @@ def test_step_removed_while_listing_or_restoring(tmp_path, monkeypatch):
 
     real_scandir = os.scandir
 
-    def scandir_after_delete(path):
-        if os.path.basename(path) == "1":
+    def scandir_after_delete(path="."):
+        if isinstance(path, (str, os.PathLike)) and os.path.basename(path) == "1":
             commit.remove_path(str(root / "1"))
         return real_scandir(path)
 

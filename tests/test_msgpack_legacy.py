@@ -549,8 +549,9 @@ def test_read_checkpoint_file(tmp_path):
     assert info.value.rule == "MSGPACK-001" and str(path) in str(info.value)
     with pytest.raises(NotACheckpointError):
         read_checkpoint_file(tmp_path / "missing")
-    with pytest.raises(NotACheckpointError):
+    with pytest.raises(FormatError) as info:  # a directory in its place (PATH-005)
         read_checkpoint_file(tmp_path)
+    assert info.value.rule == "PATH-005"
     path.write_bytes(pack({"a": nd(np.zeros(2, np.int8), name="object")}))
     with pytest.raises(MsgpackError) as info:
         read_checkpoint_file(path)

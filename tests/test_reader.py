@@ -491,8 +491,9 @@ def test_python_backend_reads_only_the_chunks_asked_for(monkeypatch):
     monkeypatch.setattr(
         _fastread,
         "_read_chunk",
-        lambda group, index, dests: chunks.append(group.array.param_name)
-        or original(group, index, dests),
+        lambda group, index, dests: (
+            chunks.append(group.array.param_name) or original(group, index, dests)
+        ),
     )
     got = ockpt.load_pytree(case / "checkpoint", {"x": np.zeros((8, 3), np.int32)}, partial=True)
     assert_same(got["x"], expected["x"])

@@ -81,8 +81,6 @@ def _leaf_row(key: tuple[str, ...], meta: Any) -> dict[str, Any]:
     }
 
 
-
-
 def inspect(path: Any, *, step: int | None = None, item: str | None = None) -> dict[str, Any]:
     """A JSON-able report: the checkpoint's kind, steps or items, and one row per leaf with
     shape, dtype (as loaded and as stored), bytes, chunk shape and saved sharding; totals."""

@@ -31,7 +31,6 @@ from .writer import prepare_save
 __all__ = ["CheckpointManager", "DEFAULT_ITEM"]
 
 
-
 class CheckpointManager:
     """Save and restore numbered steps under `root`.
 
@@ -157,9 +156,7 @@ class CheckpointManager:
         """The directory of a committed step."""
         steps = self._steps()
         if step not in steps:
-            raise NotACheckpointError(
-                f"no committed step {step}", rule="LOAD-053", file=self.root
-            )
+            raise NotACheckpointError(f"no committed step {step}", rule="LOAD-053", file=self.root)
         return os.path.join(self.root, steps[step])
 
     # -- queries ----------------------------------------------------------------------------
@@ -206,9 +203,7 @@ class CheckpointManager:
         if not force and step % self.save_interval_steps != 0:
             return False
         if step in self._steps():
-            raise WriteConflictError(
-                f"step {step} exists already", rule="DIR-002", file=self.root
-            )
+            raise WriteConflictError(f"step {step} exists already", rule="DIR-002", file=self.root)
         parts = {DEFAULT_ITEM: tree} if items is None else dict(items)
         save = prepare_save(
             os.path.join(self.root, self._step_name(step)),

@@ -659,12 +659,13 @@ def decode_checkpoint(
 def read_checkpoint_file(path: str | os.PathLike, *, max_bytes: int = DEFAULT_MAX_BYTES) -> object:
     """Read and decode a ``checkpoint`` file, refusing it by size before reading.
 
-    Raises `NotACheckpointError` when the file is missing or not a regular file, and
-    `MsgpackError` as `decode_checkpoint` does.
+    Raises `NotACheckpointError` when the file is missing, `FormatError` (PATH-005) when it is
+    no regular file, and `MsgpackError` for its size (MSGPACK-001) and as `decode_checkpoint`
+    does.
     """
     name = os.fspath(path)
     try:
-        data = read_file(name, limit=max_bytes, rule="MSGPACK-001")  # the one hardened open
+        data = read_file(name, limit=max_bytes, rule="MSGPACK-001", error=MsgpackError)
     except OSError as e:
         raise NotACheckpointError(
             f"cannot read the msgpack checkpoint file ({e.strerror})", rule="LOAD-050", file=name

@@ -361,8 +361,9 @@ class _Item:
     def array_metadatas(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         sub = self.location.join(ARRAY_METADATAS_DIR)
-        listing = sub.listdir(context=self.context)  # a FIFO is opened, and refused, too
-        for name in sorted(listing.files | listing.other, key=lambda n: process_index(n) or 0):
+        listing = sub.listdir(context=self.context)  # a FIFO or directory is refused when read
+        names = listing.files | listing.dirs | listing.other
+        for name in sorted(names, key=lambda n: process_index(n) or 0):
             if process_index(name) is None:
                 continue
             data = sub.read(name, context=self.context)
@@ -1125,6 +1126,8 @@ class LazyArray:
         else:
             try:
                 data = np.asarray(self._array.view(ts_index).read().result())
+            except OckptError:
+                raise  # names its own rule (PATH-005, ZARR-003, ...)
             except ValueError as e:
                 raise MissingDataError(
                     f"cannot read param {self.param_name!r} at {_index_text(index)}: {e}",

@@ -21,12 +21,13 @@ import itertools
 import json
 import math
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from . import saved_tree
 from .documents.array_metadatas import ArrayMetadatas, process_index
 from .documents.metadata import MetadataDocument
 from .documents.sharding import ShardingDocument
@@ -44,7 +45,7 @@ from .kv import Location, files
 from .layout import Kind, Layout, Storage, detect_step, select
 from .limits import LIMITS
 from .msgpack_legacy import DEFAULT_MAX_BYTES as MSGPACK_MAX_BYTES
-from .msgpack_legacy import Placeholder, decode_checkpoint
+from .msgpack_legacy import decode_checkpoint
 from .names import (
     ARRAY_METADATAS_DIR,
     CHECKPOINT_METADATA_FILE,
@@ -59,6 +60,7 @@ from .names import (
 )
 from .paths import find_collisions
 from .rules import RULES
+from .saved_tree import SavedLeaf
 from .schema import check_document
 
 __all__ = ["validate", "Report", "Progress"]
@@ -163,37 +165,6 @@ def _names(loc: Location) -> set[str]:
     document is still that document, refused when read: PATH-005)."""
     listing = loc.listdir()
     return set(listing.files | listing.dirs | listing.other)
-
-
-@dataclass
-class _Leaf:
-    name: str  # param name (for msgpack placeholders: the placeholder's name)
-    value_type: str
-    kind: str  # "array" | "string" | "inline"
-    write_shape: tuple[int, ...] | None = None
-
-
-def _msgpack_leaves(node: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any]]:
-    if isinstance(node, dict):
-        for k, v in node.items():
-            yield from _msgpack_leaves(v, path + (str(k),))
-    elif isinstance(node, (list, tuple)):
-        for i, v in enumerate(node):
-            yield from _msgpack_leaves(v, path + (str(i),))
-    else:
-        yield path, node
-
-
-def _lookup(tree: Any, texts: tuple[str, ...]) -> tuple[bool, Any]:
-    node = tree
-    for t in texts:
-        if isinstance(node, dict) and t in node:
-            node = node[t]
-        elif isinstance(node, (list, tuple)) and t.isdigit() and int(t) < len(node):
-            node = node[int(t)]
-        else:
-            return False, None
-    return True, node
 
 
 # ---------------------------------------------------------------------------------------------
@@ -413,7 +384,7 @@ class _ItemCheck:
         self.doc: MetadataDocument | None = None
         self.msgpack: Any = None
         self.msgpack_ok = True
-        self.leaves: dict[str, _Leaf] = {}
+        self.leaves: dict[str, SavedLeaf] = {}
         self.store: Any = None
         self.keys: list[str] | None = None
 
@@ -424,6 +395,13 @@ class _ItemCheck:
         v = self.v
         v.checked["items"] += 1
         v._problems(self.layout)
+        if not (self.fmt.has_metadata or self.fmt.has_msgpack):
+            v.report(
+                "LOAD-050",
+                f"a pytree item without {METADATA_FILE} or the msgpack {MSGPACK_FILE} file: no "
+                "reader can tell its tree",
+                file=self.path,
+            )
         self.documents()
         self.collect_leaves()
         self.names()
@@ -489,39 +467,19 @@ class _ItemCheck:
             return True
 
     def collect_leaves(self) -> None:
-        """Param name -> leaf, from `_METADATA` (and the msgpack file where one exists)."""
+        """Param name -> leaf, from the saved tree as the reader builds it (`saved_tree`)."""
+        tree = None
         if self.doc is not None:
-            for entry in self.doc.entries:
-                if entry.value.empty_node is not None:
-                    continue
-                texts = tuple(e.key for e in entry.path)
-                vt = entry.value.value_type
-                ws = entry.value.write_shape
-                name = entry.param_name
-                kind = "string" if vt == "string" else "array"
-                if self.msgpack is not None:
-                    found, value = _lookup(self.msgpack, texts)
-                    if found and isinstance(value, Placeholder):
-                        name = value.param_name
-                    elif found and not isinstance(value, (dict, list)):
-                        kind = "inline"
-                elif not self.msgpack_ok and entry.value.skip_deserialize:
-                    kind = "inline"  # the msgpack file is broken: already reported
-                self.leaves.setdefault(name, _Leaf(name, vt, kind, ws))
+            tree = saved_tree.from_metadata(
+                self.doc, self.msgpack, msgpack_unreadable=not self.msgpack_ok
+            )
         elif self.msgpack is not None:
             if self.strings_doc is None and self.strings_ok:
-                self.legacy_strings(
-                    sorted(
-                        v.param_name
-                        for _, v in _msgpack_leaves(self.msgpack)
-                        if isinstance(v, Placeholder)
-                    )
-                )
-            string_names = set(self.strings_doc.names()) if self.strings_doc else set()
-            for _, value in _msgpack_leaves(self.msgpack):
-                if isinstance(value, Placeholder):
-                    kind = "string" if value.param_name in string_names else "array"
-                    self.leaves[value.param_name] = _Leaf(value.param_name, kind, kind)
+                self.legacy_strings(sorted(saved_tree.placeholder_names(self.msgpack)))
+            names = set(self.strings_doc.names()) if self.strings_doc else set()
+            tree = saved_tree.from_msgpack(self.msgpack, names)
+        for leaf in saved_tree.leaves(tree):
+            self.leaves.setdefault(leaf.param_name, leaf)
 
     def legacy_strings(self, names: list[str]) -> None:
         """Older releases: `_strings.json` inside the directory of the first string param."""
@@ -671,8 +629,8 @@ class _ItemCheck:
         from .zarr import open_metadata
 
         v = self.v
-        array_leaves = {n: lf for n, lf in self.leaves.items() if lf.kind == "array"}
-        string_leaves = {n for n, lf in self.leaves.items() if lf.kind == "string"}
+        array_leaves = {n: lf for n, lf in self.leaves.items() if lf.source == "array"}
+        string_leaves = {n for n, lf in self.leaves.items() if lf.source == "string"}
         metadata_file = self.f(METADATA_FILE) if self.doc is not None else self.f(MSGPACK_FILE)
         self.check_sharding(array_leaves)
         self.check_array_metadatas(array_leaves)
@@ -745,7 +703,9 @@ class _ItemCheck:
             return self.path
         return self.f(MANIFEST_FILE) if self.fmt.has_root_manifest else self.path
 
-    def check_shapes(self, name: str, leaf: _Leaf, meta: Any, where: str, meta_key: str) -> None:
+    def check_shapes(
+        self, name: str, leaf: SavedLeaf, meta: Any, where: str, meta_key: str
+    ) -> None:
         v = self.v
         file = f"{where}/{meta_key}"
         shape = tuple(meta.shape)
@@ -872,7 +832,7 @@ class _ItemCheck:
         """Whether the item's tree could be read (else the cross-file checks are skipped)."""
         return self.doc is not None or self.msgpack is not None
 
-    def check_sharding(self, array_leaves: dict[str, _Leaf]) -> None:
+    def check_sharding(self, array_leaves: dict[str, SavedLeaf]) -> None:
         if self.sharding is None or not self.tree_known:
             return
         for name, _spec in self.sharding.shardings.items():
@@ -884,7 +844,7 @@ class _ItemCheck:
                     pointer="/" + _b64(name),
                 )
 
-    def check_array_metadatas(self, array_leaves: dict[str, _Leaf]) -> None:
+    def check_array_metadatas(self, array_leaves: dict[str, SavedLeaf]) -> None:
         if not self.tree_known:
             return
         for name, (file, _) in sorted(self.array_metas.items()):
@@ -899,7 +859,7 @@ class _ItemCheck:
     # -- strings ----------------------------------------------------------------------------
 
     def strings(self) -> None:
-        names = sorted(n for n, lf in self.leaves.items() if lf.kind == "string")
+        names = sorted(n for n, lf in self.leaves.items() if lf.source == "string")
         if not names or not self.strings_ok:
             return
         if self.strings_doc is None:  # older releases: <first string param name>/_strings.json

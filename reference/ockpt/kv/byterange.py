@@ -4,7 +4,7 @@ A stored value of hundreds of MiB (one zarr chunk holding a whole unsharded arra
 writes them) is decoded straight from its file rather than read into memory first:
 `ByteRange` gives the zstd stream decoder a ``read(n)`` source, ``readinto`` for raw
 chunks, and indexing with tiny reads so that the frame's block headers can be walked to
-check its length (`ocdbt.format._zstd_frame_size`) without reading the blocks.
+check its length (`ocdbt.format.zstd_frame_size`) without reading the blocks.
 """
 
 from __future__ import annotations

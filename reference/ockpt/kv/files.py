@@ -209,16 +209,23 @@ def _read_fd(fd: int, size: int) -> bytes:
     return bytes(buf)
 
 
-def read_file(path: str, *, limit: int, rule: str, file: str | None = None) -> bytes:
+def read_file(
+    path: str,
+    *,
+    limit: int,
+    rule: str,
+    file: str | None = None,
+    error: type[FormatError] = FormatError,
+) -> bytes:
     """The bytes of the regular file at `path`; a file larger than `limit` is refused with
-    `rule` before any byte is read (a file that grows while read is cut at ``limit + 1`` and
-    refused too)."""
+    `rule` (as `error`, the caller's layer's class) before any byte is read (a file that grows
+    while read is cut at ``limit + 1`` and refused too)."""
     shown = file or path
     fd = open_regular(path, file=shown)
     try:
         size = os.fstat(fd).st_size
         if size > limit:
-            raise FormatError(
+            raise error(
                 "file larger than its size limit",
                 rule=rule,
                 file=shown,
@@ -229,7 +236,7 @@ def read_file(path: str, *, limit: int, rule: str, file: str | None = None) -> b
     finally:
         os.close(fd)
     if len(data) > limit:
-        raise FormatError(
+        raise error(
             "file grew past its size limit while read", rule=rule, file=shown, expected=limit
         )
     return data

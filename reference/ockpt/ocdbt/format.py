@@ -297,7 +297,7 @@ def zstd_decompress(
         # The fast path: one call that releases the GIL (parallel chunk reads need it). It
         # ignores bytes after the frame, so the frame's length is checked first; any frame
         # this walk does not accept takes the streaming path below, which names the fault.
-        if _zstd_frame_size(data) == len(data):
+        if zstd_frame_size(data) == len(data):
             try:
                 out = dctx.decompress(data, max_output_size=size)
             except zstandard.ZstdError as exc:
@@ -345,7 +345,7 @@ def zstd_decompress(
     return out
 
 
-def _zstd_frame_size(data: bytes) -> int | None:
+def zstd_frame_size(data: bytes) -> int | None:
     """The length of the zstd frame at the start of `data` (RFC 8878 section 3.1.1), from its
     header and block headers alone; None when they do not form a frame within `data`."""
     n = len(data)

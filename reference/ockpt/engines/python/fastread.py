@@ -29,7 +29,7 @@ import zstandard
 
 from ... import dtypes
 from ...kv.byterange import ByteRange
-from ...ocdbt.format import _zstd_frame_size
+from ...ocdbt.format import zstd_frame_size
 from ...zarr.array import missing_chunk, overlap, read_region
 from ...zarr.codecs import BytesCodec, ZstdCodec
 from ...zarr.v3 import ArrayV3Metadata
@@ -186,7 +186,7 @@ def _zstd_into(data: Any, dst: np.ndarray) -> bool:
             return False
     except zstandard.ZstdError:
         return False
-    if _zstd_frame_size(data) != len(data):
+    if zstd_frame_size(data) != len(data):
         return False
     try:
         reader = _decoder().stream_reader(data, read_size=len(data), read_across_frames=False)
@@ -245,7 +245,7 @@ def _stream(
                 return False
         except zstandard.ZstdError:
             return False
-        if _zstd_frame_size(src) != len(src):
+        if zstd_frame_size(src) != len(src):
             return False
         source: Any = _decoder().stream_reader(src, read_size=_READ_SIZE, read_across_frames=False)
     elif len(src) != nbytes:

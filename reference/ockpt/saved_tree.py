@@ -1,0 +1,233 @@
+"""The saved tree of a pytree item: what `_METADATA` and the legacy msgpack file say was saved.
+
+One model for the reader and the validator (spec/directories.md §3, spec/loading.md §3): nodes
+(`Node`), empty containers and None (`Empty`), and leaves (`SavedLeaf`) that say where each
+value lives: an array named by its param name, a string of the strings document, or a value
+inline in the msgpack file. Pure functions of the parsed documents; no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .documents.metadata import MetadataDocument
+from .errors import FormatError
+from .msgpack_legacy import Placeholder
+from .paths import EmptyNode, KeyType, find_collisions, param_name
+
+__all__ = [
+    "Node",
+    "Empty",
+    "SavedLeaf",
+    "Source",
+    "EMPTY_VALUES",
+    "from_metadata",
+    "from_msgpack",
+    "leaves",
+    "by_param_name",
+    "ordered",
+    "lookup",
+    "placeholder_names",
+]
+
+#: Where a leaf's value lives.
+Source = Literal["array", "string", "inline"]
+
+
+@dataclass(slots=True)
+class Node:
+    """A dict-like (`KeyType.DICT`) or sequence (`KeyType.SEQUENCE`) node."""
+
+    kind: KeyType
+    children: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Empty:
+    """An empty container or None, as saved."""
+
+    node: EmptyNode
+
+
+@dataclass(frozen=True, slots=True)
+class SavedLeaf:
+    """One leaf: its key texts, the param name its value is stored under, its value type,
+    where the value lives, the inline value, and `_METADATA`'s write shape."""
+
+    path: tuple[str, ...]
+    param_name: str
+    value_type: str
+    source: Source
+    inline: Any = None
+    write_shape: tuple[int, ...] | None = None
+
+
+EMPTY_VALUES: Mapping[EmptyNode, Callable[[], Any]] = {
+    EmptyNode.DICT: dict,
+    EmptyNode.LIST: list,
+    EmptyNode.TUPLE: tuple,
+    EmptyNode.NAMED_TUPLE: tuple,
+    EmptyNode.NONE: lambda: None,
+}
+
+
+def _insert(root: Node, path: tuple[tuple[str, KeyType], ...], value: Any) -> Any:
+    if not path:
+        return value
+    node = root
+    for key, kind in path[:-1]:
+        node.kind = kind if not node.children else node.kind
+        child = node.children.get(key)
+        if not isinstance(child, Node):
+            child = node.children[key] = Node(KeyType.DICT)
+        node = child
+    key, kind = path[-1]
+    if not node.children:
+        node.kind = kind
+    node.children[key] = value
+    return root
+
+
+def from_metadata(
+    doc: MetadataDocument, msgpack: Any = None, *, msgpack_unreadable: bool = False
+) -> Any:
+    """The saved tree of `_METADATA`, with the msgpack file (releases up to 0.5.15) saying
+    which leaves are placeholders (their param name) and which are inline (directories §3).
+    `msgpack_unreadable`: the item has a msgpack file that could not be decoded; a leaf that
+    `skip_deserialize` marks as inline is then inline (its value unknown)."""
+    root = Node(KeyType.DICT)
+    result: Any = root
+    for entry in doc.entries:
+        texts = tuple(e.key for e in entry.path)
+        keyed = tuple((e.key, e.key_type) for e in entry.path)
+        empty = entry.value.empty_node
+        value: Any
+        if empty is not None:
+            value = Empty(empty)
+        else:
+            value = _leaf_of_entry(
+                texts,
+                entry.value.value_type,
+                entry.value.write_shape,
+                msgpack,
+                inline=msgpack_unreadable and entry.value.skip_deserialize is True,
+            )
+        result = _insert(root, keyed, value)
+    return result
+
+
+def _leaf_of_entry(
+    texts: tuple[str, ...],
+    value_type: str,
+    write_shape: tuple[int, ...] | None,
+    msgpack: Any,
+    *,
+    inline: bool,
+) -> SavedLeaf:
+    name = param_name(texts)
+    shape = None if write_shape is None else tuple(write_shape)
+    if msgpack is not None:
+        found, value = lookup(msgpack, texts)
+        if found and isinstance(value, Placeholder):
+            source: Source = "string" if value_type == "string" else "array"
+            return SavedLeaf(texts, value.param_name, value_type, source, None, shape)
+        if found and not isinstance(value, (dict, list)):
+            return SavedLeaf(texts, name, value_type, "inline", value, shape)
+    if inline:
+        return SavedLeaf(texts, name, value_type, "inline", None, shape)
+    source = "string" if value_type == "string" else "array"
+    return SavedLeaf(texts, name, value_type, source, None, shape)
+
+
+def from_msgpack(node: Any, string_names: Iterable[str], texts: tuple[str, ...] = ()) -> Any:
+    """The saved tree of a msgpack file alone (no `_METADATA`): placeholders are arrays, or
+    strings when `string_names` (the strings document's names) holds their param name."""
+    names = string_names if isinstance(string_names, (set, frozenset)) else set(string_names)
+    if isinstance(node, dict):
+        if not node:
+            return Empty(EmptyNode.DICT)
+        return Node(
+            KeyType.DICT,
+            {str(k): from_msgpack(v, names, texts + (str(k),)) for k, v in node.items()},
+        )
+    if isinstance(node, (list, tuple)):
+        if not node:
+            return Empty(EmptyNode.LIST if isinstance(node, list) else EmptyNode.TUPLE)
+        return Node(
+            KeyType.SEQUENCE,
+            {str(i): from_msgpack(v, names, texts + (str(i),)) for i, v in enumerate(node)},
+        )
+    if node is None:
+        return Empty(EmptyNode.NONE)
+    if isinstance(node, Placeholder):
+        if node.param_name in names:
+            return SavedLeaf(texts, node.param_name, "string", "string")
+        return SavedLeaf(texts, node.param_name, "array", "array")
+    return SavedLeaf(texts, param_name(texts), "inline", "inline", node)
+
+
+def leaves(node: Any) -> Iterator[SavedLeaf]:
+    """Every leaf of a saved tree, in the tree's order."""
+    if isinstance(node, SavedLeaf):
+        yield node
+    elif isinstance(node, Node):
+        for child in node.children.values():
+            yield from leaves(child)
+
+
+def by_param_name(found: Iterable[SavedLeaf], *, file: str) -> dict[str, SavedLeaf]:
+    """Leaves keyed by param name; colliding names are refused (PATH-001): each would read
+    the other's data."""
+    out: dict[str, SavedLeaf] = {}
+    for leaf in found:
+        if leaf.param_name in out:
+            raise FormatError(
+                f"two leaves share the param name {leaf.param_name!r}",
+                rule="PATH-001",
+                file=file,
+                pointer=leaf.param_name,
+            )
+        out[leaf.param_name] = leaf
+    for outer, inner in find_collisions(out):
+        raise FormatError(
+            f"param name {inner!r} nests inside param name {outer!r}",
+            rule="PATH-001",
+            file=file,
+            pointer=inner,
+        )
+    return out
+
+
+def ordered(node: Node) -> list[tuple[str, Any]]:
+    """A node's children in their saved order (sequence indices numerically)."""
+    if node.kind is KeyType.SEQUENCE:
+        return sorted(node.children.items(), key=lambda kv: int(kv[0]))
+    return list(node.children.items())
+
+
+def lookup(tree: Any, texts: tuple[str, ...]) -> tuple[bool, Any]:
+    """(found, value) at the key texts `texts` of a decoded msgpack tree."""
+    node = tree
+    for t in texts:
+        if isinstance(node, dict) and t in node:
+            node = node[t]
+        elif isinstance(node, (list, tuple)) and t.isdigit() and int(t) < len(node):
+            node = node[int(t)]
+        else:
+            return False, None
+    return True, node
+
+
+def placeholder_names(node: Any) -> Iterator[str]:
+    """The param names of every placeholder in a decoded msgpack tree."""
+    stack = [node]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Placeholder):
+            yield node.param_name
+        elif isinstance(node, dict):
+            stack.extend(node.values())
+        elif isinstance(node, (list, tuple)):
+            stack.extend(node)
