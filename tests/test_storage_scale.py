@@ -167,11 +167,11 @@ def test_staged_and_direct_loads_are_equal(many, monkeypatch):
 
 
 def test_views_of_staged_arrays_read_the_database(many, monkeypatch):
-    from ockpt.reader import _Item
+    from ockpt.reader.item import OpenedItem
 
     path, tree = many
     _stage_everything(monkeypatch)
-    item = _Item(path, step=None, item=None, context=None, backend="tensorstore")
+    item = OpenedItem(path, step=None, item=None, context=None, backend="tensorstore")
     arrays = item.arrays([n for n, leaf in item.leaves.items() if leaf.source == "array"])
     array = arrays["block_1.p04"]
     assert array._staged is not None

@@ -1,0 +1,202 @@
+"""One opened pytree item: resolved, its documents parsed, its saved tree built, its array
+engine open (`engines.open_store`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from .. import engines
+from ..documents.array_metadatas import DIRECTORY as ARRAY_METADATAS_DIR
+from ..documents.array_metadatas import ArrayMetadatas, process_index
+from ..documents.metadata import FILE_NAME as METADATA_FILE
+from ..documents.metadata import MetadataDocument
+from ..documents.sharding import FILE_NAME as SHARDING_FILE
+from ..documents.sharding import ShardingDocument, ShardingSpec
+from ..documents.strings import FILE_NAME as STRINGS_FILE
+from ..documents.strings import StringsDocument
+from ..errors import MissingDataError, NotACheckpointError
+from ..kv import Location, new_context
+from ..layout import Resolved, Storage, resolve
+from ..msgpack_legacy import DEFAULT_MAX_BYTES, decode_checkpoint
+from ..names import MSGPACK_FILE
+from ..paths import check_relative
+
+if TYPE_CHECKING:
+    import tensorstore as ts
+from ..saved_tree import (
+    SavedLeaf,
+    by_param_name,
+    from_metadata,
+    from_msgpack,
+    leaves,
+    placeholder_names,
+)
+
+__all__ = ["OpenedItem"]
+
+# ---------------------------------------------------------------------------------------------
+# One opened item.
+
+
+class OpenedItem:
+    """A pytree item: its documents, its saved tree and its array store."""
+
+    def __init__(
+        self,
+        path: Any,
+        *,
+        step: int | None,
+        item: str | None,
+        context: ts.Context | None,
+        backend: str = "auto",
+    ) -> None:
+        if backend not in ("auto", *engines.BACKENDS):
+            raise ValueError(f"backend must be 'auto', 'tensorstore' or 'python', not {backend!r}")
+        loc = Location.of(path)
+        if backend == "auto":  # ockpt's own decoders where they can read: local directories
+            backend = "python" if loc.local is not None else "tensorstore"
+        # a tensorstore context for the tensorstore backend and for URLs; none otherwise
+        need_context = backend == "tensorstore" or loc.local is None
+        self.context = new_context(context) if need_context else None
+        self.resolved: Resolved = resolve(loc, step=step, item=item, context=self.context)
+        loc = self.resolved.location
+        fmt = self.resolved.target.item
+        assert fmt is not None  # resolve returns pytree items only
+        self.location = loc
+        self.format = fmt
+        self.doc: MetadataDocument | None = None
+        if fmt.has_metadata:
+            data = loc.read(METADATA_FILE, context=self.context)
+            if data is None:
+                raise MissingDataError(
+                    "removed meanwhile", rule="LOAD-050", file=loc.file(METADATA_FILE)
+                )
+            self.doc = MetadataDocument.from_bytes(data, file=loc.file(METADATA_FILE))
+        self.msgpack: Any = None
+        if fmt.has_msgpack:
+            data = loc.read(
+                MSGPACK_FILE, context=self.context, limit=DEFAULT_MAX_BYTES, rule="MSGPACK-001"
+            )
+            if data is None:
+                raise MissingDataError(
+                    "removed meanwhile", rule="LOAD-050", file=loc.file(MSGPACK_FILE)
+                )
+            self.msgpack = decode_checkpoint(data, file=loc.file(MSGPACK_FILE))
+        self.metadata_file = loc.file(METADATA_FILE if self.doc is not None else MSGPACK_FILE)
+        self._strings: StringsDocument | None = None
+        self._strings_loaded = False
+        self._string_names: set[str] | None = None
+        self.tree = self._saved_tree()
+        self.leaves = by_param_name(leaves(self.tree), file=self.metadata_file)
+        if fmt.storage is not Storage.OCDBT:  # each array is the directory <param name>/
+            for name, leaf in self.leaves.items():
+                if leaf.source == "array":
+                    check_relative(name, file=self.metadata_file, absolute_ok=True)
+        zarr_version = None
+        if self.doc is not None and isinstance(self.doc.use_zarr3, bool):
+            zarr_version = 3 if self.doc.use_zarr3 else 2
+        strict = self.doc is not None and self.doc.store_array_data_equal_to_fill_value is True
+        # the tensorstore engine refuses a local item with links leading out (PATH-004) or
+        # anything but regular files and directories (PATH-005) before tensorstore sees it
+        self.store: engines.ArrayStore = engines.open_store(
+            loc,
+            fmt,
+            backend=backend,
+            context=self.context,
+            zarr_version=zarr_version,
+            missing_chunks_are_errors=strict,
+        )
+        self._arrays: dict[str, engines.StoredArray] = {}
+
+    # -- the saved tree --------------------------------------------------------------------
+
+    def _saved_tree(self) -> Any:
+        if self.doc is not None:
+            return from_metadata(self.doc, self.msgpack)
+        if self.msgpack is None:
+            raise NotACheckpointError(
+                "neither _METADATA nor checkpoint", rule="LOAD-050", file=self.location.display
+            )
+        has_placeholders = next(placeholder_names(self.msgpack), None) is not None
+        return from_msgpack(self.msgpack, self._msgpack_strings() if has_placeholders else ())
+
+    def _msgpack_strings(self) -> set[str]:
+        """Param names stored as strings (placeholders for strings, no _METADATA)."""
+        if self._string_names is None:
+            doc = self._strings_document(placeholder_names(self.msgpack))
+            self._string_names = set(doc.names()) if doc is not None else set()
+        return self._string_names
+
+    # -- documents -------------------------------------------------------------------------
+
+    def _strings_document(self, candidates: Iterable[str]) -> StringsDocument | None:
+        """The item's strings document, or None when it has none (JSON documents §7, STR-003).
+
+        `_strings.json` at the item root; else, as releases up to 0.3.x wrote it,
+        `<P>/_strings.json` for the first param name P of `candidates` (the string leaves, or
+        every placeholder when there is no `_METADATA`) in sorted order that has one; else a
+        file named P.
+        """
+        if self._strings_loaded:
+            return self._strings
+        data = self.location.read(STRINGS_FILE, context=self.context)
+        file = self.location.file(STRINGS_FILE)
+        if data is None:
+            names = sorted(set(candidates))
+            for rel in [f"{n}/{STRINGS_FILE}" for n in names] + names:
+                try:
+                    data = self.location.read(rel, context=self.context)
+                except (OSError, ValueError):
+                    data = None
+                if data is not None:
+                    file = self.location.file(rel)
+                    break
+        self._strings = None if data is None else StringsDocument.from_bytes(data, file=file)
+        self._strings_loaded = True
+        return self._strings
+
+    def strings(self, leaf: SavedLeaf) -> str:
+        names = [n for n, lf in self.leaves.items() if lf.source == "string"]
+        doc = self._strings_document(names)
+        if doc is None:
+            raise MissingDataError(
+                "missing (nor found in the directory of a string leaf); needed for string leaf "
+                f"{leaf.param_name!r}",
+                rule="LOAD-042",
+                file=self.location.file(STRINGS_FILE),
+            )
+        return doc.get(leaf.param_name)
+
+    def shardings(self) -> Mapping[str, ShardingSpec]:
+        data = self.location.read(SHARDING_FILE, context=self.context)
+        if data is None:
+            return {}
+        return ShardingDocument.from_bytes(data, file=self.location.file(SHARDING_FILE)).shardings
+
+    def array_metadatas(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        sub = self.location.join(ARRAY_METADATAS_DIR)
+        listing = sub.listdir(context=self.context)  # a FIFO or directory is refused when read
+        names = listing.files | listing.dirs | listing.other
+        for name in sorted(names, key=lambda n: process_index(n) or 0):
+            if process_index(name) is None:
+                continue
+            data = sub.read(name, context=self.context)
+            if data is not None:
+                doc = ArrayMetadatas.from_bytes(data, file=sub.file(name))
+                for a in doc.arrays:
+                    out.setdefault(a.param_name, a)
+        return out
+
+    def arrays(self, names: list[str]) -> dict[str, engines.StoredArray]:
+        """The named arrays, opened together and kept for the item's lifetime."""
+        todo = [n for n in names if n not in self._arrays]
+        if todo:
+            self._arrays.update(self.store.open_many(todo))
+        return {n: self._arrays[n] for n in names}
+
+    def array(self, name: str) -> engines.StoredArray:
+        """One array: the kept one, else opened now and not kept."""
+        hit = self._arrays.get(name)
+        return hit if hit is not None else self.store.open(name)

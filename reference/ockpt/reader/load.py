@@ -1,0 +1,507 @@
+"""`load_pytree`: match the caller's target against the saved tree (LOAD-001..005), check every
+requested dtype and shape (LOAD-020..031), then read only the regions the target needs."""
+
+from __future__ import annotations
+
+import functools
+import operator
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+from .. import _jax, dtypes, engines
+from ..errors import TargetError
+from ..paths import EmptyNode, KeyType, param_name
+
+if TYPE_CHECKING:
+    import tensorstore as ts
+from ..saved_tree import EMPTY_VALUES, Empty, Node, SavedLeaf, leaves, ordered
+from .item import OpenedItem
+
+__all__ = ["CastPolicy", "CAST_POLICIES", "load_pytree", "load_item"]
+
+CastPolicy = Literal["exact", "checked", "lossy"]
+CAST_POLICIES = ("exact", "checked", "lossy")
+
+# ---------------------------------------------------------------------------------------------
+# Matching a target.
+
+_Builder = Callable[[dict[int, Any]], Any]
+
+
+@dataclass(slots=True)
+class _Job:
+    """One leaf to load and what the target asks of it."""
+
+    leaf: SavedLeaf
+    want: Literal["as_saved", "numpy", "np_scalar", "py_scalar", "jax", "string"]
+    shape: tuple[int, ...] | None = None
+    dtype: np.dtype | None = None
+    sharding: Any = None
+    pytype: type | None = None
+
+
+def _const(value: Any) -> _Builder:
+    return lambda results: value
+
+
+def _is_namedtuple(x: Any) -> bool:
+    return isinstance(x, tuple) and hasattr(type(x), "_fields")
+
+
+_PY_SCALARS: dict[type, np.dtype] = {
+    bool: np.dtype(bool),
+    int: np.dtype(np.int64),
+    float: np.dtype(np.float64),
+    complex: np.dtype(np.complex128),
+}
+
+
+class _Planner:
+    def __init__(self, item: OpenedItem, *, partial: bool) -> None:
+        self.item = item
+        self.partial = partial
+        self.jobs: list[_Job] = []
+        self.missing: list[str] = []
+        self.extra: list[str] = []
+
+    def _job(self, job: _Job) -> _Builder:
+        index = len(self.jobs)
+        self.jobs.append(job)
+        return operator.itemgetter(index)
+
+    def _extra(self, saved: Any, texts: tuple[str, ...]) -> None:
+        names = [leaf.param_name for leaf in leaves(saved)]
+        self.extra.extend(names or ([param_name(texts)] if not isinstance(saved, Empty) else []))
+
+    def as_saved(self, saved: Any) -> _Builder:
+        if isinstance(saved, SavedLeaf):
+            return self._job(_Job(saved, "as_saved"))
+        if isinstance(saved, Empty):
+            make = EMPTY_VALUES[saved.node]
+            return lambda results: make()
+        parts = [(k, self.as_saved(v)) for k, v in ordered(saved)]
+        if saved.kind is KeyType.SEQUENCE:
+            return lambda results: [b(results) for _, b in parts]
+        return lambda results: {k: b(results) for k, b in parts}
+
+    def plan(self, target: Any, saved: Any, texts: tuple[str, ...]) -> _Builder:
+        if target is Ellipsis:
+            if saved is None:
+                self.missing.append(param_name(texts))
+            return _const(Ellipsis)
+        if saved is None:
+            self.missing.append(param_name(texts))
+            return _const(None)
+        if target is None:
+            if not (isinstance(saved, Empty) and saved.node is EmptyNode.NONE):
+                if not self.partial:
+                    self._extra(saved, texts)
+            return _const(None)
+        container = self._container(target)
+        if container is not None:
+            items, rebuild = container
+            if not items:
+                if isinstance(saved, Node) and not self.partial:
+                    self._extra(saved, texts)
+                elif isinstance(saved, SavedLeaf):
+                    self._shape_error(saved, "an empty container")
+                return lambda results: rebuild([])
+            if not isinstance(saved, Node):
+                if isinstance(saved, SavedLeaf):
+                    self._shape_error(saved, f"a {type(target).__name__} node")
+                self.missing.extend(param_name(texts + (k,)) for k, _ in items)
+                return _const(None)
+            parts = [self.plan(v, saved.children.get(k), texts + (k,)) for k, v in items]
+            if not self.partial:
+                wanted = {k for k, _ in items}
+                for k, v in saved.children.items():
+                    if k not in wanted:
+                        self._extra(v, texts + (k,))
+            return lambda results: rebuild([b(results) for b in parts])
+        if not isinstance(saved, SavedLeaf):
+            raise TargetError(
+                f"the target has a leaf ({type(target).__name__}) where the checkpoint has "
+                f"a {'subtree' if isinstance(saved, Node) else saved.node.value + ' node'}",
+                rule="LOAD-003",
+                file=self.item.metadata_file,
+                leaf=param_name(texts),
+            )
+        return self._job(self._leaf_job(target, saved))
+
+    def _shape_error(self, saved: SavedLeaf, what: str) -> None:
+        raise TargetError(
+            f"the target has {what} where the checkpoint has a leaf",
+            rule="LOAD-003",
+            file=self.item.metadata_file,
+            leaf=saved.param_name,
+        )
+
+    def _container(
+        self, target: Any
+    ) -> tuple[list[tuple[str, Any]], Callable[[list[Any]], Any]] | None:
+        if isinstance(target, Mapping):
+            keys = list(target)
+            texts = [str(k) for k in keys]
+            if len(set(texts)) != len(texts):
+                raise TargetError("two target dict keys have the same text", rule="LOAD-004")
+            cls = type(target)
+
+            def rebuild_map(values: list[Any]) -> Any:
+                data = dict(zip(keys, values, strict=True))
+                if cls is dict:
+                    return data
+                try:
+                    return cls(data)
+                except TypeError:
+                    return data
+
+            return list(zip(texts, target.values(), strict=True)), rebuild_map
+        if _is_namedtuple(target):
+            cls = type(target)
+            return (
+                [(f, getattr(target, f)) for f in target._fields],
+                lambda values: cls(*values),
+            )
+        if isinstance(target, (list, tuple)):
+            make = list if isinstance(target, list) else type(target)
+            return [(str(i), v) for i, v in enumerate(target)], lambda values: make(values)
+        if isinstance(target, (np.ndarray, np.generic, str, bytes, bool, int, float, complex)):
+            return None
+        return _jax.children(target)
+
+    def _leaf_job(self, target: Any, leaf: SavedLeaf) -> _Job:
+        if isinstance(target, str):
+            return _Job(leaf, "string")
+        if isinstance(target, np.ndarray):
+            return _Job(leaf, "numpy", tuple(target.shape), target.dtype)
+        if isinstance(target, np.generic):
+            return _Job(leaf, "np_scalar", (), target.dtype)
+        if type(target) in _PY_SCALARS:
+            return _Job(leaf, "py_scalar", (), _PY_SCALARS[type(target)], pytype=type(target))
+        if _jax.is_array_target(target):
+            shape, dtype, sharding = _jax.target_spec(target)
+            return _Job(leaf, "jax", shape, dtype, sharding)
+        raise TargetError(
+            f"unsupported target leaf type {type(target).__name__} (use numpy.ndarray, "
+            "jax.ShapeDtypeStruct, jax.Array, a scalar, str or ... to skip)",
+            rule="LOAD-004",
+            file=self.item.metadata_file,
+            leaf=leaf.param_name,
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading.
+
+
+def _check_job(
+    job: _Job,
+    array_shape: tuple[int, ...],
+    array_dtype: np.dtype,
+    *,
+    file: str,
+    cast: str,
+    pad_or_truncate: bool,
+) -> None:
+    name = job.leaf.param_name
+    if job.want == "as_saved":
+        job.shape, job.dtype = array_shape, array_dtype
+        return
+    assert job.shape is not None and job.dtype is not None
+    if job.shape != array_shape:
+        if not (pad_or_truncate and len(job.shape) == len(array_shape) and job.shape):
+            raise TargetError(
+                f"shape mismatch: the checkpoint holds {list(array_shape)}, the target asks "
+                f"for {list(job.shape)}"
+                + ("" if pad_or_truncate else " (pass pad_or_truncate=True to pad or cut)"),
+                rule="LOAD-030",
+                file=file,
+                leaf=name,
+            )
+    if job.want == "jax":
+        canonical = _jax.canonical_dtype(job.dtype)
+        if canonical != job.dtype:
+            raise TargetError(
+                f"jax would store {job.dtype} as {canonical} (64-bit types need "
+                "jax_enable_x64); ask for the narrower dtype explicitly",
+                rule="LOAD-024",
+                file=file,
+                leaf=name,
+            )
+    try:
+        kind = dtypes.cast_kind(array_dtype, job.dtype)
+    except (KeyError, ValueError):
+        kind = "lossy"
+    if kind == "lossy" and cast == "exact":
+        raise TargetError(
+            f"cast from {array_dtype} to {job.dtype} is lossy; pass cast='checked' (refuse "
+            "if a value changes) or cast='lossy' to allow it",
+            rule="LOAD-020",
+            file=file,
+            leaf=name,
+        )
+
+
+def _final(job: _Job, value: Any) -> Any:
+    if job.want == "as_saved":
+        # a msgpack placeholder without _METADATA (value_type "array") stays a 0-d array: nothing
+        # says it was a scalar (LOAD-044)
+        if job.leaf.value_type == "scalar" and isinstance(value, np.ndarray):
+            return value[()]
+        return value
+    if job.want == "np_scalar":
+        return np.asarray(value)[()]
+    if job.want == "py_scalar":
+        assert job.pytype is not None
+        return job.pytype(np.asarray(value)[()].item())
+    return value
+
+
+def _box_of(shape: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
+    return tuple((0, n) for n in shape)
+
+
+def _clip(box, stored_shape):  # type: ignore[no-untyped-def]
+    return tuple((a, min(b, n)) for (a, b), n in zip(box, stored_shape, strict=True))
+
+
+class _Loader:
+    def __init__(
+        self,
+        item: OpenedItem,
+        jobs: list[_Job],
+        *,
+        cast: str,
+        pad_or_truncate: bool,
+        max_in_flight: int,
+    ) -> None:
+        self.item = item
+        self.jobs = jobs
+        self.cast = cast
+        self.pad = pad_or_truncate
+        self.max_in_flight = max_in_flight
+        self.results: dict[int, Any] = {}
+
+    def run(self) -> dict[int, Any]:
+        pending: dict[int, dict[Any, Any]] = {}
+        for request, data in engines.read_regions(
+            self._requests(pending), max_in_flight=self.max_in_flight
+        ):
+            index, box, devices = request.tag
+            job = self.jobs[index]
+            host = self._finish_region(job, request, data, box)
+            if devices is None:
+                self.results[index] = _final(job, host)
+                continue
+            placed = pending[index]["arrays"]
+            for device in devices:
+                placed[device] = _jax.to_device(host, device)
+            del host, data
+            if len(placed) == pending[index]["count"]:
+                self.results[index] = _jax.assemble(job.shape, job.sharding, placed)
+                del pending[index]
+        return self.results
+
+    def _requests(self, pending: dict[int, dict[Any, Any]]) -> Iterator[engines.ReadRequest]:
+        """The reads of every job, made as reading reaches them. Before the first, strings and
+        inline values are settled and every leaf a target asks for is checked against its
+        stored array, so that a mismatch is refused before anything is read. A backend that
+        opens arrays one at a time (`BULK_OPEN` false) opens each array when it is needed and
+        keeps none (twice with a target), so memory does not grow with the leaf count."""
+        file = self.item.metadata_file
+        open_array: Callable[[str], Any] = self.item.array
+        if self.item.store.BULK_OPEN:
+            names = [j.leaf.param_name for j in self.jobs if j.leaf.source == "array"]
+            open_array = self.item.arrays(names).__getitem__
+        check = functools.partial(_check_job, file=file, cast=self.cast, pad_or_truncate=self.pad)
+        for index, job in enumerate(self.jobs):
+            if job.leaf.source == "string" or job.want == "string":
+                self.results[index] = self._string(job)
+            elif job.leaf.source == "inline":
+                self.results[index] = self._inline(job)
+            elif job.want != "as_saved":
+                array = open_array(job.leaf.param_name)
+                check(job, array.shape, array.dtype)
+        for index, job in enumerate(self.jobs):
+            if index in self.results:
+                continue
+            array = open_array(job.leaf.param_name)
+            check(job, array.shape, array.dtype)  # as saved: sets the job's shape and dtype
+            read_dtype = job.dtype if self.cast == "exact" or job.dtype == array.dtype else None
+            assert job.shape is not None
+            if job.want == "jax":
+                boxes = _jax.shard_boxes(job.shape, job.sharding)
+                pending[index] = {"count": len(boxes), "arrays": {}}
+                by_box: dict[Any, list[Any]] = {}
+                for device, box in boxes.items():
+                    by_box.setdefault(box, []).append(device)
+                for box, devices in by_box.items():
+                    yield self._request(array, box, read_dtype, (index, box, devices))
+            else:
+                box = _box_of(job.shape)
+                yield self._request(array, box, read_dtype, (index, box, None))
+
+    def _request(self, array, box, dtype, tag) -> engines.ReadRequest:  # type: ignore[no-untyped-def]
+        return engines.ReadRequest(array, _clip(box, array.shape), dtype, tag)
+
+    def _finish_region(self, job: _Job, request: engines.ReadRequest, data: np.ndarray, box):  # type: ignore[no-untyped-def]
+        assert job.dtype is not None
+        if data.dtype != job.dtype:
+            data = self._cast(job, data)
+        if request.box != box:  # pad: the target region reaches past the stored array
+            out = np.zeros(tuple(b - a for a, b in box), dtype=job.dtype)
+            out[tuple(slice(0, b - a) for a, b in request.box)] = data
+            data = out
+        return data
+
+    def _cast(self, job: _Job, data: np.ndarray) -> np.ndarray:
+        assert job.dtype is not None
+        if self.cast == "checked":
+            changed = dtypes.lossy_values(data, job.dtype)
+            if changed.any():
+                where = tuple(int(i) for i in np.argwhere(changed)[0])
+                raise TargetError(
+                    f"cast from {data.dtype} to {job.dtype} would change "
+                    f"{int(changed.sum())} value(s), first at {list(where)} "
+                    f"({data[where]!r})",
+                    rule="LOAD-021",
+                    file=self.item.metadata_file,
+                    leaf=job.leaf.param_name,
+                )
+        return dtypes.astype(data, job.dtype)
+
+    def _string(self, job: _Job) -> Any:
+        leaf = job.leaf
+        if leaf.source == "inline":
+            value = leaf.inline
+        elif leaf.source == "string":
+            value = self.item.strings(leaf)
+        else:
+            value = None
+        if not isinstance(value, str) or job.want not in ("string", "as_saved"):
+            have = "a string" if isinstance(value, str) else "an array"
+            raise TargetError(
+                f"the checkpoint holds {have}; the target asks for "
+                f"{'a string' if job.want == 'string' else 'an array'}",
+                rule="LOAD-005",
+                file=self.item.metadata_file,
+                leaf=leaf.param_name,
+            )
+        return value
+
+    def _inline(self, job: _Job) -> Any:
+        value = job.leaf.inline
+        if job.want == "as_saved":
+            return value
+        if isinstance(value, (str, bytes)):
+            return self._string(job)
+        host = np.asarray(value)
+        _check_job(
+            job,
+            tuple(host.shape),
+            host.dtype,
+            file=self.item.metadata_file,
+            cast=self.cast,
+            pad_or_truncate=self.pad,
+        )
+        assert job.shape is not None
+        region = _box_of(job.shape)
+        clipped = _clip(region, host.shape)
+        part = host[tuple(slice(a, b) for a, b in clipped)]
+        request = engines.ReadRequest(None, clipped)  # type: ignore[arg-type]
+        data = self._finish_region(job, request, np.array(part), region)
+        if job.want == "jax":
+            return _jax.from_host(data, job.sharding)
+        return _final(job, data)
+
+
+def _check_structure(planner: _Planner, item: OpenedItem) -> None:
+    if planner.missing or (planner.extra and not planner.partial):
+        parts = []
+        if planner.missing:
+            parts.append(f"missing from the checkpoint: {planner.missing}")
+        if planner.extra and not planner.partial:
+            parts.append(f"in the checkpoint but not in the target: {planner.extra}")
+        hint = " (pass partial=True to load a subset)" if not planner.missing else ""
+        raise TargetError(
+            "target tree does not match the saved tree; " + "; ".join(parts) + hint,
+            rule="LOAD-001" if planner.missing else "LOAD-002",
+            file=item.metadata_file,
+            missing=tuple(planner.missing),
+            extra=tuple(planner.extra),
+        )
+
+
+def load_item(
+    item: OpenedItem,
+    target: Any,
+    *,
+    partial: bool,
+    cast: str,
+    pad_or_truncate: bool,
+    max_in_flight: int,
+) -> Any:
+    if cast not in CAST_POLICIES:
+        raise ValueError(f"cast must be one of {CAST_POLICIES}, got {cast!r}")
+    planner = _Planner(item, partial=partial)
+    if target is None:
+        build = planner.as_saved(item.tree)
+    else:
+        build = planner.plan(target, item.tree, ())
+        _check_structure(planner, item)
+    results = _Loader(
+        item,
+        planner.jobs,
+        cast=cast,
+        pad_or_truncate=pad_or_truncate,
+        max_in_flight=max_in_flight,
+    ).run()
+    return build(results)
+
+
+def load_pytree(
+    path: Any,
+    target: Any = None,
+    *,
+    step: int | None = None,
+    item: str | None = None,
+    partial: bool = False,
+    cast: CastPolicy = "exact",
+    pad_or_truncate: bool = False,
+    max_in_flight: int = engines.DEFAULT_MAX_IN_FLIGHT,
+    context: ts.Context | None = None,
+    backend: str = "auto",
+) -> Any:
+    """Load a pytree checkpoint.
+
+    Without `target`: the tree exactly as saved: arrays as numpy.ndarray, scalars as numpy
+    scalars of their stored dtype, strings as str (dicts for dict nodes, lists for sequences).
+
+    With `target`: the result takes the target's structure (dict, list, tuple, NamedTuple,
+    registered custom nodes); each target leaf says what to load: numpy.ndarray (shape and
+    dtype), a numpy or Python scalar, str, jax.ShapeDtypeStruct (optionally with a sharding)
+    or jax.Array (built shard by shard on the target's sharding, reading only what each
+    addressable shard needs), or ``...`` to skip the leaf (no bytes read).
+
+    Options: `partial` allows a target holding a subset of the saved leaves; `cast` is
+    ``"exact"`` (only casts that keep every value), ``"checked"`` (lossy casts allowed when
+    no value actually changes) or ``"lossy"``; `pad_or_truncate` zero-pads or cuts arrays
+    whose saved shape differs from the target's; `step` / `item` choose a step of a
+    checkpoint-manager root and an item of a step or v1 checkpoint; `max_in_flight` bounds
+    concurrent reads; `context` is a parent tensorstore context (e.g. for ``memory://``);
+    `backend` is ``"python"`` (ockpt's own OCDBT and zarr decoders, local directories only),
+    ``"tensorstore"``, or ``"auto"`` (the default: python for a local directory, tensorstore
+    for a URL).
+    """
+    handle = OpenedItem(path, step=step, item=item, context=context, backend=backend)
+    return load_item(
+        handle,
+        target,
+        partial=partial,
+        cast=cast,
+        pad_or_truncate=pad_or_truncate,
+        max_in_flight=max_in_flight,
+    )
