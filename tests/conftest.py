@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -58,6 +60,22 @@ def assert_backends_agree(checkpoint: Path) -> None:
             assert x.tobytes() == y.tobytes(), k
         else:
             assert a[k] == b[k], k
+
+
+@contextlib.contextmanager
+def deadline(seconds: int):
+    """Fail with TimeoutError (instead of hanging the suite) when the block runs longer."""
+
+    def expired(signum, frame):  # type: ignore[no-untyped-def]
+        raise TimeoutError(f"ran longer than {seconds} s")
+
+    old = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
 
 
 def case_id(path: Path) -> str:

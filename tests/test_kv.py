@@ -10,35 +10,18 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import socket
 from pathlib import Path
 
 import pytest
 
 import ockpt
-from conftest import FIXTURES
+from conftest import FIXTURES, deadline
 from ockpt.errors import FormatError
 from ockpt.kv import Location, files
 
 CASE_12 = FIXTURES / "orbax-0.12.8" / "nested"  # OCDBT, zarr v2, _METADATA, _sharding
 CASE_03 = FIXTURES / "orbax-0.3.5" / "scalars_strings"  # msgpack `checkpoint`, per-leaf zarr
-
-
-@contextlib.contextmanager
-def _deadline(seconds: int = 20):
-    """Fail (instead of hanging the suite) when the block blocks."""
-
-    def expired(signum, frame):  # type: ignore[no-untyped-def]
-        raise TimeoutError(f"blocked for more than {seconds} s")
-
-    old = signal.signal(signal.SIGALRM, expired)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -63,7 +46,7 @@ def _special(kind: str, path: Path) -> contextlib.AbstractContextManager:
 @pytest.mark.parametrize("kind", ["fifo", "directory", "loop", "socket"])
 def test_special_files_are_refused_at_once(tmp_path, kind):
     target = tmp_path / "doc"
-    with _special(kind, target), _deadline():
+    with _special(kind, target), deadline(20):
         for read in (
             lambda: files.read_file(str(target), limit=1 << 20, rule="JSON-003"),
             lambda: files.read_inside(str(tmp_path), "doc", limit=1 << 20, rule="JSON-003"),
@@ -77,7 +60,7 @@ def test_special_files_are_refused_at_once(tmp_path, kind):
 
 
 def test_a_device_is_refused_without_reading_it():
-    with _deadline(), pytest.raises(FormatError) as e:
+    with deadline(20), pytest.raises(FormatError) as e:
         files.read_file("/dev/zero", limit=1 << 20, rule="JSON-003")
     assert e.value.rule == "PATH-005" and "character device" in e.value.message
 
@@ -153,7 +136,7 @@ def test_special_file_in_a_real_checkpoint(tmp_copy, case, name, kind):
     if not target.exists():
         pytest.skip(f"{case.name} has no {name}")
     target.unlink()
-    with _special(kind, target), _deadline():
+    with _special(kind, target), deadline(20):
         for what, read in _reads(root).items():
             if name in ("_sharding", "array_metadatas/process_0") and what != "pytree_metadata":
                 continue  # read only for the saved sharding and write shapes
@@ -173,3 +156,12 @@ def test_special_file_in_a_real_checkpoint(tmp_copy, case, name, kind):
         layout = ockpt.detect(root)
         if name == "_METADATA":
             assert [p.rule for p in layout.problems] == ["PATH-005"]
+
+
+def test_check_tree_is_bounded(tmp_path):
+    for i in range(5):
+        (tmp_path / str(i)).write_text("")
+    files.check_tree(str(tmp_path), limit=5)
+    with pytest.raises(FormatError) as e:
+        files.check_tree(str(tmp_path), limit=4)
+    assert e.value.rule == "LIMIT-005"

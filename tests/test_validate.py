@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import ockpt
-from conftest import FIXTURES, case_id, fixture_cases
+from conftest import FIXTURES, case_id, deadline, fixture_cases
 from ockpt.rules import RULES
 from ockpt.validate import Report, validate
 
@@ -30,16 +29,8 @@ SECONDS = 60
 
 @pytest.fixture(autouse=True)
 def _time_limit():
-    def expire(signum, frame):  # noqa: ARG001
-        raise TimeoutError(f"test ran longer than {SECONDS} s")
-
-    old = signal.signal(signal.SIGALRM, expire)
-    signal.alarm(SECONDS)
-    try:
+    with deadline(SECONDS):
         yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
 
 
 def _checkpoints() -> list[Path]:

@@ -64,9 +64,17 @@ def format_time(ns: int | None) -> str:
     return t.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def _entry(layout: Layout, *, name: str, step: Step | None = None) -> Entry:
+def _entry(
+    layout: Layout,
+    *,
+    name: str,
+    step: Step | None = None,
+    children: tuple[Entry, ...] | None = None,
+) -> Entry:
+    """The entry of `layout`; its children are its items unless given (a root's steps)."""
     committed = layout.committed and (step is None or step.committed)
-    children = tuple(_entry(c, name=n) for n, c in layout.checkpointables.items())
+    if children is None:
+        children = tuple(_entry(c, name=n) for n, c in layout.checkpointables.items())
     return Entry(
         name=name,
         path=layout.path,
@@ -91,14 +99,7 @@ def describe(path: Any, *, context: ts.Context | None = None) -> Entry:
     Raises `PathNotFoundError` for a missing path."""
     top = select(path, context=context).top
     name = top.path.rstrip("/").rsplit("/", 1)[-1]
-    if top.kind is not Kind.MANAGER_ROOT:
-        return _entry(top, name=name)
-    steps = tuple(step_entry(top, s, context=context) for s in top.steps)
-    return Entry(
-        name=name,
-        path=top.path,
-        kind=top.kind.value,
-        committed=True,
-        has_commit_file=top.has_commit_file,
-        children=steps,
-    )
+    steps = None
+    if top.kind is Kind.MANAGER_ROOT:
+        steps = tuple(step_entry(top, s, context=context) for s in top.steps)
+    return _entry(top, name=name, children=steps)

@@ -22,6 +22,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
+from ..layout import Storage
+from ..names import MANIFEST_FILE
+
 if TYPE_CHECKING:
     from ..kv import Location
     from ..layout import ItemFormat
@@ -34,6 +37,7 @@ __all__ = [
     "ReadRequest",
     "read_regions",
     "tiles",
+    "array_file",
     "DEFAULT_MAX_IN_FLIGHT",
     "TILE_BYTES",
 ]
@@ -151,6 +155,19 @@ class ReadRequest:
     box: tuple[tuple[int, int], ...]
     dtype: np.dtype | None = None
     tag: Any = None
+
+
+def array_file(location: Location, fmt: ItemFormat, param_name: str) -> str:
+    """The real file an error names for the array `param_name`: its directory (per-leaf
+    zarr), else the manifest of the OCDBT database holding it (the item's root database, or
+    its per-process databases); the message names the param."""
+    if fmt.storage is not Storage.OCDBT:
+        return location.file(param_name)
+    if fmt.has_root_manifest:
+        return location.file(MANIFEST_FILE)
+    processes = fmt.ocdbt_processes
+    which = str(processes[0]) if len(processes) == 1 else "*"
+    return location.file(f"ocdbt.process_{which}/{MANIFEST_FILE}")
 
 
 def tiles(

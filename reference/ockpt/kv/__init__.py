@@ -9,16 +9,16 @@ Nothing else in ockpt opens a file of a checkpoint (tests/test_architecture.py c
 """
 
 from .byterange import ByteRange
-from .files import Listing, links_leading_out, open_range, read_file, read_inside, resolve_inside
+from .files import Listing, check_tree, open_range, read_file, read_inside, resolve_inside
 from .location import Location, import_tensorstore, is_url, new_context
 
 __all__ = [
     "ByteRange",
     "Listing",
+    "check_tree",
     "Location",
     "import_tensorstore",
     "is_url",
-    "links_leading_out",
     "new_context",
     "open_range",
     "read_file",

@@ -31,7 +31,6 @@ from .byterange import ByteRange
 __all__ = [
     "Listing",
     "resolve_inside",
-    "links_leading_out",
     "check_tree",
     "open_regular",
     "read_file",
@@ -85,34 +84,9 @@ def resolve_inside(root: str, name: str, *, file: str | None = None) -> str:
     return full
 
 
-def links_leading_out(root: str, *, limit: int = 1 << 22) -> list[tuple[str, str]]:
-    """(path, target) for each symbolic link under `root` whose target lies outside the real
-    path of `root` (PATH-004). Directories are not followed through links; at most `limit`
-    entries are visited (a larger tree is checked up to there)."""
-    real_root = os.path.realpath(root)
-    prefix = real_root.rstrip(os.sep) + os.sep
-    out: list[tuple[str, str]] = []
-    stack = [root]
-    seen = 0
-    while stack and seen < limit:
-        d = stack.pop()
-        try:
-            it = os.scandir(d)
-        except OSError:
-            continue
-        with it:
-            for entry in it:
-                seen += 1
-                if entry.is_symlink():
-                    target = os.path.realpath(entry.path)
-                    if target != real_root and not target.startswith(prefix):
-                        out.append((entry.path, target))
-                elif entry.is_dir(follow_symlinks=False):
-                    stack.append(entry.path)
-    return out
-
-
-def check_tree(root: str, *, file: str | None = None, limit: int = 1 << 22) -> None:
+def check_tree(
+    root: str, *, file: str | None = None, limit: int = LIMITS.max_directory_entries
+) -> None:
     """Refuse a directory tree that a reader which follows links and opens what it finds
     (tensorstore) must not be given: a symbolic link whose target lies outside the real path
     of `root` (PATH-004), and anything that is neither a regular file nor a directory, through
@@ -125,7 +99,7 @@ def check_tree(root: str, *, file: str | None = None, limit: int = 1 << 22) -> N
     shown = file or root
     stack = [root]
     seen = 0
-    while stack and seen < limit:
+    while stack:
         d = stack.pop()
         try:
             it = os.scandir(d)
@@ -134,6 +108,13 @@ def check_tree(root: str, *, file: str | None = None, limit: int = 1 << 22) -> N
         with it:
             for entry in it:
                 seen += 1
+                if seen > limit:
+                    raise FormatError(
+                        "the checkpoint holds more entries than the limit",
+                        rule="LIMIT-005",
+                        file=shown,
+                        expected=f"<= {limit}",
+                    )
                 where = os.path.join(shown, os.path.relpath(entry.path, root))
                 try:
                     if entry.is_symlink():
@@ -161,6 +142,20 @@ def check_tree(root: str, *, file: str | None = None, limit: int = 1 << 22) -> N
                     continue
 
 
+def _stat_regular(path: str, shown: str) -> os.stat_result:
+    """The status of the regular file at `path` (through links, without opening it): PATH-005
+    for anything else; FileNotFoundError / NotADirectoryError when nothing is there."""
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise _not_regular("a symbolic link loop", shown) from None
+        raise
+    if not stat.S_ISREG(st.st_mode):
+        raise _not_regular(_what(st.st_mode), shown)
+    return st
+
+
 def open_regular(path: str, *, file: str | None = None) -> int:
     """A read-only descriptor of the regular file at `path` (the caller closes it).
 
@@ -168,14 +163,7 @@ def open_regular(path: str, *, file: str | None = None) -> int:
     "absent"), `FormatError` PATH-005 for anything but a regular file, and OSError for other
     I/O failures (permissions)."""
     shown = file or path
-    try:
-        st = os.stat(path)  # no open of a device or socket at all
-    except OSError as e:
-        if e.errno == errno.ELOOP:
-            raise _not_regular("a symbolic link loop", shown) from None
-        raise
-    if not stat.S_ISREG(st.st_mode):
-        raise _not_regular(_what(st.st_mode), shown)
+    _stat_regular(path, shown)  # no open of a device or socket at all
     try:
         fd = os.open(path, _OPEN_FLAGS)
     except OSError as e:
@@ -267,16 +255,9 @@ def size_inside(root: str, name: str, *, file: str | None = None) -> int | None:
     shown = file or os.path.join(root, name)
     full = resolve_inside(root, name, file=shown)
     try:
-        st = os.stat(full)
+        return _stat_regular(full, shown).st_size
     except (FileNotFoundError, NotADirectoryError):
         return None
-    except OSError as e:
-        if e.errno == errno.ELOOP:
-            raise _not_regular("a symbolic link loop", shown) from None
-        raise
-    if not stat.S_ISREG(st.st_mode):
-        raise _not_regular(_what(st.st_mode), shown)
-    return st.st_size
 
 
 @dataclass(frozen=True)

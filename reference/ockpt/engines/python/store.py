@@ -38,7 +38,7 @@ from ...ocdbt.tree import Database
 from ...paths import array_prefix
 from ...zarr import ArrayMetadata, open_metadata, read_region
 from ...zarr.v3 import ArrayV3Metadata
-from ..contract import ImmediateFuture, ReadRequest
+from ..contract import ImmediateFuture, ReadRequest, array_file
 from . import fastread
 
 __all__ = [
@@ -465,9 +465,8 @@ class ArrayStore:
         del count
 
     def file(self, param_name: str) -> str:
-        if self._per_leaf:
-            return os.path.join(self.path, param_name)
-        return f"{self.path.rstrip('/')}/<ocdbt>/{param_name}"
+        """Where errors say the array lives (`contract.array_file`)."""
+        return array_file(self.location, self.fmt, param_name)
 
     def list_keys(self) -> list[str]:
         return self.kv.list()

@@ -40,7 +40,7 @@ from ...kv import Location
 from ...kv.files import check_tree
 from ...layout import ItemFormat, Storage
 from ...paths import array_prefix
-from ..contract import TILE_BYTES, ImmediateFuture, ReadRequest, tiles
+from ..contract import TILE_BYTES, ImmediateFuture, ReadRequest, array_file, tiles
 from .stage import Stage, StagedArray
 
 if TYPE_CHECKING:
@@ -301,10 +301,8 @@ class ArrayStore:
         return spec
 
     def file(self, param_name: str) -> str:
-        """Where errors say the array lives."""
-        if self._per_leaf:
-            return self.location.file(param_name)
-        return f"{self.location.file('')}<ocdbt>/{param_name}"
+        """Where errors say the array lives (`contract.array_file`)."""
+        return array_file(self.location, self.fmt, param_name)
 
     def open(self, param_name: str) -> StoredArray:
         """Open one array (reads its zarr metadata only)."""
@@ -427,8 +425,8 @@ class ArrayStore:
 
     def _raise_open(self, param_name: str, e: BaseException) -> None:
         if _not_found(e):
-            raise MissingDataError(
-                f"no zarr array for param {param_name!r} ({_tail(e)})",
+            raise MissingDataError(  # tensorstore's text repeats the spec: nothing to add
+                f"no zarr array for param {param_name!r} (neither .zarray nor zarr.json)",
                 rule="LOAD-040",
                 file=self.file(param_name),
             ) from None
