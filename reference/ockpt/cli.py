@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from typing import Any
 
 from ._commands import add_where
@@ -19,8 +19,13 @@ EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 
 
 def _layout_json(layout: Layout) -> dict[str, Any]:
-    """A JSON view of a layout (its enums are `str` subclasses and dump as their values)."""
-    out = asdict(layout)
+    """A JSON view of a layout (its enums are `str` subclasses and dump as their values);
+    its `location` (a kvstore spec) is left out: `path` says where it is."""
+    out = {f.name: getattr(layout, f.name) for f in fields(layout) if f.name != "location"}
+    out["item"] = None if layout.item is None else asdict(layout.item)
+    out["checkpointables"] = {n: _layout_json(c) for n, c in layout.checkpointables.items()}
+    out["steps"] = [asdict(s) for s in layout.steps]
+    out["problems"] = [asdict(p) for p in layout.problems]
     out["committed"] = layout.committed
     return out
 

@@ -221,14 +221,6 @@ class _Scan:
         return _Scan(self.loc.join(name), self.context)
 
 
-def _missing(loc: Location, context: ts.Context | None) -> bool:
-    """True when `loc` does not exist (a URL prefix with no key under it counts)."""
-    if loc.local is not None:
-        return not os.path.lexists(loc.local)
-    listing = loc.listdir(context=context)
-    return not (listing.files or listing.dirs)
-
-
 def detect(path: Any, *, context: ts.Context | None = None) -> Layout:
     """Describe what `path` (local, ``file://`` or a kvstore URL) is. Never raises: failures
     become NOT_A_CHECKPOINT with a reason."""
@@ -241,19 +233,28 @@ def detect(path: Any, *, context: ts.Context | None = None) -> Layout:
 
 
 def _detect_top(loc: Location, context: ts.Context | None) -> Layout:
-    """`detect` that raises `PathNotFoundError` for a missing path and `NotACheckpointError`
-    for a path that is no directory."""
-    if _missing(loc, context):
+    """`detect` that raises `PathNotFoundError` for a missing path (for a URL: a prefix with
+    no key under it)."""
+    scan = None
+    if loc.local is not None:
+        missing = not os.path.lexists(loc.local)
+    else:
+        scan = _Scan(loc, context)
+        missing = not (scan.files or scan.dirs)
+    if missing:
         raise PathNotFoundError(
             "no such file or directory" + interrupted_overwrite_note(loc.display),
             file=loc.display,
         )
     if loc.local is not None and not os.path.isdir(loc.local):
         return Layout(loc.display, Kind.NOT_A_CHECKPOINT, "not a directory", location=loc)
-    return _detect_dir(loc, context, depth=0)
+    return _detect_dir(loc, context, depth=0, scan=scan)
 
 
-def _detect_dir(loc: Location, context: ts.Context | None, *, depth: int) -> Layout:
+def _detect_dir(
+    loc: Location, context: ts.Context | None, *, depth: int, scan: _Scan | None = None
+) -> Layout:
+    """What the directory `loc` is (`scan`: its listing, when the caller made it)."""
     if is_temporary_name(loc.name):
         return Layout(
             loc.display,
@@ -261,7 +262,7 @@ def _detect_dir(loc: Location, context: ts.Context | None, *, depth: int) -> Lay
             f"name contains {TMP_MARKER!r}: an unfinished save",
             location=loc,
         )
-    scan = _Scan(loc, context)
+    scan = scan if scan is not None else _Scan(loc, context)
     if V1_MARKER in scan.files:
         return _detect_composite(scan, depth=depth)
     item = _item_format(scan)
