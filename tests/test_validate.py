@@ -63,9 +63,9 @@ def _release(path: Path) -> tuple[int, ...]:
 def test_real_checkpoints_validate_clean(path, deep):
     report = validate(path, deep=deep)
     assert report.ok, report.format_text()
-    # Orbax writes commit_success.txt in local steps since 0.12.3 (LAYOUT-002 is a SHOULD)
-    allowed = {"LAYOUT-002"} if _release(path) < (0, 12, 3) else set()
-    assert report.rules <= allowed, report.format_text()
+    # no warning either: releases before 0.12.3 write no commit_success.txt anywhere, so its
+    # absence is no finding there (LAYOUT-002 only where the writer evidently writes it)
+    assert not report.rules, report.format_text()
     assert report.checked["items"] >= 1
     if deep and report.checked["arrays"]:
         assert report.checked["chunks"] >= 1
@@ -190,6 +190,14 @@ def test_cli_usage_and_io_errors_exit_2(tmp_path):
     assert result.returncode == 2 and "no such file" in result.stderr
 
 
+def test_cli_step_and_item():
+    root = str(FIXTURES / "orbax-0.12.8" / "manager" / "checkpoint")
+    result = ockpt_cli("validate", "--json", "--step", "1", "--item", "params", root)
+    assert result.returncode == 0 and json.loads(result.stdout)["kind"] == "pytree_item"
+    result = ockpt_cli("validate", "--step", "7", root)
+    assert result.returncode == 1 and "[LOAD-053]" in result.stdout, result.stdout
+
+
 def test_unknown_directory_in_a_v1_checkpoint_is_a_warning(tmp_copy):
     root = tmp_copy(FIXTURES / "orbax-0.12.8" / "v1_pytree")
     (root / "junk").mkdir()
@@ -224,3 +232,46 @@ VALIDATION_RULE_CASES = {
 def test_each_validation_rule_has_a_bad_variant(rule, name):
     assert EXPECTED[name]["validator"]["rule"] == rule
     assert rule in validate(BAD / name / EXPECTED[name]["path"]).rules
+
+
+def test_layout_002_only_where_the_writer_writes_the_marker(tmp_copy):
+    """LAYOUT-002: a step of 0.12.8 (whose other steps and items hold commit_success.txt)
+    that lost its marker is reported; steps of 0.3.5 / 0.4.8, which never had one, are not."""
+    for release in ("0.3.5", "0.4.8"):
+        report = validate(FIXTURES / f"orbax-{release}" / "manager" / "checkpoint")
+        assert report.ok and "LAYOUT-002" not in report.rules, report.format_text()
+    root = tmp_copy(FIXTURES / "orbax-0.12.8" / "manager")
+    (root / "1" / "commit_success.txt").unlink()
+    report = validate(root)
+    found = [f for f in report.findings if f.rule == "LAYOUT-002"]
+    assert report.ok and len(found) == 1 and found[0].file.endswith("/1"), report.format_text()
+    assert validate(root, step=1).rules == {"LAYOUT-002"}  # its items still hold the marker
+
+
+@pytest.mark.parametrize(
+    ("case", "name"),
+    [("orbax-0.12.8/nested", "_METADATA"), ("orbax-0.3.5/scalars_strings", "checkpoint")],
+)
+def test_documents_linked_out_are_refused(tmp_path, tmp_copy, case, name):
+    """PATH-004: validate reads nothing through a link leading out (it used to parse the
+    outside file and could call the checkpoint valid) and never shows its bytes."""
+    root = tmp_copy(FIXTURES / case)
+    outside = tmp_path / "outside"
+    outside.write_bytes((root / name).read_bytes())
+    (root / name).unlink()
+    (root / name).symlink_to(outside)
+    report = validate(root)
+    assert not report.ok and "PATH-004" in report.rules, report.format_text()
+    with pytest.raises(ockpt.FormatError) as e:
+        ockpt.load_pytree(root)
+    assert e.value.rule == "PATH-004"
+
+
+def test_validate_step_and_item(tmp_copy):
+    """validate takes step= / item= (--step / --item) as the readers do, with their rules."""
+    root = FIXTURES / "orbax-0.12.8" / "manager" / "checkpoint"
+    assert validate(root, step=1).kind == "step"
+    assert validate(root, step=1, item="params").kind == "pytree_item"
+    assert validate(root, item="params").checked["items"] == 1
+    assert validate(root, step=7).rules == {"LOAD-053"}
+    assert validate(root, step=1, item="nope").rules == {"LOAD-052"}
