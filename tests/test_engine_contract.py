@@ -345,8 +345,7 @@ def test_fifo_is_path_005_not_a_hang(tmp_path, engine, where):
 @pytest.mark.parametrize("where", ["chunk", "zarr_metadata", "manifest", "data_file"])
 def test_link_leading_out_is_refused(tmp_path, engine, where):
     """A symbolic link to a file outside the item (a copy of the very file it replaces): no
-    byte of it is read. PATH-004; for an OCDBT data file in the python engine, which resolves
-    data file paths itself (spec/ocdbt.md), OCDBT-023."""
+    byte of it is read (PATH-004), in both engines, an OCDBT data file's included."""
     source, pick = HOSTILE[where]
     item = tmp_path / "item"
     shutil.copytree(source, item)
@@ -358,8 +357,7 @@ def test_link_leading_out_is_refused(tmp_path, engine, where):
     target.symlink_to(outside)
     with pytest.raises(FormatError) as info:
         _read_everything(engine, item)
-    rule = "OCDBT-023" if (engine, where) == ("python", "data_file") else "PATH-004"
-    assert info.value.rule == rule, str(info.value)
+    assert info.value.rule == "PATH-004", str(info.value)
 
 
 @pytest.mark.parametrize("engine", ENGINES)

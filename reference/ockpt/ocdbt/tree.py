@@ -142,9 +142,10 @@ class Database:
             )
         full = os.path.realpath(os.path.join(self._real_dir, *parts))
         if os.path.commonpath([full, self._real_root]) != self._real_root:
+            # a path of plain components leaves only through a link (directories §2.2)
             raise OcdbtError(
-                "data file path leaves the checkpoint root",
-                rule="OCDBT-023",
+                "data file resolves outside the checkpoint (a symbolic link leads out)",
+                rule="PATH-004",
                 file=origin,
                 pointer=pointer,
                 got=rel,

@@ -1,0 +1,121 @@
+"""Hostile checkpoints: every entry point, in a subprocess under a 4 GiB address-space limit and a
+time limit (tests/_hostile_child.py), on copies of real Orbax checkpoints with one file replaced.
+
+Each case replaces one file of a real checkpoint by a FIFO or a symbolic link loop (PATH-005),
+or by a link to a copy of it outside the checkpoint (PATH-004). Every entry point that reads the
+file must refuse with that rule: an `ockpt.OckptError` (the API), a finding (the validator) or
+exit status 1 with the rule on stderr (the commands). None may hang, crash, let another
+exception escape, or exceed the time and memory bounds; the entry points that do not read the
+file (`ls`, `detect`, and the loads that never need a `_sharding`) just answer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES
+
+CHILD = Path(__file__).with_name("_hostile_child.py")
+SECONDS = 30
+PEAK_MB = 1500
+
+OCDBT = FIXTURES / "orbax-0.12.8" / "nested"  # OCDBT, zarr v2, _METADATA, _sharding
+PER_LEAF = FIXTURES / "orbax-0.12.8" / "no_ocdbt"  # one zarr directory per leaf
+MSGPACK = FIXTURES / "orbax-0.3.5" / "scalars_strings"  # the legacy msgpack `checkpoint`
+
+API = ["load_pytree", "load_pytree:tensorstore", "pytree_metadata", "open"]
+VALIDATE = ["validate", "validate:deep"]
+COMMANDS = ["cli:inspect", "cli:cat", "cli:tree", "cli:convert", "cli:diff", "cli:validate"]
+ANSWER_ONLY = ["cli:ls", "cli:detect"]
+EVERYTHING = API + VALIDATE + COMMANDS
+#: Reads every file but `_METADATA`-only `tree`.
+ALL_BUT_TREE = [e for e in EVERYTHING if e != "cli:tree"]
+
+
+def _first_data_file(item: Path) -> str:
+    return "d/" + sorted(os.listdir(item / "d"))[0]
+
+
+#: (case, file) -> the entry points that read that file and so must refuse.
+FILES = {
+    (OCDBT, "_METADATA"): EVERYTHING,
+    (OCDBT, "manifest.ocdbt"): ALL_BUT_TREE,
+    (OCDBT, "d/*"): ALL_BUT_TREE,
+    (OCDBT, "_sharding"): ["pytree_metadata", "load_pytree:tensorstore", *VALIDATE, "cli:inspect"],
+    (OCDBT, "array_metadatas/process_0"): [
+        "pytree_metadata",
+        "load_pytree:tensorstore",
+        *VALIDATE,
+        "cli:inspect",
+    ],
+    (PER_LEAF, "a/.zarray"): ALL_BUT_TREE,
+    (PER_LEAF, "a/0.0"): [
+        "load_pytree",
+        "load_pytree:tensorstore",
+        "open",
+        "validate:deep",
+        "cli:convert",
+        "cli:diff",
+    ],
+    (MSGPACK, "checkpoint"): ALL_BUT_TREE,
+}
+
+
+def _break(root: Path, name: str, how: str, outside: Path) -> None:
+    target = root / name
+    if how == "fifo":
+        target.unlink()
+        os.mkfifo(target)
+    elif how == "loop":
+        target.unlink()
+        os.symlink(target.name, target)
+    else:  # a link to a copy of the file outside the checkpoint
+        outside.write_bytes(target.read_bytes())
+        target.unlink()
+        target.symlink_to(outside)
+
+
+def _run(path: Path, entries: list[str]) -> dict:
+    env = {**os.environ, "OCKPT_HOSTILE_SECONDS": str(SECONDS)}
+    done = subprocess.run(
+        [sys.executable, str(CHILD), str(path), *entries],
+        capture_output=True,
+        text=True,
+        timeout=SECONDS * len(entries) + 60,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("how", ["fifo", "loop", "link_out"])
+@pytest.mark.parametrize(("case", "name"), list(FILES), ids=lambda x: getattr(x, "name", x))
+def test_every_entry_point_refuses_a_replaced_file(tmp_path, case, name, how):
+    root = tmp_path / case.name
+    shutil.copytree(case / "checkpoint", root)
+    if name == "d/*":
+        name = _first_data_file(root)
+    _break(root, name, how, tmp_path / "outside")
+    rule = "PATH-004" if how == "link_out" else "PATH-005"
+    must_refuse = FILES[(case, "d/*" if name.startswith("d/") else name)]
+    results = _run(root, EVERYTHING + ANSWER_ONLY)
+    for entry, got in results.items():
+        where = f"{entry}: {got}"
+        assert got["outcome"] not in ("escaped", "killed"), where
+        assert got["seconds"] < SECONDS and got["peak_mb"] < PEAK_MB, where
+        if entry not in must_refuse:
+            continue
+        if entry.startswith("cli:"):
+            assert got["exit"] == 1 and f"[{rule}]" in got["output"], where
+            assert "Traceback" not in got["output"], where
+        elif entry.startswith("validate"):
+            assert got["outcome"] == "invalid" and rule in got["rules"], where
+        else:
+            assert got["outcome"] == "refused" and got["rule"] == rule, where
