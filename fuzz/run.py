@@ -300,7 +300,7 @@ def _supervise(args: argparse.Namespace) -> int:
 
 
 def _names() -> list[str]:
-    return ["json", "msgpack", "ocdbt", "zarr", "chunk", "checkpoint"]
+    return ["json", "msgpack", "ocdbt", "zarr", "chunk", "checkpoint", "directory"]
 
 
 if __name__ == "__main__":

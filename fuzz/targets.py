@@ -13,6 +13,7 @@ from ockpt's own writer) that mutation starts from.
 from __future__ import annotations
 
 import functools
+import os
 import shutil
 import sys
 import tempfile
@@ -347,6 +348,86 @@ def checkpoint_target(data: bytes) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# whole directories: file kinds, links and sizes
+
+
+#: Fixtures a directory case starts from (small, of every storage kind and era).
+DIRECTORY_CASES = (
+    "orbax-0.12.8/nested",
+    "orbax-0.12.8/no_ocdbt",
+    "orbax-0.12.8/v1_checkpointables",
+    "orbax-0.12.8/manager",
+    "orbax-0.3.5/scalars_strings",
+    "orbax-0.3.5/manager",
+)
+#: Sizes a file may be cut or (sparsely) grown to: around the limits, and absurd.
+_SIZES = (0, 1, 7, 64, 4096, 1 << 20, 1 << 26, (1 << 34) + 1, (1 << 40) + 3)
+_OPERATIONS = ("fifo", "directory", "loop", "link_out", "dangling", "resize", "delete", "link_in")
+
+
+def _mutate(root: Path, outside: Path, entries: list[Path], op: int, pick: int, arg: int) -> None:
+    """One change of file kind, link or size at one entry of the copy `root`."""
+    if not entries:
+        return
+    target = entries[pick % len(entries)]
+    what = _OPERATIONS[op % len(_OPERATIONS)]
+    if not (target.exists() or target.is_symlink()):
+        return  # removed by an earlier change
+    if what == "resize":
+        if target.is_file() and not target.is_symlink():
+            with open(target, "r+b") as f:
+                f.truncate(_SIZES[arg % len(_SIZES)])  # grows sparsely: no bytes written
+        return
+    if target.is_dir() and not target.is_symlink():
+        shutil.rmtree(target)
+    else:
+        target.unlink()
+    if what == "fifo":
+        os.mkfifo(target)
+    elif what == "directory":
+        target.mkdir()
+    elif what == "loop":
+        os.symlink(target.name, target)
+    elif what == "link_out":
+        os.symlink(outside, target)
+    elif what == "dangling":
+        os.symlink(target.name + ".gone", target)
+    elif what == "link_in":  # a link to another entry of the checkpoint (allowed)
+        os.symlink(os.path.relpath(entries[arg % len(entries)], target.parent), target)
+
+
+def directory_target(data: bytes) -> None:
+    """Load, describe and validate a fixture after changes of file kind (FIFO, directory,
+    link loop), links (leading out, dangling, inside) and sizes (cut, grown sparsely past the
+    limits): `data[0]` picks the fixture, each further 3 bytes one change. Every entry point
+    must answer or raise `FormatError` (a missing or no longer recognised checkpoint is a
+    `NotACheckpointError`, also allowed here), at once."""
+    if not data:
+        return
+    case = DIRECTORY_CASES[data[0] % len(DIRECTORY_CASES)]
+    with tempfile.TemporaryDirectory(prefix="ockpt-fuzz-dir-") as tmp:
+        root = Path(tmp) / "checkpoint"
+        shutil.copytree(FIXTURES / case / "checkpoint", root)
+        outside = Path(tmp) / "outside"
+        outside.write_bytes(b"SECRET OUTSIDE BYTES")
+        entries = sorted(root.rglob("*"))
+        for i in range(1, len(data) - 2, 3):
+            _mutate(root, outside, entries, data[i], data[i + 1], data[i + 2])
+        for read in (
+            lambda: ockpt.load_pytree(root, backend="python"),
+            lambda: ockpt.pytree_metadata(root, backend="python"),
+            lambda: ockpt.validate(root),
+            lambda: ockpt.detect(root),
+        ):
+            try:
+                read()
+            except ockpt.NotACheckpointError:
+                pass  # the changes left no checkpoint, or not the one asked for
+            except FormatError as e:
+                assert b"SECRET" not in str(e).encode(), e  # nothing outside is shown
+
+
+# ---------------------------------------------------------------------------------------------
 # registry and seeds
 
 TARGETS: dict[str, Callable[[bytes], None]] = {
@@ -356,6 +437,7 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "zarr": zarr_metadata_target,
     "chunk": chunk_target,
     "checkpoint": checkpoint_target,
+    "directory": directory_target,
 }
 
 
@@ -494,6 +576,15 @@ def _checkpoint_seeds() -> list[bytes]:
     return out
 
 
+def _directory_seeds() -> list[bytes]:
+    """One seed a fixture and operation: each change alone, at a few entries."""
+    out = []
+    for case in range(len(DIRECTORY_CASES)):
+        for op in range(len(_OPERATIONS)):
+            out.append(bytes([case, op, 3 * op + case, op]))
+    return out
+
+
 _SEEDS: dict[str, Callable[[], list[bytes]]] = {
     "json": _json_seeds,
     "msgpack": _msgpack_seeds,
@@ -501,6 +592,7 @@ _SEEDS: dict[str, Callable[[], list[bytes]]] = {
     "zarr": _zarr_seeds,
     "chunk": _chunk_seeds,
     "checkpoint": _checkpoint_seeds,
+    "directory": _directory_seeds,
 }
 
 

@@ -259,3 +259,10 @@ def test_streamed_json_parse_reports_json_faults_first():
     data = b'{"t":{"a":[1,2]}}'
     for form in (bytearray(data), memoryview(data)):
         assert parse_json(form, file="f", streamed={"t": lambda k, v: v}) == {"t": {"a": [1, 2]}}
+
+
+@SLOW
+@given(st.binary(min_size=4, max_size=40) | mutated("directory"))
+def test_fuzz_directories(data):
+    """Changes of file kind, links and sizes in whole checkpoints (fuzz/targets.py)."""
+    run("directory", data)

@@ -274,13 +274,22 @@ def list_dir(path: str, *, limit: int = LIMITS.max_directory_entries) -> Listing
     """The entries of the directory `path`, classified through links (a link to a directory
     is a directory; whether its target lies inside is checked when a file is opened).
 
-    Raises FileNotFoundError / NotADirectoryError when `path` is gone or no directory, and
-    `FormatError` (LIMIT-005) for a directory of more than `limit` entries."""
+    Raises FileNotFoundError / NotADirectoryError when `path` is gone or no directory,
+    `FormatError` PATH-005 for a link loop in its place and LIMIT-005 for a directory of more
+    than `limit` entries."""
     files: set[str] = set()
     dirs: set[str] = set()
     other: set[str] = set()
     count = 0
-    with os.scandir(path) as it:
+    try:
+        it = os.scandir(path)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise FormatError(
+                "a symbolic link loop stands where a directory must be", rule="PATH-005", file=path
+            ) from None
+        raise
+    with it:
         for entry in it:
             count += 1
             if count > limit:
