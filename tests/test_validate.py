@@ -275,3 +275,34 @@ def test_validate_step_and_item(tmp_copy):
     assert validate(root, item="params").checked["items"] == 1
     assert validate(root, step=7).rules == {"LOAD-053"}
     assert validate(root, step=1, item="nope").rules == {"LOAD-052"}
+
+
+def test_declared_chunk_count_does_not_drive_the_work(tmp_copy):
+    """A .zarray edited to a huge grid: the check follows the keys present (issue 17), and a
+    grid over the chunk-count limit is refused at the metadata (ZARR-005)."""
+    import time
+
+    root = tmp_copy(FIXTURES / "orbax-0.12.8" / "no_ocdbt")
+    meta_file = root / "a" / ".zarray"
+    meta = json.loads(meta_file.read_text())
+    rank = len(meta["shape"])
+    meta["shape"] = [1 << 22] + [1] * (rank - 1)  # 4M chunks of one element: within the limit
+    meta["chunks"] = [1] * rank
+    meta_file.write_text(json.dumps(meta))
+    start = time.monotonic()
+    report = validate(root)
+    assert time.monotonic() - start < 10
+    assert not report.ok and report.rules == {"ZARR-008"}, report.format_text()
+    meta["shape"] = [1 << 25] + [1] * (rank - 1)  # over max_chunks
+    meta_file.write_text(json.dumps(meta))
+    report = validate(root)
+    assert "ZARR-005" in report.rules, report.format_text()
+    with pytest.raises(ockpt.FormatError) as e:
+        ockpt.pytree_metadata(root)
+    assert e.value.rule == "ZARR-005"
+    meta["shape"] = [1 << 61] + [1] * (rank - 1)  # no numpy array has this shape
+    meta["chunks"] = [1 << 40] + [1] * (rank - 1)
+    meta_file.write_text(json.dumps(meta))
+    with pytest.raises(ockpt.FormatError) as e:
+        ockpt.load_pytree(root)
+    assert e.value.rule == "ZARR-005"

@@ -47,6 +47,10 @@ class Limits:
     max_ndim: int = 64
     #: Dimensions of one zarr array (tensorstore's rank limit). ZARR-005
     max_zarr_ndim: int = 32
+    #: Bytes of one whole array as its shape and element type declare them. ZARR-005
+    max_array_bytes: int = 1 << 40
+    #: Chunks (zarr v3: inner chunks) of one array's grid. ZARR-005
+    max_chunks: int = 1 << 24
     #: Entries of one directory that a reader lists (a per-leaf item of 1M leaves has 1M). LIMIT-005
     max_directory_entries: int = 1 << 24
 

@@ -57,18 +57,36 @@ def numpy_dtype(text: object, *, file: object, pointer: str) -> np.dtype:
     return _dtypes.from_zarr(text, file=None if file is None else str(file), pointer=pointer)
 
 
-def chunk_nbytes(chunk_shape: tuple[int, ...], dtype: np.dtype, *, file, pointer) -> int:
-    n = math.prod(chunk_shape) * dtype.itemsize
-    if n > MAX_CHUNK_BYTES:
+def check_extent(
+    shape: tuple[int, ...], chunk_shape: tuple[int, ...], dtype: np.dtype, *, file, pointer
+) -> None:
+    """Refuse (ZARR-005) a declared array whose chunk, whole size or chunk count is over the
+    limits (spec/limits.md), before anything is allocated or iterated for it: a chunk of at
+    most `max_chunk_bytes`, an array of at most `max_array_bytes` (numpy represents it), a
+    grid of at most `max_chunks` chunks."""
+    for what, value, limit in (
+        ("chunk", math.prod(chunk_shape) * dtype.itemsize, MAX_CHUNK_BYTES),
+        ("array", math.prod(shape) * dtype.itemsize, LIMITS.max_array_bytes),
+    ):
+        if value > limit:
+            raise fail(
+                f"{what} too large for this reader",
+                "ZARR-005",
+                file=file,
+                pointer=pointer,
+                expected=f"<= {limit} bytes",
+                got=value,
+            )
+    chunks = math.prod(-(-n // c) for n, c in zip(shape, chunk_shape, strict=True))
+    if chunks > LIMITS.max_chunks:
         raise fail(
-            "chunk too large for this reader",
+            "the chunk grid holds more chunks than the limit",
             "ZARR-005",
             file=file,
             pointer=pointer,
-            expected=f"<= {MAX_CHUNK_BYTES} bytes",
-            got=n,
+            expected=f"<= {LIMITS.max_chunks}",
+            got=chunks,
         )
-    return n
 
 
 _SPECIAL = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}

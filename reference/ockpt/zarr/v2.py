@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ._common import chunk_nbytes, dims, fail, fill_array, load_json, numpy_dtype
+from ._common import check_extent, dims, fail, fill_array, load_json, numpy_dtype
 from .codecs import CodecPipeline, from_v2_compressor
 
 __all__ = ["METADATA_KEY", "ArrayV2Metadata"]
@@ -116,7 +116,7 @@ class ArrayV2Metadata:
                 pointer="/dimension_separator",
                 got=sep,
             )
-        chunk_nbytes(chunks, dt, file=file, pointer="/chunks")
+        check_extent(shape, chunks, dt, file=file, pointer="/chunks")
         pipeline = from_v2_compressor(d["compressor"], dt, order=order, rank=len(shape), file=file)
         fill = fill_array(d["fill_value"], dt, file=file, pointer="/fill_value")
         return cls(

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ._common import chunk_nbytes, dims, fail, fill_array, load_json, numpy_dtype
+from ._common import check_extent, dims, fail, fill_array, load_json, numpy_dtype
 from .codecs import CodecPipeline, parse_codecs
 from .shard_index import ShardingCodec
 
@@ -181,7 +181,9 @@ class ArrayV3Metadata:
                 pointer="/attributes",
                 got=attrs,
             )
-        chunk_nbytes(chunk_shape, dt, file=file, pointer="/chunk_grid/configuration/chunk_shape")
+        check_extent(
+            shape, chunk_shape, dt, file=file, pointer="/chunk_grid/configuration/chunk_shape"
+        )
         pipeline = parse_codecs(d["codecs"], rank=len(shape), dtype=dt, file=file)
         sharding = pipeline.array_to_bytes
         if isinstance(sharding, ShardingCodec):
@@ -201,6 +203,7 @@ class ArrayV3Metadata:
                     expected=f"divisors of {list(chunk_shape)}",
                     got=list(sharding.chunk_shape),
                 )
+            check_extent(shape, sharding.chunk_shape, dt, file=file, pointer="/codecs")
         fill = fill_array(d["fill_value"], dt, file=file, pointer="/fill_value")
         return cls(
             shape=shape,
