@@ -7,6 +7,8 @@
 * No module imports a private name (``_name``) of another module of ockpt, nor reaches one
   as ``module._name``.
 * ockpt never imports orbax.
+* The file and directory names of the format are spelled in `ockpt.names` only (docstrings and
+  prose in messages aside).
 """
 
 from __future__ import annotations
@@ -157,3 +159,68 @@ def test_ockpt_never_imports_orbax():
                 names = [node.module or ""]
             found += [f"{module}:{node.lineno} {n}" for n in names if n.split(".")[0] == "orbax"]
     assert not found, found
+
+
+#: Names of `ockpt.names` too common as words or keys to scan the package's strings for.
+_COMMON_NAMES = {"metadata", "checkpoint", "d", "default", "state", "pytree", "metrics"}
+
+#: (module, name) -> why the module may spell a file name of the format as a literal.
+NAME_LITERALS_ALLOWED = {
+    ("documents/array_metadatas.py", "array_metadatas"): (
+        "the JSON field of the document, which shares its directory's name"
+    ),
+}
+
+
+def _file_names() -> set[str]:
+    from ockpt import names
+
+    found = set()
+    for name in names.__all__:
+        value = getattr(names, name)
+        if isinstance(value, str):
+            found |= {value, *value.split("/")}  # a path's basenames too (_ROOT_METADATA)
+    return found - _COMMON_NAMES
+
+
+def _spelled_names(text: str, known: set[str]) -> set[str]:
+    """The file names `text` spells: the whole string, or a segment of a path in it (a string
+    without spaces). Prose that mentions a name (an error message) does not count."""
+    if text in known:
+        return {text}
+    if "/" in text and not any(c.isspace() for c in text):
+        return set(text.split("/")) & known
+    return set()
+
+
+def test_file_names_are_defined_once():
+    """Every file and directory name of the format is spelled in `ockpt.names` only; other
+    modules import it from there. Docstrings and prose in messages are not checked."""
+    known = _file_names()
+    stray = []
+    used = set()
+    for module, tree in _modules():
+        if module == "names.py":
+            continue
+        docstrings = {
+            id(node.value)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+        }
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Constant) or id(node) in docstrings:
+                continue
+            value = node.value
+            if isinstance(value, bytes):
+                value = value.decode("utf-8", "replace")
+            if not isinstance(value, str):
+                continue
+            for name in sorted(_spelled_names(value, known)):
+                if (module, name) in NAME_LITERALS_ALLOWED:
+                    used.add((module, name))
+                else:
+                    stray.append(f"{module}:{node.lineno} {value!r}")
+    assert not stray, "file names spelled outside ockpt.names:\n" + "\n".join(stray)
+    assert used == set(NAME_LITERALS_ALLOWED), (
+        f"allowances no longer needed: {set(NAME_LITERALS_ALLOWED) - used}"
+    )

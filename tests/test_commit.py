@@ -19,7 +19,8 @@ import pytest
 
 import ockpt
 from ockpt import commit
-from ockpt.layout import COMMIT_FILE, REPLACED_SUFFIX, Kind
+from ockpt.layout import Kind
+from ockpt.names import COMMIT_FILE, DELETED_SUFFIX, REPLACED_SUFFIX, TMP_MARKER
 
 OLD = {"a": np.arange(6, dtype=np.int32), "s": "old"}
 NEW = {"a": np.arange(6, dtype=np.int32) * 10, "s": "new"}
@@ -136,7 +137,7 @@ def test_fallback_puts_old_back_when_second_rename_fails(tmp_path, no_exchange, 
     real = os.rename
 
     def rename(src, dst):  # type: ignore[no-untyped-def]
-        if str(src).endswith(commit.TMP_SUFFIX):
+        if str(src).endswith(TMP_MARKER):
             raise OSError(errno.EIO, "I/O error")
         real(src, dst)
 
@@ -158,11 +159,11 @@ def test_overwrite_tidies_leftovers(tmp_path, monkeypatch, exchange):
     ockpt.save_pytree(path, OLD)
     ockpt.save_pytree(tmp_path / "x", OLD)
     os.rename(tmp_path / "x", commit.replaced_name(str(path)))
-    (tmp_path / ("c" + commit._DOOMED_SUFFIX)).mkdir()
+    (tmp_path / ("c" + DELETED_SUFFIX)).mkdir()
     ockpt.save_pytree(path, NEW, overwrite=True)
     assert same(load(path), NEW)
     assert os.listdir(tmp_path) == ["c"]
-    (tmp_path / ("c" + commit._DOOMED_SUFFIX)).mkdir()
+    (tmp_path / ("c" + DELETED_SUFFIX)).mkdir()
     ockpt.save_pytree(path, OLD, overwrite=True)
     assert os.listdir(tmp_path) == ["c"]
 
@@ -229,7 +230,7 @@ def test_save_without_overwrite_recovers_then_refuses(tmp_path):
         with pytest.raises(ockpt.WriteConflictError, match="DIR-002"):
             ockpt.save_pytree(path, NEW)
     assert same(load(path), OLD)
-    assert sorted(os.listdir(tmp_path)) == ["c", "c" + commit.TMP_SUFFIX]
+    assert sorted(os.listdir(tmp_path)) == ["c", "c" + TMP_MARKER]
 
 
 def test_save_with_overwrite_recovers_then_replaces(tmp_path):

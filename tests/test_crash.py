@@ -29,7 +29,8 @@ import pytest
 
 import ockpt
 from ockpt import commit
-from ockpt.layout import COMMIT_FILE, Kind, is_temporary_name
+from ockpt.layout import Kind, is_temporary_name
+from ockpt.names import COMMIT_FILE, TMP_MARKER
 
 HERE = Path(__file__).resolve().parent
 CHILD = HERE / "_crash_child.py"
@@ -343,7 +344,7 @@ def test_overwrite_killed_at_every_event(tmp_path, monkeypatch, exchange):
     code, out = child("overwrite", probe / "c", NEW, env={**env, "OCKPT_TRACE": "1"})
     assert code == 0 and out["result"] == "saved", out
     trace = out["trace"]
-    tmp_name, old_name = "c" + commit.TMP_SUFFIX, os.path.basename(commit.replaced_name("c"))
+    tmp_name, old_name = "c" + TMP_MARKER, os.path.basename(commit.replaced_name("c"))
     if exchange:  # the exchange commits; no -replaced name is ever used
         commit_at = trace.index(f"_renameat2 {tmp_name}") + 1
         aside_at = commit_at

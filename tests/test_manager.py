@@ -15,6 +15,7 @@ import orbax.checkpoint as ocp  # noqa: E402
 import ockpt  # noqa: E402
 from ockpt import commit  # noqa: E402
 from ockpt.manager import CheckpointManager  # noqa: E402
+from ockpt.names import TMP_MARKER  # noqa: E402
 from ockpt.writer import JsonItem  # noqa: E402
 
 
@@ -154,7 +155,7 @@ def test_temporary_and_uncommitted_steps_are_not_steps(tmp_path):
     root = tmp_path / "root"
     mngr = CheckpointManager(root)
     mngr.save(1, _state(1))
-    (root / ("2" + commit.TMP_SUFFIX)).mkdir()
+    (root / ("2" + TMP_MARKER)).mkdir()
     (root / "3").mkdir()  # no _CHECKPOINT_METADATA, no commit_success.txt
     assert mngr.all_steps() == [1]
 
@@ -175,7 +176,7 @@ def test_delete_renames_first(tmp_path, monkeypatch):
 
     monkeypatch.setattr(manager_module.shutil, "rmtree", spy)
     mngr.save(2, _state(2))
-    assert removed and all(commit.TMP_SUFFIX in name for name in removed)
+    assert removed and all(TMP_MARKER in name for name in removed)
     assert mngr.all_steps() == [2]
     with pytest.raises(ockpt.NotACheckpointError):
         mngr.delete(1)

@@ -24,6 +24,7 @@ import tensorstore as ts  # noqa: E402
 
 import ockpt  # noqa: E402
 from ockpt import _ts_write, commit  # noqa: E402
+from ockpt.names import TMP_MARKER  # noqa: E402
 from ockpt.writer import save_pytree, save_pytree_async  # noqa: E402
 
 P = jax.sharding.PartitionSpec
@@ -518,7 +519,7 @@ def test_failed_commit_leaves_no_committed_directory(tmp_path, monkeypatch):
 
 
 def test_leftover_temporary_directory(tmp_path):
-    (tmp_path / ("c" + commit.TMP_SUFFIX)).mkdir()
+    (tmp_path / ("c" + TMP_MARKER)).mkdir()
     with pytest.raises(ockpt.WriteConflictError, match="DIR-003"):
         save_pytree(tmp_path / "c", {"a": 1})
     save_pytree(tmp_path / "c", {"a": 1}, overwrite=True)
@@ -539,7 +540,7 @@ def test_temporary_directory_is_not_a_checkpoint(tmp_path, monkeypatch):
 
     monkeypatch.setattr(commit, "finish", spy)
     save_pytree(tmp_path / "c", {"a": np.ones(2)})
-    assert seen["listing"] == ["c" + commit.TMP_SUFFIX]
+    assert seen["listing"] == ["c" + TMP_MARKER]
     assert seen["kind"] == ockpt.Kind.TEMPORARY
     assert "commit_success.txt" not in seen["files"]  # written by finish(), last
     assert {"_CHECKPOINT_METADATA", "orbax.checkpoint", "state"} <= set(seen["files"])

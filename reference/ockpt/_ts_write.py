@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import dtypes
+from .names import MANIFEST_FILE, ZARR2_METADATA, ZARR3_METADATA
 from .paths import array_prefix
 
 if TYPE_CHECKING:
@@ -270,7 +271,7 @@ def write_arrays(
             target = store[region] if region else store
             writes.append(target.write(piece.value))
     if direct:
-        name = ".zarray" if zarr_version == 2 else "zarr.json"
+        name = ZARR2_METADATA if zarr_version == 2 else ZARR3_METADATA
         documents = {
             array_prefix(a.param_name) + name: stored_metadata(metadata(a))
             for a in direct
@@ -321,7 +322,7 @@ def merge_databases(item_dir: str, process_indices: Iterable[int], *, context: t
     txn = ts.Transaction(atomic=True)
     for p in sorted(set(process_indices)):
         base = os.path.join(item_dir, process_dir(p))
-        if not os.path.exists(os.path.join(base, "manifest.ocdbt")):
+        if not os.path.exists(os.path.join(base, MANIFEST_FILE)):
             continue
         source = ts.KvStore.open(
             {

@@ -28,11 +28,9 @@ import warnings
 from dataclasses import dataclass
 
 from .errors import FormatError, OckptWarning, WriteConflictError
-from .layout import COMMIT_FILE, REPLACED_SUFFIX, TMP_MARKER
+from .names import COMMIT_FILE, DELETED_SUFFIX, REPLACED_SUFFIX, TMP_MARKER
 
 __all__ = [
-    "TMP_SUFFIX",
-    "COMMIT_FILE",
     "Pending",
     "temporary_name",
     "replaced_name",
@@ -46,22 +44,16 @@ __all__ = [
     "fsync_dir",
 ]
 
-TMP_SUFFIX = TMP_MARKER
-#: Suffix of the name an overwrite without atomic exchange parks the old checkpoint under.
-_OLD_SUFFIX = REPLACED_SUFFIX
-#: Suffix of the name a directory is renamed to just before it is removed.
-_DOOMED_SUFFIX = TMP_MARKER + "-deleted"
-
 
 def temporary_name(final: str) -> str:
     """The temporary path a save writes before it commits to `final`."""
-    return final.rstrip(os.sep) + TMP_SUFFIX
+    return final.rstrip(os.sep) + TMP_MARKER
 
 
 def replaced_name(final: str) -> str:
     """Where an overwrite without atomic exchange keeps the old checkpoint until the new one
     is in place: ``<final>.orbax-checkpoint-tmp-replaced`` (DIR-006)."""
-    return final.rstrip(os.sep) + _OLD_SUFFIX
+    return final.rstrip(os.sep) + REPLACED_SUFFIX
 
 
 def commit_text(final: str) -> str:
@@ -271,8 +263,8 @@ def _tidy(final: str) -> None:
     try:
         if os.path.lexists(replaced_name(final)):
             _discard(replaced_name(final), final)
-        elif os.path.lexists(final + _DOOMED_SUFFIX):
-            remove_path(final + _DOOMED_SUFFIX)
+        elif os.path.lexists(final + DELETED_SUFFIX):
+            remove_path(final + DELETED_SUFFIX)
     except OSError:
         pass
     fsync_dir(os.path.dirname(final))
@@ -281,7 +273,7 @@ def _tidy(final: str) -> None:
 def _discard(path: str, final: str) -> None:
     """Remove `path` under another temporary name first, so that no partly removed directory
     is ever left under the ``-replaced`` name: such a name always holds a whole checkpoint."""
-    doomed = final.rstrip(os.sep) + _DOOMED_SUFFIX
+    doomed = final.rstrip(os.sep) + DELETED_SUFFIX
     if os.path.lexists(doomed):
         remove_path(doomed)
     os.rename(path, doomed)

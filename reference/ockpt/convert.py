@@ -49,6 +49,7 @@ from .errors import FormatError, NotACheckpointError, UnsupportedError
 from .kv import is_url
 from .kv.files import open_regular, read_file
 from .limits import LIMITS
+from .names import CHECKPOINT_METADATA_FILE
 
 __all__ = [
     "FORMATS",
@@ -378,7 +379,7 @@ def guess_format(path: str) -> str:
     if os.path.isdir(text):
         index = [n for n in os.listdir(text) if n.endswith(_INDEX_SUFFIX)]
         plain = [n for n in os.listdir(text) if n.endswith(".safetensors")]
-        if index or (plain and not os.path.exists(os.path.join(text, "_CHECKPOINT_METADATA"))):
+        if index or (plain and not os.path.exists(os.path.join(text, CHECKPOINT_METADATA_FILE))):
             return "safetensors"
     return "orbax"
 

@@ -299,8 +299,8 @@ def _detect_dir(
     return Layout(
         loc.display,
         Kind.NOT_A_CHECKPOINT,
-        "no _METADATA, checkpoint file, manifest.ocdbt, per-leaf zarr arrays, "
-        "_CHECKPOINT_METADATA, orbax.checkpoint marker or step directories",
+        f"no {METADATA_FILE}, {MSGPACK_FILE} file, {MANIFEST_FILE}, per-leaf zarr arrays, "
+        f"{CHECKPOINT_METADATA_FILE}, {V1_MARKER} marker or step directories",
         location=loc,
     )
 
@@ -557,7 +557,7 @@ def _detect_manager_root(scan: _Scan) -> Layout | None:
     prefix = next(iter(prefixes)) if len(prefixes) == 1 else None
     reason = f"checkpoint-manager root with {len(committed)} committed step(s)"
     if len(committed) < len(steps) - len(temporaries):
-        reason += f", {len(steps) - len(temporaries) - len(committed)} without commit_success.txt"
+        reason += f", {len(steps) - len(temporaries) - len(committed)} without {COMMIT_FILE}"
     if temporaries:
         reason += f" and {len(temporaries)} unfinished"
     return Layout(

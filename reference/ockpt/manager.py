@@ -18,12 +18,19 @@ from typing import Any
 
 from . import commit
 from .documents import RootMetadata
-from .documents.checkpoint_metadata import ROOT_METADATA_FILE
 from .errors import DocumentError, NotACheckpointError, OckptWarning, WriteConflictError
 from .kv import Location
 from .layout import Kind, detect, is_temporary_name, parse_step_name, scan_steps
 from .limits import LIMITS
-from .names import DEFAULT_ITEM, REPLACED_SUFFIX, ROOT_METADATA_DIR, STEP_JSON_FILE
+from .names import (
+    DEFAULT_ITEM,
+    DELETED_SUFFIX,
+    REPLACED_SUFFIX,
+    ROOT_METADATA_DIR,
+    ROOT_METADATA_FILE,
+    STEP_JSON_FILE,
+    TMP_MARKER,
+)
 from .reader import CastPolicy, load_pytree
 from .save_options import SaveOptions
 from .writer import prepare_save
@@ -227,7 +234,7 @@ class CheckpointManager:
         if self._metadata is None or os.path.exists(path):
             return
         doc = RootMetadata(internal_metadata={}, custom_metadata=self._metadata)
-        tmp = path + commit.TMP_SUFFIX
+        tmp = path + TMP_MARKER
         commit.write_file(tmp, doc.to_bytes())
         os.replace(tmp, path)
         commit.fsync_dir(os.path.dirname(path))
@@ -243,7 +250,7 @@ class CheckpointManager:
         """Delete a committed step: renamed to a temporary name first, so a reader never sees
         it half deleted."""
         path = self.step_path(step)
-        doomed = path + commit.TMP_SUFFIX + "-deleted"
+        doomed = path + DELETED_SUFFIX
         if os.path.lexists(doomed):  # left by an earlier delete that was killed
             commit.remove_path(doomed)
         os.rename(path, doomed)

@@ -56,6 +56,7 @@ from . import dtypes
 from .errors import MsgpackError, NotACheckpointError
 from .kv.files import read_file
 from .limits import LIMITS
+from .names import MSGPACK_FILE
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
@@ -625,7 +626,7 @@ def _decode_chunked(ctx: _Ctx, items: Mapping[str, Any], path: tuple[str, ...]) 
 
 
 def decode_checkpoint(
-    data: bytes, *, file: str = "checkpoint", max_bytes: int = DEFAULT_MAX_BYTES
+    data: bytes, *, file: str = MSGPACK_FILE, max_bytes: int = DEFAULT_MAX_BYTES
 ) -> object:
     """Decode the bytes of a legacy msgpack ``checkpoint`` file into a tree.
 
@@ -758,7 +759,7 @@ def _walk(x: object, path: tuple[str, ...], depth: int) -> Iterator[tuple[tuple[
         yield path, x
 
 
-def placeholders(tree: object, *, file: str = "checkpoint") -> dict[str, Placeholder]:
+def placeholders(tree: object, *, file: str = MSGPACK_FILE) -> dict[str, Placeholder]:
     """The placeholders of a decoded tree, param name -> `Placeholder`, in tree order.
 
     Raises `MsgpackError` (MSGPACK-017) when two leaves name the same param name.

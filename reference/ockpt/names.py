@@ -11,11 +11,14 @@ __all__ = [
     "METADATA_FILE",
     "CHECKPOINT_METADATA_FILE",
     "ROOT_METADATA_DIR",
+    "ROOT_METADATA_NAME",
     "ROOT_METADATA_FILE",
+    "LEGACY_ROOT_METADATA_NAME",
     "LEGACY_ROOT_METADATA_FILE",
     "SHARDING_FILE",
     "STRINGS_FILE",
     "ARRAY_METADATAS_DIR",
+    "ARRAY_METADATAS_PROCESS_FILE",
     "MSGPACK_FILE",
     "MANIFEST_FILE",
     "OCDBT_DATA_DIR",
@@ -29,6 +32,7 @@ __all__ = [
     "DEFAULT_ITEM",
     "TMP_MARKER",
     "REPLACED_SUFFIX",
+    "DELETED_SUFFIX",
     "ZARR2_METADATA",
     "ZARR3_METADATA",
 ]
@@ -39,12 +43,16 @@ METADATA_FILE = "_METADATA"
 CHECKPOINT_METADATA_FILE = "_CHECKPOINT_METADATA"
 #: The directory of a checkpoint-manager root's own metadata (directories §5.3); never a step.
 ROOT_METADATA_DIR = "metadata"
-ROOT_METADATA_FILE = f"{ROOT_METADATA_DIR}/_ROOT_METADATA"
+ROOT_METADATA_NAME = "_ROOT_METADATA"
+ROOT_METADATA_FILE = f"{ROOT_METADATA_DIR}/{ROOT_METADATA_NAME}"
 #: Root metadata before 0.10: a JSON item.
-LEGACY_ROOT_METADATA_FILE = f"{ROOT_METADATA_DIR}/metadata"
+LEGACY_ROOT_METADATA_NAME = "metadata"
+LEGACY_ROOT_METADATA_FILE = f"{ROOT_METADATA_DIR}/{LEGACY_ROOT_METADATA_NAME}"
 SHARDING_FILE = "_sharding"
 STRINGS_FILE = "_strings.json"
 ARRAY_METADATAS_DIR = "array_metadatas"
+#: `array_metadatas/process_<N>`: what process N wrote; at most 9 digits (N < 10^9).
+ARRAY_METADATAS_PROCESS_FILE = re.compile(r"process_(0|[1-9][0-9]{0,8})")
 #: The legacy msgpack aggregate file (written up to 0.5.15).
 MSGPACK_FILE = "checkpoint"
 MANIFEST_FILE = "manifest.ocdbt"
@@ -67,5 +75,7 @@ DEFAULT_ITEM = "default"
 TMP_MARKER = ".orbax-checkpoint-tmp"
 #: `<name>` + this: where an overwrite without atomic exchange parks the old checkpoint (DIR-006).
 REPLACED_SUFFIX = TMP_MARKER + "-replaced"
+#: `<name>` + this: what the reference writer renames a directory to before removing it (DIR-006).
+DELETED_SUFFIX = TMP_MARKER + "-deleted"
 ZARR2_METADATA = ".zarray"
 ZARR3_METADATA = "zarr.json"

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import DocumentError, FormatError
+from .names import METADATA_FILE, SHARDING_FILE
 
 __all__ = [
     "KeyType",
@@ -104,7 +105,7 @@ def sharding_key(name: str) -> str:
 _B64URL = re.compile(r"[A-Za-z0-9_-]*={0,2}")
 
 
-def decode_sharding_key(key: str, *, file: str = "_sharding") -> str:
+def decode_sharding_key(key: str, *, file: str = SHARDING_FILE) -> str:
     """Invert `sharding_key`, strictly: canonical padded URL-safe base64 of UTF-8."""
     if not _B64URL.fullmatch(key) or len(key) % 4:
         raise DocumentError(
@@ -295,7 +296,7 @@ _EMPTY_VALUES = {
 }
 
 
-def unflatten(entries: Iterable[tuple[KeyPath, Any]], *, file: str = "_METADATA") -> Any:
+def unflatten(entries: Iterable[tuple[KeyPath, Any]], *, file: str = METADATA_FILE) -> Any:
     """Build nested dicts and lists from (key path, leaf) pairs.
 
     DICT keys make dicts, SEQUENCE keys make lists (the format does not record list versus

@@ -28,6 +28,16 @@ from referencing import Registry, Resource
 
 from .errors import FormatError, MsgpackError
 from .findings import Finding
+from .names import (
+    ARRAY_METADATAS_DIR,
+    ARRAY_METADATAS_PROCESS_FILE,
+    CHECKPOINT_METADATA_FILE,
+    METADATA_FILE,
+    MSGPACK_FILE,
+    ROOT_METADATA_NAME,
+    SHARDING_FILE,
+    STRINGS_FILE,
+)
 from .rules import RULES
 
 __all__ = [
@@ -55,7 +65,6 @@ SCHEMA_FILES: Mapping[str, str] = {
 }
 
 _RULE_ID = re.compile(r"[A-Z]+(?:-[A-Z]+)*-[0-9]{3}")
-_PROCESS_FILE = re.compile(r"process_(0|[1-9][0-9]*)")
 
 
 def schema_kinds() -> tuple[str, ...]:
@@ -169,7 +178,7 @@ def validate_document(kind: str, obj: Any, *, file: str | None = None) -> list[F
                 continue  # already reported (SHARD-002)
             pointer = child("", key)
             try:
-                inner = parse_json(value, file=file or "_sharding", pointer=pointer)
+                inner = parse_json(value, file=file or SHARDING_FILE, pointer=pointer)
             except FormatError as e:
                 findings.append(Finding.from_error(e, file=file))
                 continue
@@ -263,15 +272,15 @@ def kind_for_path(path: str | os.PathLike[str]) -> str | None:
     name = os.path.basename(p)
     parent = os.path.basename(os.path.dirname(p))
     fixed = {
-        "_METADATA": "metadata",
-        "_CHECKPOINT_METADATA": "checkpoint-metadata",
-        "_ROOT_METADATA": "root-metadata",
-        "_sharding": "sharding",
-        "_strings.json": "strings",
-        "checkpoint": "msgpack-view",
+        METADATA_FILE: "metadata",
+        CHECKPOINT_METADATA_FILE: "checkpoint-metadata",
+        ROOT_METADATA_NAME: "root-metadata",
+        SHARDING_FILE: "sharding",
+        STRINGS_FILE: "strings",
+        MSGPACK_FILE: "msgpack-view",
     }
     if name in fixed:
         return fixed[name]
-    if parent == "array_metadatas" and _PROCESS_FILE.fullmatch(name):
+    if parent == ARRAY_METADATAS_DIR and ARRAY_METADATAS_PROCESS_FILE.fullmatch(name):
         return "array-metadatas"
     return None

@@ -51,13 +51,17 @@ from .names import (
     ARRAY_METADATAS_DIR,
     CHECKPOINT_METADATA_FILE,
     COMMIT_FILE,
+    LEGACY_ROOT_METADATA_NAME,
     MANIFEST_FILE,
     METADATA_FILE,
     MSGPACK_FILE,
     OCDBT_DATA_DIR,
     ROOT_METADATA_DIR,
+    ROOT_METADATA_NAME,
     SHARDING_FILE,
     STRINGS_FILE,
+    ZARR2_METADATA,
+    ZARR3_METADATA,
 )
 from .paths import find_collisions
 from .rules import RULES
@@ -266,10 +270,10 @@ class _Validator:
         assert layout.location is not None
         meta = layout.location.join(ROOT_METADATA_DIR)
         names = _names(meta)
-        if "_ROOT_METADATA" in names:
-            self.document("root-metadata", meta, "_ROOT_METADATA")
-        elif "metadata" in names:
-            self.plain_json(meta, "metadata")
+        if ROOT_METADATA_NAME in names:
+            self.document("root-metadata", meta, ROOT_METADATA_NAME)
+        elif LEGACY_ROOT_METADATA_NAME in names:
+            self.plain_json(meta, LEGACY_ROOT_METADATA_NAME)
         # releases that write commit_success.txt write it in every step (LAYOUT-002)
         marked = any(s.has_commit_file for s in layout.committed_steps())
         for step in layout.steps:
@@ -674,7 +678,7 @@ class _ItemCheck:
                 v.report(
                     "VAL-004",
                     f"leaf {name!r} ({leaf.value_type}) has no array in the storage "
-                    "(neither .zarray nor zarr.json under its param name)",
+                    f"(neither {ZARR2_METADATA} nor {ZARR3_METADATA} under its param name)",
                     file=metadata_file,
                     pointer=name,
                 )
@@ -714,7 +718,8 @@ class _ItemCheck:
         if leaf.value_type == "scalar" and shape != ():
             v.report(
                 "VAL-006",
-                f"leaf {name!r} is a scalar in _METADATA but its array has shape {list(shape)}",
+                f"leaf {name!r} is a scalar in {METADATA_FILE} but its array has shape "
+                f"{list(shape)}",
                 file=file,
                 pointer="/shape",
             )
@@ -724,8 +729,8 @@ class _ItemCheck:
         ):
             v.report(
                 "VAL-006",
-                f"write_shape {list(ws)} of leaf {name!r} in _METADATA does not fit the array's "
-                f"shape {list(shape)}",
+                f"write_shape {list(ws)} of leaf {name!r} in {METADATA_FILE} does not fit the "
+                f"array's shape {list(shape)}",
                 file=self.f(METADATA_FILE),
                 pointer=name,
             )
@@ -748,7 +753,8 @@ class _ItemCheck:
             elif ws is not None and tuple(ws) != am_ws:
                 v.report(
                     "VAL-006",
-                    f"write_shape of {name!r} is {list(am_ws)} here but {list(ws)} in _METADATA",
+                    f"write_shape of {name!r} is {list(am_ws)} here but {list(ws)} in "
+                    f"{METADATA_FILE}",
                     file=am_file,
                     pointer=name,
                 )
@@ -843,7 +849,8 @@ class _ItemCheck:
             if name not in array_leaves:
                 self.v.report(
                     "VAL-007",
-                    f"_sharding holds a sharding for {name!r}, which is no array leaf of the tree",
+                    f"{SHARDING_FILE} holds a sharding for {name!r}, which is no array leaf of "
+                    "the tree",
                     file=self.f(SHARDING_FILE),
                     pointer="/" + _b64(name),
                 )
@@ -855,7 +862,7 @@ class _ItemCheck:
             if name not in array_leaves:
                 self.v.report(
                     "VAL-007",
-                    f"array_metadatas describes {name!r}, which is no array leaf of the tree",
+                    f"{ARRAY_METADATAS_DIR} describes {name!r}, which is no array leaf of the tree",
                     file=file,
                     pointer=name,
                 )

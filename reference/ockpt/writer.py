@@ -52,6 +52,19 @@ from .documents import (
     ValueMetadata,
 )
 from .errors import FormatError, OckptError, UnsupportedError
+from .names import (
+    ARRAY_METADATAS_DIR,
+    CHECKPOINT_METADATA_FILE,
+    COMMIT_FILE,
+    METADATA_FILE,
+    PYTREE_CHECKPOINTABLES,
+    SHARDING_FILE,
+    STEP_JSON_FILE,
+    STRINGS_FILE,
+    TMP_MARKER,
+    V1_JSON_FILE,
+    V1_MARKER,
+)
 from .paths import EmptyNode, KeyEntry, KeyPath, KeyType, check_param_names, flatten, param_name
 from .save_options import UNSET, Compression, SaveOptions, StorageDtypes, Unset, from_keywords
 
@@ -78,10 +91,6 @@ STANDARD_HANDLER = (
 )
 JSON_HANDLER = "orbax.checkpoint._src.handlers.json_checkpoint_handler.JsonCheckpointHandler"
 V1_JSON_HANDLER = "orbax.checkpoint.experimental.v1._src.handlers.json_handler.JsonHandler"
-V1_JSON_FILE = "data.json"
-STEP_JSON_FILE = "metadata"
-V1_MARKER_FILE = "orbax.checkpoint"
-V1_PYTREE_NAME = "state"
 
 Layout = Literal["v1", "item"]
 
@@ -501,13 +510,13 @@ def metadata_document(plan: _ItemPlan, opts: _Options) -> MetadataDocument:
 
 def _item_documents(plan: _ItemPlan, opts: _Options) -> dict[str, bytes]:
     """Every JSON document the primary writes into an item directory."""
-    docs = {"_METADATA": metadata_document(plan, opts).to_bytes()}
+    docs = {METADATA_FILE: metadata_document(plan, opts).to_bytes()}
     shardings = {n: s for n, (_, _, s) in plan.jax_meta.items() if s is not None}
     if shardings:
-        docs["_sharding"] = ShardingDocument(shardings=shardings).to_bytes()
+        docs[SHARDING_FILE] = ShardingDocument(shardings=shardings).to_bytes()
     strings = {leaf.name: leaf.value for leaf in plan.leaves if leaf.kind == "string"}
     if strings:
-        docs["_strings.json"] = StringsDocument.from_values(strings).to_bytes()
+        docs[STRINGS_FILE] = StringsDocument.from_values(strings).to_bytes()
     return docs
 
 
@@ -566,7 +575,7 @@ def _write_item(item_dir: str, plan: _ItemPlan, opts: _Options, job: _Job, ctx: 
         )
     meta = _array_metadatas(plan)
     if meta is not None:
-        commit.write_file(os.path.join(item_dir, "array_metadatas", f"process_{job.index}"), meta)
+        commit.write_file(os.path.join(item_dir, ARRAY_METADATAS_DIR, f"process_{job.index}"), meta)
 
 
 def _finish_item(item_dir: str, plan: _ItemPlan, opts: _Options, job: _Job, ctx: Any) -> None:
@@ -672,12 +681,12 @@ class _Save:
             if self.layout == "step":
                 final = os.path.join(pending.final, rel)
                 commit.write_file(
-                    os.path.join(item_dir, commit.COMMIT_FILE), commit.commit_text(final).encode()
+                    os.path.join(item_dir, COMMIT_FILE), commit.commit_text(final).encode()
                 )
         if self.layout == "v1":
-            commit.write_file(os.path.join(pending.tmp, V1_MARKER_FILE), b"")
+            commit.write_file(os.path.join(pending.tmp, V1_MARKER), b"")
         commit.write_file(
-            os.path.join(pending.tmp, "_CHECKPOINT_METADATA"),
+            os.path.join(pending.tmp, CHECKPOINT_METADATA_FILE),
             _checkpoint_metadata(self.handlers, self.custom_metadata, self.init_ns),
         )
         commit.finish(pending)
@@ -751,9 +760,9 @@ def _check_storage_dtype_names(opts: _Options, parts: Mapping[str, _Part]) -> No
 def _check_item_name(name: Any) -> None:
     if (
         not isinstance(name, str)
-        or name in ("", ".", "..", V1_MARKER_FILE, "_CHECKPOINT_METADATA", commit.COMMIT_FILE)
+        or name in ("", ".", "..", V1_MARKER, CHECKPOINT_METADATA_FILE, COMMIT_FILE)
         or "/" in name
-        or commit.TMP_SUFFIX in name
+        or TMP_MARKER in name
     ):
         raise ValueError(f"checkpointable name {name!r} is not a valid directory name")
 
@@ -825,7 +834,7 @@ def _save(
 
 def _pytree_items(tree: Any, layout: str) -> dict[str, Any]:
     """The one pytree of `save_pytree`: the item itself, or the v1 checkpointable ``state``."""
-    return {"": tree} if layout == "item" else {V1_PYTREE_NAME: tree}
+    return {"": tree} if layout == "item" else {PYTREE_CHECKPOINTABLES[0]: tree}
 
 
 def save_pytree(

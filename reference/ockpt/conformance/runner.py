@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from ..dtypes import SUPPORTED
+from ..names import METADATA_FILE
 from . import cases as C
 from . import casts as K
 from . import trees
@@ -314,7 +315,7 @@ class _Runner:
                         tree,
                         kwargs,
                         needs.get("multiprocess", False),
-                        not (case_dir / "checkpoint" / rel / "_METADATA").exists(),
+                        not (case_dir / "checkpoint" / rel / METADATA_FILE).exists(),
                     )
 
     def _fixture_read(

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ..errors import DocumentError
+from ..names import ARRAY_METADATAS_DIR, ARRAY_METADATAS_PROCESS_FILE
 from ._base import Document
 from ._json import (
     child,
@@ -17,15 +17,16 @@ from ._json import (
     require,
 )
 
-__all__ = ["DIRECTORY", "ArrayMetadata", "ArrayMetadatas", "process_index"]
+__all__ = ["ArrayMetadata", "ArrayMetadatas", "process_index"]
 
-DIRECTORY = "array_metadatas"
-_PROCESS_FILE = re.compile(r"process_(0|[1-9][0-9]{0,8})")
+#: the document's one field, named like its directory
+_LIST_KEY = "array_metadatas"
+_LIST_POINTER = "/" + _LIST_KEY
 
 
 def process_index(file_name: str) -> int | None:
     """The process index in a `process_<N>` file name, or None if the name is not one."""
-    m = _PROCESS_FILE.fullmatch(file_name)
+    m = ARRAY_METADATAS_PROCESS_FILE.fullmatch(file_name)
     return int(m.group(1)) if m else None
 
 
@@ -86,25 +87,25 @@ class ArrayMetadata:
 class ArrayMetadatas(Document):
     """The parsed `array_metadatas/process_<N>` file of one writing process."""
 
-    FILE_NAME: ClassVar[str] = DIRECTORY
+    FILE_NAME: ClassVar[str] = ARRAY_METADATAS_DIR
 
     arrays: tuple[ArrayMetadata, ...]
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def from_json(cls, obj: Any, *, file: str = DIRECTORY) -> ArrayMetadatas:
+    def from_json(cls, obj: Any, *, file: str = ARRAY_METADATAS_DIR) -> ArrayMetadatas:
         rest = dict(expect_object(obj, file=file, pointer="", rule="ARRM-001"))
         items = expect(
-            require(rest, "array_metadatas", file=file, pointer="", rule="ARRM-001"),
+            require(rest, _LIST_KEY, file=file, pointer="", rule="ARRM-001"),
             list,
             file=file,
-            pointer="/array_metadatas",
+            pointer=_LIST_POINTER,
             rule="ARRM-001",
         )
-        rest.pop("array_metadatas")
+        rest.pop(_LIST_KEY)
         arrays = []
         for i, item in enumerate(items):
-            ptr = child("/array_metadatas", i)
+            ptr = child(_LIST_POINTER, i)
             wrapper = expect_object(item, file=file, pointer=ptr, rule="ARRM-001")
             if set(wrapper) != {"array_metadata"}:
                 raise DocumentError(
@@ -123,9 +124,7 @@ class ArrayMetadatas(Document):
         return cls(arrays=tuple(arrays), extra=rest)
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "array_metadatas": [{"array_metadata": a.to_json()} for a in self.arrays]
-        }
+        out: dict[str, Any] = {_LIST_KEY: [{"array_metadata": a.to_json()} for a in self.arrays]}
         out.update(self.extra)
         return out
 

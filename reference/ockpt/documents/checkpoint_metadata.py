@@ -10,13 +10,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from ..names import CHECKPOINT_METADATA_FILE, ROOT_METADATA_FILE
 from ._base import Document
 from ._json import ABSENT, child, expect, expect_object
 
-__all__ = ["CHECKPOINT_METADATA_FILE", "ROOT_METADATA_FILE", "CheckpointMetadata", "RootMetadata"]
-
-CHECKPOINT_METADATA_FILE = "_CHECKPOINT_METADATA"
-ROOT_METADATA_FILE = "metadata/_ROOT_METADATA"
+__all__ = ["CheckpointMetadata", "RootMetadata"]
 
 
 def _optional(

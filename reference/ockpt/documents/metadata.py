@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 from ..errors import DocumentError
 from ..kv.files import read_file
 from ..limits import LIMITS
+from ..names import METADATA_FILE
 from ..paths import (
     SEQUENCE_INDEX,
     EmptyNode,
@@ -40,14 +41,12 @@ from ._json import (
 )
 
 __all__ = [
-    "FILE_NAME",
     "VALUE_TYPES",
     "ValueMetadata",
     "TreeEntry",
     "MetadataDocument",
 ]
 
-FILE_NAME = "_METADATA"
 
 #: value_type strings the spec lists. Leaf kinds first, then empty nodes.
 VALUE_TYPES = frozenset(
@@ -315,7 +314,7 @@ class MetadataDocument(Document):
     gives back exactly the keys that were read.
     """
 
-    FILE_NAME: ClassVar[str] = FILE_NAME
+    FILE_NAME: ClassVar[str] = METADATA_FILE
 
     entries: tuple[TreeEntry, ...]
     use_ocdbt: bool | Any = ABSENT
@@ -328,7 +327,7 @@ class MetadataDocument(Document):
     _FLAGS = ("use_ocdbt", "use_zarr3", "store_array_data_equal_to_fill_value")
 
     @classmethod
-    def from_json(cls, obj: Any, *, file: str = FILE_NAME) -> MetadataDocument:
+    def from_json(cls, obj: Any, *, file: str = METADATA_FILE) -> MetadataDocument:
         obj = expect_object(obj, file=file, pointer="", rule="META-001")
         rest = dict(obj)
         tree = expect_object(
@@ -363,7 +362,7 @@ class MetadataDocument(Document):
         return doc
 
     @classmethod
-    def from_bytes(cls, data: bytes, *, file: str = FILE_NAME) -> MetadataDocument:
+    def from_bytes(cls, data: bytes, *, file: str = METADATA_FILE) -> MetadataDocument:
         # Detecting a layout and then loading it parse the same _METADATA: the last few
         # documents parsed are kept (they are immutable), keyed by a digest of their bytes
         # (not the bytes: a 100,000-leaf _METADATA is 23 MB).
@@ -410,7 +409,7 @@ class MetadataDocument(Document):
         """Entries keyed by param name (only those that store a value, not empty nodes)."""
         return {e.param_name: e for e in self.entries if e.value.empty_node is None}
 
-    def tree(self, *, file: str = FILE_NAME) -> Any:
+    def tree(self, *, file: str = METADATA_FILE) -> Any:
         """The tree these entries describe: nested dicts/lists with `TreeEntry` leaves and
         empty containers / None where the entry is an empty node."""
         return unflatten(((e.path, e.value.empty_node or e) for e in self.entries), file=file)

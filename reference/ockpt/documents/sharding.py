@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ..errors import DocumentError
+from ..names import SHARDING_FILE
 from ..paths import decode_sharding_key, sharding_key
 from ._base import Document
 from ._json import (
@@ -26,7 +27,6 @@ from ._json import (
 )
 
 __all__ = [
-    "FILE_NAME",
     "AxisSpec",
     "NamedShardingSpec",
     "SingleDeviceShardingSpec",
@@ -34,7 +34,6 @@ __all__ = [
     "ShardingDocument",
 ]
 
-FILE_NAME = "_sharding"
 
 #: One partition-spec entry: unsharded (None), one mesh axis, or several mesh axes.
 AxisSpec = None | str | tuple[str, ...]
@@ -244,7 +243,7 @@ def _nest(ids: tuple[int, ...], shape: tuple[int, ...]) -> Any:
     return [_nest(ids[i * step : (i + 1) * step], shape[1:]) for i in range(shape[0])]
 
 
-def parse_sharding(text: Any, *, file: str = FILE_NAME, pointer: str = "") -> ShardingSpec:
+def parse_sharding(text: Any, *, file: str = SHARDING_FILE, pointer: str = "") -> ShardingSpec:
     """Parse one value of `_sharding`: a JSON string holding a sharding object."""
     text = expect(text, str, file=file, pointer=pointer, rule="SHARD-002")
     obj = expect_object(
@@ -273,13 +272,13 @@ def parse_sharding(text: Any, *, file: str = FILE_NAME, pointer: str = "") -> Sh
 class ShardingDocument(Document):
     """The parsed `_sharding` file: param name -> saved sharding."""
 
-    FILE_NAME: ClassVar[str] = FILE_NAME
+    FILE_NAME: ClassVar[str] = SHARDING_FILE
     COMPACT: ClassVar[bool] = True  # the outer map has no spaces; inner strings have them
 
     shardings: Mapping[str, ShardingSpec]
 
     @classmethod
-    def from_json(cls, obj: Any, *, file: str = FILE_NAME) -> ShardingDocument:
+    def from_json(cls, obj: Any, *, file: str = SHARDING_FILE) -> ShardingDocument:
         obj = expect_object(obj, file=file, pointer="", rule="SHARD-002")
         out: dict[str, ShardingSpec] = {}
         for key, value in obj.items():

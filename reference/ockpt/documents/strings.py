@@ -12,27 +12,26 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ..errors import DocumentError, MissingDataError
+from ..names import STRINGS_FILE
 from ..paths import strings_pointer
 from ._base import Document
 from ._json import child, expect_object, type_name
 
-__all__ = ["FILE_NAME", "StringsDocument"]
-
-FILE_NAME = "_strings.json"
+__all__ = ["StringsDocument"]
 
 
 @dataclass(frozen=True)
 class StringsDocument(Document):
     """The parsed `_strings.json`: the raw object, with lookup by param name."""
 
-    FILE_NAME: ClassVar[str] = FILE_NAME
+    FILE_NAME: ClassVar[str] = STRINGS_FILE
     COMPACT: ClassVar[bool] = True
 
     values: Mapping[str, Any]  # nested objects whose leaves are str
-    file: str = field(default=FILE_NAME, compare=False)  # where it was read, for errors
+    file: str = field(default=STRINGS_FILE, compare=False)  # where it was read, for errors
 
     @classmethod
-    def from_json(cls, obj: Any, *, file: str = FILE_NAME) -> StringsDocument:
+    def from_json(cls, obj: Any, *, file: str = STRINGS_FILE) -> StringsDocument:
         obj = expect_object(obj, file=file, pointer="", rule="STR-001")
         stack: list[tuple[str, Any]] = [("", obj)]
         while stack:
@@ -65,14 +64,14 @@ class StringsDocument(Document):
                     raise DocumentError(
                         f"string leaf {name!r} nests under another string leaf",
                         rule="PATH-001",
-                        file=FILE_NAME,
+                        file=STRINGS_FILE,
                         pointer=name,
                     )
             if last in node:
                 raise DocumentError(
                     f"string leaf {name!r} collides with another",
                     rule="PATH-001",
-                    file=FILE_NAME,
+                    file=STRINGS_FILE,
                     pointer=name,
                 )
             node[last] = text

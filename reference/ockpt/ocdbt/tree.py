@@ -19,6 +19,7 @@ from ..errors import FormatError, MissingDataError, OcdbtError
 from ..kv import files
 from ..kv.byterange import ByteRange
 from ..limits import LIMITS, read_capped
+from ..names import MANIFEST_FILE
 from . import format as fmt
 from .format import (
     BtreeGenerationReference,
@@ -32,9 +33,8 @@ from .format import (
     VersionTreeNode,
 )
 
-__all__ = ["Database", "MANIFEST_NAME", "key_successor"]
+__all__ = ["Database", "key_successor"]
 
-MANIFEST_NAME = "manifest.ocdbt"
 _NUMBERED = re.compile(r"manifest\.([0-9a-f]{16})")
 #: bound on the size of a manifest file
 MAX_MANIFEST_BYTES = LIMITS.max_manifest_bytes
@@ -306,8 +306,8 @@ class Database:
     def manifest(self) -> Manifest:
         """The manifest holding the version tree (for the numbered kind: the latest numbered)."""
         if self._manifest is None:
-            top = self._read_manifest_file(MANIFEST_NAME)
-            name = MANIFEST_NAME
+            top = self._read_manifest_file(MANIFEST_FILE)
+            name = MANIFEST_FILE
             if top.config.manifest_kind == fmt.MANIFEST_KIND_NUMBERED:
                 numbered = sorted(
                     (int(m.group(1), 16), m.group(0))
@@ -318,7 +318,7 @@ class Database:
                     raise OcdbtError(
                         "numbered-kind database has no manifest.<016x> file",
                         rule="OCDBT-050",
-                        file=str(self.path / MANIFEST_NAME),
+                        file=str(self.path / MANIFEST_FILE),
                     )
                 number, name = numbered[-1]
                 inner = self._read_manifest_file(name)

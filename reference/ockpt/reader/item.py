@@ -7,19 +7,21 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from .. import engines
-from ..documents.array_metadatas import DIRECTORY as ARRAY_METADATAS_DIR
 from ..documents.array_metadatas import ArrayMetadatas, process_index
-from ..documents.metadata import FILE_NAME as METADATA_FILE
 from ..documents.metadata import MetadataDocument
-from ..documents.sharding import FILE_NAME as SHARDING_FILE
 from ..documents.sharding import ShardingDocument, ShardingSpec
-from ..documents.strings import FILE_NAME as STRINGS_FILE
 from ..documents.strings import StringsDocument
 from ..errors import MissingDataError, NotACheckpointError
 from ..kv import Location, new_context
 from ..layout import Resolved, Storage, resolve
 from ..msgpack_legacy import DEFAULT_MAX_BYTES, decode_checkpoint
-from ..names import MSGPACK_FILE
+from ..names import (
+    ARRAY_METADATAS_DIR,
+    METADATA_FILE,
+    MSGPACK_FILE,
+    SHARDING_FILE,
+    STRINGS_FILE,
+)
 from ..paths import check_relative
 
 if TYPE_CHECKING:
@@ -116,7 +118,9 @@ class OpenedItem:
             return from_metadata(self.doc, self.msgpack)
         if self.msgpack is None:
             raise NotACheckpointError(
-                "neither _METADATA nor checkpoint", rule="LOAD-050", file=self.location.display
+                f"neither {METADATA_FILE} nor {MSGPACK_FILE}",
+                rule="LOAD-050",
+                file=self.location.display,
             )
         has_placeholders = next(placeholder_names(self.msgpack), None) is not None
         return from_msgpack(self.msgpack, self._msgpack_strings() if has_placeholders else ())

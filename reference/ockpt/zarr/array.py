@@ -15,10 +15,9 @@ from typing import Literal, Union
 import numpy as np
 
 from ..errors import MissingDataError
+from ..names import ZARR2_METADATA, ZARR3_METADATA
 from .shard_index import ShardingCodec
-from .v2 import METADATA_KEY as V2_KEY
 from .v2 import ArrayV2Metadata
-from .v3 import METADATA_KEY as V3_KEY
 from .v3 import ArrayV3Metadata
 
 __all__ = [
@@ -42,7 +41,7 @@ def open_metadata(
     """The array's metadata (``.zarray`` first, then ``zarr.json``); None when neither exists."""
     order = {2: (2,), 3: (3,), None: (2, 3)}[zarr_version]
     for version in order:
-        key = prefix + (V2_KEY if version == 2 else V3_KEY)
+        key = prefix + (ZARR2_METADATA if version == 2 else ZARR3_METADATA)
         data = get(key)
         if data is None:
             continue

@@ -15,9 +15,8 @@ import numpy as np
 from ._common import check_extent, dims, fail, fill_array, load_json, numpy_dtype
 from .codecs import CodecPipeline, from_v2_compressor
 
-__all__ = ["METADATA_KEY", "ArrayV2Metadata"]
+__all__ = ["ArrayV2Metadata"]
 
-METADATA_KEY = ".zarray"
 _KNOWN = {
     "zarr_format",
     "shape",

@@ -17,9 +17,8 @@ from ._common import check_extent, dims, fail, fill_array, load_json, numpy_dtyp
 from .codecs import CodecPipeline, parse_codecs
 from .shard_index import ShardingCodec
 
-__all__ = ["METADATA_KEY", "ArrayV3Metadata"]
+__all__ = ["ArrayV3Metadata"]
 
-METADATA_KEY = "zarr.json"
 _REQUIRED = (
     "zarr_format",
     "node_type",

@@ -34,6 +34,13 @@ from ...kv import Location, files
 from ...kv.byterange import ByteRange
 from ...layout import ItemFormat, Storage, detect
 from ...limits import LIMITS
+from ...names import (
+    ARRAY_METADATAS_DIR,
+    OCDBT_DATA_DIR,
+    STRINGS_FILE,
+    ZARR2_METADATA,
+    ZARR3_METADATA,
+)
 from ...ocdbt.tree import Database
 from ...paths import array_prefix
 from ...zarr import ArrayMetadata, open_metadata, read_region
@@ -223,18 +230,14 @@ class DirectoryStore(KeyValueStore):
         return sorted(out)
 
 
-#: The legacy strings document, kept by releases up to 0.3.x in a param's directory.
-_STRINGS_DOCUMENT = "_strings.json"
-
-
 def per_leaf_skip(key: str) -> bool:
     """Whether a key of a per-leaf item's directory is no zarr key: top-level files are the
     item's documents; these directories are not arrays; a file `<param>/_strings.json` is the
     legacy strings document (directories §2.1)."""
     return (
         "/" not in key
-        or key.startswith(("array_metadatas/", "ocdbt.process_", "d/"))
-        or key.endswith("/" + _STRINGS_DOCUMENT)
+        or key.startswith((ARRAY_METADATAS_DIR + "/", "ocdbt.process_", OCDBT_DATA_DIR + "/"))
+        or key.endswith("/" + STRINGS_FILE)
     )
 
 
@@ -273,9 +276,6 @@ def item_keys(item_dir: str | os.PathLike, fmt: ItemFormat | None = None) -> lis
         store.close()
 
 
-_METADATA_NAMES = (".zarray", "zarr.json")
-
-
 def _owner(key: str, params: dict[str, Any]) -> str | None:
     """The longest param name `n` with ``key.startswith(n + "/")`` (else ``""`` if that is a
     param): one dict lookup per ``/`` of the key, not one test per param."""
@@ -297,7 +297,7 @@ def key_listing(keys: Iterable[str]) -> dict[str, Any]:
     keys = sorted(set(keys))
     params: dict[str, dict[str, Any]] = {}
     for k in keys:
-        for m in _METADATA_NAMES:
+        for m in (ZARR2_METADATA, ZARR3_METADATA):
             if k == m or k.endswith("/" + m):
                 name = k[: -len(m) - 1] if k != m else ""
                 entry = params.setdefault(name, {"metadata_key": k, "chunk_keys": []})
@@ -479,7 +479,8 @@ class ArrayStore:
         )
         if meta is None:
             raise MissingDataError(
-                f"no zarr array for param {param_name!r} (neither .zarray nor zarr.json)",
+                f"no zarr array for param {param_name!r} "
+                f"(neither {ZARR2_METADATA} nor {ZARR3_METADATA})",
                 rule="LOAD-040",
                 file=file,
             )

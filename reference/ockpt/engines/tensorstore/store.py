@@ -39,6 +39,7 @@ from ...errors import MissingDataError, OckptError, ZarrFormatError
 from ...kv import Location
 from ...kv.files import check_tree
 from ...layout import ItemFormat, Storage
+from ...names import ZARR2_METADATA, ZARR3_METADATA
 from ...paths import array_prefix
 from ..contract import TILE_BYTES, ImmediateFuture, ReadRequest, array_file, tiles
 from .stage import Stage, StagedArray
@@ -369,11 +370,11 @@ class ArrayStore:
         except (OckptError, OSError, ValueError):
             return {}  # tensorstore reads the database and names what is wrong
         self._stage = stage
-        meta_names = {2: b".zarray", 3: b"zarr.json"}
+        meta_names = {2: ZARR2_METADATA.encode(), 3: ZARR3_METADATA.encode()}
         groups: dict[tuple[int, bytes], list[tuple[str, bytes, list[tuple[bytes, Any]]]]] = {}
         for prefix, entries in found.items():
             suffixes = {k[len(prefix) :]: e for k, e in entries}
-            version = self.zarr_version or (2 if b".zarray" in suffixes else 3)
+            version = self.zarr_version or (2 if meta_names[2] in suffixes else 3)
             key = prefix + meta_names[version]
             entry = suffixes.get(meta_names[version])
             if entry is None:
@@ -426,7 +427,8 @@ class ArrayStore:
     def _raise_open(self, param_name: str, e: BaseException) -> None:
         if _not_found(e):
             raise MissingDataError(  # tensorstore's text repeats the spec: nothing to add
-                f"no zarr array for param {param_name!r} (neither .zarray nor zarr.json)",
+                f"no zarr array for param {param_name!r} "
+                f"(neither {ZARR2_METADATA} nor {ZARR3_METADATA})",
                 rule="LOAD-040",
                 file=self.file(param_name),
             ) from None
@@ -511,7 +513,7 @@ def _bounded(
 
 
 def _is_chunk_key(key: str) -> bool:
-    return key not in (".zarray", ".zattrs", "zarr.json")
+    return key not in (ZARR2_METADATA, ".zattrs", ZARR3_METADATA)
 
 
 def _chunk_grid_index(key: str, version: int, metadata: dict) -> tuple[int, ...] | None:
