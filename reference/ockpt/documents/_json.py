@@ -60,32 +60,90 @@ def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-_STRING = re.compile(r'"[^"]*"')
+#: the pre-scan reads the document in windows of this many bytes: its memory does not grow with
+#: the document (a full scan of 250 MB of brackets holds under 32 MB)
+_SCAN_WINDOW = 1 << 20
+#: bytes.translate table deleting every byte but quotes and brackets (UTF-8 never puts an ASCII
+#: byte inside a multi-byte character, so the bytes kept are the characters kept)
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b'"[]{}')
+_STEP = np.zeros(256, dtype=np.int8)
+_STEP[[ord("{"), ord("[")]] = 1
+_STEP[[ord("}"), ord("]")]] = -1
+_QUOTE = ord('"')
 
 
-class _Keep(dict):
-    """str.translate table: keep quotes and brackets, drop every other character."""
-
-    def __missing__(self, code: int) -> int | None:
-        kept = self[code] = code if chr(code) in '"[]{}' else None
-        return kept
+def _windows(doc: str | bytes) -> Generator[bytes, None, None]:
+    for start in range(0, len(doc), _SCAN_WINDOW):
+        piece = doc[start : start + _SCAN_WINDOW]
+        yield piece.encode("utf-8", "surrogatepass") if isinstance(piece, str) else piece
 
 
-_KEEP = _Keep()
+def _bracket_depth(doc: str | bytes, *, stop: int | None = None) -> int:
+    """The deepest nesting of objects and arrays in valid JSON `doc` (text, or its UTF-8 bytes),
+    or the number of opening brackets when it is below `MAX_DEPTH`; with `stop`, the depth
+    reached once it reaches `stop`. Never negative.
 
-
-def _bracket_depth(text: str) -> int:
-    """The deepest nesting of objects and arrays in valid JSON `text`: escapes dropped, then
-    every character but quotes and brackets, then the strings (all at C speed)."""
-    if text.count("{") + text.count("[") < MAX_DEPTH:  # too few brackets to nest deeper
-        return text.count("{") + text.count("[")
-    text = text.replace("\\\\", "").replace('\\"', "").translate(_KEEP)
-    brackets = _STRING.sub("", text).encode("ascii")
-    if not brackets:
-        return 0
-    codes = np.frombuffer(brackets, dtype=np.uint8)
-    steps = np.where((codes == ord("{")) | (codes == ord("[")), 1, -1)
-    return int(np.cumsum(steps).max())
+    A quote preceded by an odd run of backslashes is escaped; brackets between an opening and a
+    closing quote are in a string and skipped; in a document whose last string never closes,
+    the brackets after its quote count and the quote closes one level (as ``"[^"]*"`` leaves
+    it). The document is read in windows of `_SCAN_WINDOW` bytes, each reduced to its quotes
+    and brackets at C speed: the depth, whether a string is open and the parity of a run of
+    backslashes at a window's end carry over to the next, so the memory is independent of the
+    document's size."""
+    opens = (
+        doc.count("{") + doc.count("[")
+        if isinstance(doc, str)
+        else doc.count(b"{") + doc.count(b"[")
+    )
+    if opens < MAX_DEPTH:  # too few brackets to nest deeper
+        return opens
+    depth = deepest = 0
+    in_string = False
+    # while a string is open: the depth and deepest as if it never closed (its quote then
+    # counts as a closing bracket and the brackets after it count)
+    open_depth = open_deepest = 0
+    backslash = b""  # an odd run of backslashes ending the previous window
+    for window in _windows(doc):
+        if backslash:
+            window = backslash + window
+        head = window.rstrip(b"\\")  # a run at the end is settled with the next window
+        backslash = b"\\" if (len(window) - len(head)) % 2 else b""
+        if b"\\" in head:  # an escaped backslash, then an escaped quote, is no quote
+            head = head.replace(b"\\\\", b"").replace(b'\\"', b"")
+        kept = head.translate(None, _NOT_BRACKETS)
+        if not kept:
+            continue
+        codes = np.frombuffer(kept, dtype=np.uint8)
+        steps = _STEP[codes]
+        quotes = codes == _QUOTE
+        n_quotes = int(np.count_nonzero(quotes))
+        if n_quotes or in_string:
+            inside = (np.cumsum(quotes, dtype=np.int32) & 1).astype(bool)
+            if in_string:
+                inside = ~inside
+            outside_steps = np.where(inside, 0, steps)
+        else:
+            outside_steps = steps
+        levels = np.cumsum(outside_steps, dtype=np.int64)
+        levels += depth
+        deepest = max(deepest, int(levels.max()))
+        if stop is not None and deepest >= stop:
+            return deepest
+        if n_quotes % 2:
+            in_string = not in_string
+        if in_string:
+            if n_quotes:  # the string opened at this window's last quote
+                last = len(codes) - 1 - int(np.argmax(quotes[::-1]))
+                open_depth = int(levels[last]) - 1
+                open_deepest = open_depth
+                steps = steps[last + 1 :]
+            if len(steps):
+                after = np.cumsum(steps, dtype=np.int64)
+                after += open_depth
+                open_deepest = max(open_deepest, int(after.max()))
+                open_depth = int(after[-1])
+        depth = int(levels[-1])
+    return max(deepest, open_deepest) if in_string else deepest
 
 
 def _no_constant(name: str) -> Any:
@@ -231,8 +289,11 @@ def parse_json(
         )
     held: Exception | None = None
     try:
-        text = data if isinstance(data, str) else bytes(data).decode("utf-8")
-        if streamed and _bracket_depth(text) + 1 <= MAX_DEPTH:  # else checked whole, below
+        raw = data if isinstance(data, (str, bytes)) else bytes(data)
+        text = raw if isinstance(raw, str) else raw.decode("utf-8")
+        # values nest one deeper than their container; the scan holds a few windows
+        deep = _bracket_depth(raw, stop=MAX_DEPTH) + 1 > MAX_DEPTH
+        if streamed and not deep:  # else checked whole, below
             value, held = _parse_streamed(text, streamed)
         else:
             value = json.loads(
@@ -259,7 +320,7 @@ def parse_json(
         ) from None
     if held is not None:
         raise held
-    if _bracket_depth(text) + 1 > MAX_DEPTH:  # values nest one deeper than their container
+    if deep:
         _check_depth(value, file, pointer)
     return value
 

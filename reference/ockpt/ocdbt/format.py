@@ -30,6 +30,7 @@ __all__ = [
     "MANIFEST_KIND_NUMBERED",
     "NO_ROOT",
     "DEFAULT_MAX_DECODED_BYTES",
+    "node_bound",
     "crc32c",
     "decode_varint",
     "encode_varint",
@@ -267,6 +268,11 @@ class _Cursor:
             )
 
 
+#: compressed bytes the streaming decoder takes at a time: a zstd block of >= 4 bytes decodes
+#: to <= 128 KiB, so one step decodes to at most 16 MiB, however hostile the frame
+_ZSTD_STEP = 1 << 9
+
+
 def zstd_decompress(
     data: bytes | memoryview,
     *,
@@ -278,9 +284,15 @@ def zstd_decompress(
 ) -> bytes:
     """Decode exactly one complete zstd frame, refusing more than `max_output_size` bytes.
 
-    The frame may omit its content size (it is then decoded as a stream, in bounded steps). Trailing
-    bytes after the frame, a truncated frame, a content size above the bound, or any decoding error
-    raise `error` (an `OcdbtError` by default) with `rule`.
+    The frame may omit its content size. One whole frame is decoded in one call into one buffer
+    of its content size, or else of the most its blocks can give, within the bound (only what
+    is decoded is touched); a frame that call refuses (one decoding past the bound) is decoded
+    as a stream, in bounded steps whose output is counted and dropped, stopping at the bound (a
+    frame the steps accept is decoded again, into one buffer of the size they found). No frame
+    makes this hold more than the bound plus a few steps, nor a second copy of its output.
+    Trailing bytes after the frame, a truncated frame, a content size above the bound, a stream
+    decoding past it, or any decoding error raise `error` (an `OcdbtError` by default) with
+    `rule`.
     """
 
     def fail(message: str, **kw) -> Exception:
@@ -292,62 +304,80 @@ def zstd_decompress(
     except zstandard.ZstdError as exc:
         raise fail(f"not a zstd frame: {exc}") from None
     size = params.content_size
+    known = size not in (_ZSTD_UNKNOWN, _ZSTD_ERROR)
+    if known and size > max_output_size:
+        raise fail(
+            "zstd content size exceeds the limit", expected=f"<= {max_output_size}", got=size
+        )
     dctx = zstandard.ZstdDecompressor()
-    if size not in (_ZSTD_UNKNOWN, _ZSTD_ERROR) and size <= max_output_size:
-        # The fast path: one call that releases the GIL (parallel chunk reads need it). It
-        # ignores bytes after the frame, so the frame's length is checked first; any frame
-        # this walk does not accept takes the streaming path below, which names the fault.
-        if zstd_frame_size(data) == len(data):
-            try:
-                out = dctx.decompress(data, max_output_size=size)
-            except zstandard.ZstdError as exc:
+    walk = _zstd_walk(data)
+    if walk is not None and walk[0] == len(data):
+        # One frame, nothing after it (the one-shot decoder ignores trailing bytes): one call
+        # that releases the GIL (parallel chunk reads need it), into one buffer of the
+        # declared size or, without one, of the most the blocks can give within the bound
+        # (only the bytes decoded are touched). A frame it refuses, one decoding past that
+        # buffer included, takes the stream below, which names the fault.
+        try:
+            out = dctx.decompress(
+                data, max_output_size=size if known else min(walk[1], max_output_size)
+            )
+        except zstandard.ZstdError as exc:
+            if known:
                 raise fail(f"corrupt zstd frame: {exc}") from None
-            if len(out) != size:
+        else:
+            if known and len(out) != size:
                 raise fail("zstd frame decodes to a size other than its content size")
             return out
+    # A frame the walk refuses, or one the one-shot decoder refused: in bounded steps.
     dobj = dctx.decompressobj()
+    produced = 0
+    pos = 0
     try:
-        if size not in (_ZSTD_UNKNOWN, _ZSTD_ERROR):
-            if size > max_output_size:
+        while pos < len(data) and not dobj.eof:
+            piece = dobj.decompress(data[pos : pos + _ZSTD_STEP])
+            pos += _ZSTD_STEP
+            produced += len(piece)
+            if produced > max_output_size:
                 raise fail(
-                    "zstd content size exceeds the limit",
+                    "zstd stream decodes to more than the limit",
                     expected=f"<= {max_output_size}",
-                    got=size,
+                    got=f"> {max_output_size}",
                 )
-            out = dobj.decompress(data)
-            if dobj.eof and len(out) != size:
-                raise fail("zstd frame decodes to a size other than its content size")
-        else:
-            # No content size: feed the input in steps so a hostile frame cannot expand far
-            # beyond the bound (a zstd block of >= 4 input bytes decodes to <= 128 KiB).
-            parts: list[bytes] = []
-            produced = 0
-            step = 1 << 12
-            pos = 0
-            while pos < len(data) and not dobj.eof:
-                piece = dobj.decompress(data[pos : pos + step])
-                pos += step
-                produced += len(piece)
-                if produced > max_output_size:
-                    raise fail(
-                        "zstd stream decodes to more than the limit",
-                        expected=f"<= {max_output_size}",
-                        got=f"> {produced - 1}",
-                    )
-                parts.append(piece)
-            out = b"".join(parts)
+            del piece
     except zstandard.ZstdError as exc:
         raise fail(f"corrupt zstd frame: {exc}") from None
     if not dobj.eof:
         raise fail("truncated zstd frame")
-    if dobj.unused_data:
-        raise fail("bytes after the zstd frame", expected=0, got=len(dobj.unused_data))
+    trailing = len(dobj.unused_data) + max(len(data) - pos, 0)
+    if trailing:
+        raise fail("bytes after the zstd frame", expected=0, got=trailing)
+    if known and produced != size:
+        raise fail("zstd frame decodes to a size other than its content size")
+    del dobj
+    if not produced:
+        return b""
+    try:  # a known output size: one buffer of exactly that size
+        out = dctx.decompress(data, max_output_size=produced)
+    except zstandard.ZstdError as exc:
+        raise fail(f"corrupt zstd frame: {exc}") from None
+    if len(out) != produced:
+        raise fail("zstd frame decodes to a size other than the stream gave")
     return out
 
 
 def zstd_frame_size(data: bytes) -> int | None:
     """The length of the zstd frame at the start of `data` (RFC 8878 section 3.1.1), from its
     header and block headers alone; None when they do not form a frame within `data`."""
+    walk = _zstd_walk(data)
+    return None if walk is None else walk[0]
+
+
+_ZSTD_BLOCK_MAX = 1 << 17  # no block decodes to more (RFC 8878 section 3.1.1.2.3)
+
+
+def _zstd_walk(data: bytes) -> tuple[int, int] | None:
+    """(length, most bytes it can decode to) of the zstd frame at the start of `data`, from
+    its header and block headers alone; None when they do not form a frame within `data`."""
     n = len(data)
     if n < 6 or data[:4] != b"\x28\xb5\x2f\xfd":
         return None
@@ -357,6 +387,7 @@ def zstd_frame_size(data: bytes) -> int | None:
         return None
     pos = 5 + (0 if single else 1) + (0, 1, 2, 4)[did_flag]
     pos += (1 if single else 0, 2, 4, 8)[fcs_flag]
+    most = 0
     while True:
         if pos + 3 > n:
             return None
@@ -365,10 +396,11 @@ def zstd_frame_size(data: bytes) -> int | None:
         if kind == 3:
             return None
         pos += 3 + (1 if kind == 1 else size)
+        most += _ZSTD_BLOCK_MAX if kind == 2 else size  # raw and RLE blocks: `size` bytes
         if last:
             break
     pos += 4 if checksum else 0
-    return pos if pos <= n else None
+    return (pos, most) if pos <= n else None
 
 
 # --------------------------------------------------------------------------------------------
@@ -449,6 +481,29 @@ class Config:
     max_decoded_node_bytes: int
     version_tree_arity_log2: int
     compression: ZstdCompression | None
+
+
+def node_bound(config: Config, *, limit: int = DEFAULT_MAX_DECODED_BYTES) -> int:
+    """The most bytes one B+tree or version tree node of a database with `config` may decode to
+    (spec/ocdbt.md section 5.1, `OCDBT-006`): at most `limit`, and for a database whose
+    `max_decoded_node_bytes` is not 0 (no target) at most
+
+        2 x max_decoded_node_bytes + 4 x max_inline_value_bytes + 2^arity_log2 KiB + 1 MiB
+
+    The writer's target counts about half of a node's encoded bytes or more (its estimate
+    gives each entry 16 to 56 bytes of fixed fields, which encode as varints, and a data file
+    path per entry), and a node exceeds it only by the entries it must hold (one leaf entry,
+    two interior entries: keys of up to 64 KiB and inline values); a version tree node holds
+    up to 2^arity_log2 entries of well under 1 KiB."""
+    if config.max_decoded_node_bytes == 0:
+        return limit
+    bound = (
+        2 * config.max_decoded_node_bytes
+        + 4 * config.max_inline_value_bytes
+        + (1 << 10 << config.version_tree_arity_log2)
+        + (1 << 20)
+    )
+    return min(limit, bound)
 
 
 @dataclass(frozen=True)

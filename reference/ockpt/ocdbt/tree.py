@@ -62,7 +62,8 @@ class Database:
     Args:
         path: the database directory (holding ``manifest.ocdbt``).
         root: the directory no data file may lie outside of (default: `path`).
-        max_decoded_bytes: bound on a decoded manifest or node body.
+        max_decoded_bytes: bound on a decoded manifest or node body; a node is held to the
+            smaller bound its manifest's configuration gives (`format.node_bound`).
         node_cache_size: how many decoded nodes to keep.
     """
 
@@ -78,6 +79,7 @@ class Database:
         self._real_dir = os.path.realpath(self.path)
         self._real_root = os.path.realpath(root if root is not None else self.path)
         self.max_decoded_bytes = max_decoded_bytes
+        self._node_bound: int | None = None
         self._cache: OrderedDict = OrderedDict()
         self._cache_size = node_cache_size
         self._lock = threading.Lock()
@@ -253,13 +255,24 @@ class Database:
             file=self._file_display(ref),
             offset=ref.offset,
             transitive_path=ref.file_id.base_path,
-            max_decoded_bytes=self.max_decoded_bytes,
+            max_decoded_bytes=self.node_bound,
         )
         with self._lock:
             self._cache[key] = node
             if len(self._cache) > self._cache_size:
                 self._cache.popitem(last=False)
         return node
+
+    @property
+    def node_bound(self) -> int:
+        """The most bytes one node may decode to: the bound the manifest's configuration
+        gives (`format.node_bound`: twice its `max_decoded_node_bytes` and some), within
+        `max_decoded_bytes` (OCDBT-006)."""
+        bound = self._node_bound
+        if bound is None:
+            bound = fmt.node_bound(self.manifest.config, limit=self.max_decoded_bytes)
+            self._node_bound = bound
+        return bound
 
     def read_btree_node(self, ref: IndirectDataReference) -> BtreeNode:
         return self._cached("btreenode", ref, fmt.decode_btree_node)
