@@ -119,3 +119,42 @@ def test_every_entry_point_refuses_a_replaced_file(tmp_path, case, name, how):
             assert got["outcome"] == "invalid" and rule in got["rules"], where
         else:
             assert got["outcome"] == "refused" and got["rule"] == rule, where
+
+
+def _declare(root: Path, shape_0: int, chunk_0: int) -> None:
+    """Edit the `.zarray` of leaf `a` to declare another first dimension and chunk."""
+    meta_file = root / "a" / ".zarray"
+    meta = json.loads(meta_file.read_text())
+    rank = len(meta["shape"])
+    meta["shape"] = [shape_0] + [1] * (rank - 1)
+    meta["chunks"] = [chunk_0] + [1] * (rank - 1)
+    meta_file.write_text(json.dumps(meta))
+
+
+@pytest.mark.parametrize(
+    ("shape_0", "chunk_0", "rule", "refusing"),
+    [
+        # 16 GiB declared, no more than 256 chunks: within the format's limits, more than the
+        # memory: every load refuses before allocating (LIMIT-006)
+        (1 << 32, 1 << 24, "LIMIT-006", ["load_pytree", "load_pytree:tensorstore", "open"]),
+        # a shape no numpy array can have, or a grid of too many chunks (ZARR-005)
+        (1 << 61, 1 << 30, "ZARR-005", [*API, "validate"]),
+        (1 << 26, 1, "ZARR-005", [*API, "validate"]),
+    ],
+    ids=["16GiB", "2**61", "2**26-chunks"],
+)
+def test_declared_sizes_drive_no_work(tmp_path, shape_0, chunk_0, rule, refusing):
+    """Declared sizes (issue 17): nothing is allocated or iterated for what a .zarray declares
+    before it is checked against the limits and the memory available."""
+    root = tmp_path / "item"
+    shutil.copytree(PER_LEAF / "checkpoint", root)
+    _declare(root, shape_0, chunk_0)
+    results = _run(root, EVERYTHING + ANSWER_ONLY)
+    for entry, got in results.items():
+        where = f"{entry}: {got}"
+        assert got["outcome"] not in ("escaped", "killed"), where
+        assert got["seconds"] < SECONDS and got["peak_mb"] < PEAK_MB, where
+        if entry in refusing and entry.startswith("validate"):
+            assert got["outcome"] == "invalid" and rule in got["rules"], where
+        elif entry in refusing:
+            assert got["outcome"] == "refused" and got["rule"] == rule, where

@@ -14,6 +14,7 @@ from .documents import (
 from .errors import (
     DocumentError,
     FormatError,
+    MemoryLimitError,
     MissingDataError,
     MsgpackError,
     NotACheckpointError,
@@ -70,6 +71,7 @@ __all__ = [
     "UnsupportedError",
     "WriteConflictError",
     "TargetError",
+    "MemoryLimitError",
     "OckptWarning",
     "load_pytree",
     "pytree_metadata",

@@ -22,6 +22,7 @@ __all__ = [
     "UnsupportedError",
     "WriteConflictError",
     "TargetError",
+    "MemoryLimitError",
     "OckptWarning",
 ]
 
@@ -155,6 +156,17 @@ class WriteConflictError(OckptError):
     """A save would overwrite or race with another checkpoint (`rule`: the DIR rule)."""
 
     def __init__(self, message: str, *, rule: str | None = None, file: object = None) -> None:
+        self.message = message
+        self.rule = rule
+        self.file = None if file is None else str(file)
+        super().__init__(_where(message, self.file, rule))
+
+
+class MemoryLimitError(OckptError, MemoryError):
+    """What a load or read would allocate, sized from the checkpoint's declared shapes, is more
+    than the memory this process may still use (LIMIT-006): refused before allocating."""
+
+    def __init__(self, message: str, *, rule: str = "LIMIT-006", file: object = None) -> None:
         self.message = message
         self.rule = rule
         self.file = None if file is None else str(file)

@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass
 from typing import BinaryIO
 
-__all__ = ["Limits", "LIMITS", "read_capped"]
+__all__ = ["Limits", "LIMITS", "read_capped", "memory_available", "check_allocation"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,6 +57,51 @@ class Limits:
 
 #: The limits every parser of ockpt enforces unless a caller passes its own.
 LIMITS = Limits()
+
+
+def memory_available() -> int | None:
+    """Bytes this process may still allocate: the smaller of the system's available memory
+    (``MemAvailable``) and what its address-space limit leaves; None where neither is known."""
+    bounds = []
+    try:
+        with open("/proc/meminfo", "rb") as f:  # not a checkpoint's file
+            for line in f:
+                if line.startswith(b"MemAvailable:"):
+                    bounds.append(int(line.split()[1]) * 1024)
+                    break
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+        if soft != resource.RLIM_INFINITY:
+            with open("/proc/self/statm", "rb") as f:
+                used = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+            bounds.append(max(0, soft - used))
+    except (ImportError, OSError, ValueError, IndexError):
+        pass
+    return min(bounds) if bounds else None
+
+
+#: Allocations smaller than this are not checked (a declared-size bomb is one large array;
+#: reading the memory figures costs tens of microseconds, too much for each of 100,000 leaves).
+CHECKED_ALLOCATION_BYTES = 64 << 20
+
+
+def check_allocation(nbytes: int, *, what: str, file: object = None) -> None:
+    """Refuse (`MemoryLimitError`, LIMIT-006) to allocate `nbytes` sized from declared shapes
+    when that is more than `memory_available`, before anything is allocated."""
+    if nbytes < CHECKED_ALLOCATION_BYTES:
+        return
+    available = memory_available()
+    if available is not None and nbytes > available:
+        from .errors import MemoryLimitError
+
+        raise MemoryLimitError(
+            f"{what} needs {nbytes} bytes, more than the {available} bytes of memory available",
+            file=file,
+        )
 
 
 def read_capped(f: BinaryIO, limit: int) -> bytes:

@@ -262,6 +262,7 @@ _ALL: dict[str, Rule] = {
         ("VAL-007", "error", "_sharding and array_metadatas must name only array leaves"),
         ("VAL-008", "warning", "every directory of a step or v1 checkpoint should be an item"),
         ("VAL-009", "error", "every file, key and value a checkpoint refers to must be present"),
+        ("VAL-010", "warning", "a deep validator reports a chunk too large for its memory"),
     ),
     **_rules(
         "writing.md",
@@ -299,6 +300,7 @@ _ALL: dict[str, Rule] = {
         ("LIMIT-003", "error", "a key text must not be longer than the key length limit"),
         ("LIMIT-004", "error", "a key path must not hold more keys than the depth limit"),
         ("LIMIT-005", "error", "a reader must not list more directory entries than the limit"),
+        ("LIMIT-006", "error", "a reader must not allocate past the memory it may use"),
     ),
 }
 

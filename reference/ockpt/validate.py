@@ -35,6 +35,7 @@ from .documents.sharding import ShardingDocument
 from .documents.strings import StringsDocument
 from .errors import (
     FormatError,
+    MemoryLimitError,
     MissingDataError,
     NotACheckpointError,
     OckptError,
@@ -44,7 +45,7 @@ from .errors import (
 from .findings import Finding
 from .kv import Location, files
 from .layout import Kind, Layout, Storage, detect_step, select
-from .limits import LIMITS
+from .limits import LIMITS, check_allocation
 from .msgpack_legacy import DEFAULT_MAX_BYTES as MSGPACK_MAX_BYTES
 from .msgpack_legacy import decode_checkpoint
 from .names import (
@@ -827,7 +828,14 @@ class _ItemCheck:
             box = [
                 (i * c, min((i + 1) * c, s)) for i, c, s in zip(index, chunk, shape, strict=True)
             ]
-            out = np.empty(tuple(b - a for a, b in box), dtype=dtype)
+            size = tuple(b - a for a, b in box)
+            file = f"{where}/{prefix}{meta.chunk_key(index)}"
+            try:
+                check_allocation(math.prod(size) * dtype.itemsize, what="the chunk", file=file)
+            except MemoryLimitError as e:
+                v.report("VAL-010", f"not decoded: {e.message}", file=file)
+                continue
+            out = np.empty(size, dtype=dtype)
             try:
                 read_region(
                     meta, self.store.get, out, box, prefix=prefix, missing="error", file=where
@@ -835,7 +843,7 @@ class _ItemCheck:
             except OckptError as e:
                 problems += 1
                 if problems <= _MAX_PER_ARRAY:
-                    v.error(e, file=f"{where}/{prefix}{meta.chunk_key(index)}")
+                    v.error(e, file=file)
 
     @property
     def tree_known(self) -> bool:

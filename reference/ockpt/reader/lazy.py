@@ -11,6 +11,7 @@ import numpy as np
 from .. import engines
 from ..errors import MissingDataError, OckptError
 from ..layout import Resolved
+from ..limits import check_allocation
 
 if TYPE_CHECKING:
     import tensorstore as ts
@@ -145,6 +146,16 @@ class LazyArray:
             )
             data = np.empty(shape, dtype=self.dtype)
         else:
+            size = math.prod(
+                len(range(*s.indices(n)))
+                for s, n in zip(ts_index, self.shape, strict=True)
+                if isinstance(s, slice)
+            )
+            check_allocation(
+                size * self.dtype.itemsize,
+                what=f"param {self.param_name!r} at {_index_text(index)}",
+                file=self._array.file,
+            )
             try:
                 data = np.asarray(self._array.view(ts_index).read().result())
             except OckptError:

@@ -4,6 +4,7 @@ requested dtype and shape (LOAD-020..031), then read only the regions the target
 from __future__ import annotations
 
 import functools
+import math
 import operator
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ import numpy as np
 
 from .. import _jax, dtypes, engines
 from ..errors import TargetError
+from ..limits import check_allocation
 from ..paths import EmptyNode, KeyType, param_name
 
 if TYPE_CHECKING:
@@ -331,7 +333,12 @@ class _Loader:
             array = open_array(job.leaf.param_name)
             check(job, array.shape, array.dtype)  # as saved: sets the job's shape and dtype
             read_dtype = job.dtype if self.cast == "exact" or job.dtype == array.dtype else None
-            assert job.shape is not None
+            assert job.shape is not None and job.dtype is not None
+            check_allocation(
+                math.prod(job.shape) * job.dtype.itemsize,
+                what=f"param {job.leaf.param_name!r}",
+                file=array.file,
+            )
             if job.want == "jax":
                 boxes = _jax.shard_boxes(job.shape, job.sharding)
                 pending[index] = {"count": len(boxes), "arrays": {}}

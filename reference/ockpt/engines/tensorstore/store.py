@@ -41,6 +41,7 @@ from ...kv.files import check_tree
 from ...layout import ItemFormat, Storage
 from ...names import ZARR2_METADATA, ZARR3_METADATA
 from ...paths import array_prefix
+from ...zarr._common import check_extent
 from ..contract import TILE_BYTES, ImmediateFuture, ReadRequest, array_file, tiles
 from .stage import Stage, StagedArray
 
@@ -334,10 +335,12 @@ class ArrayStore:
             still = []
             for n, fut in _bounded(pending, start, _OPEN_IN_FLIGHT):
                 try:
-                    out[n] = self._wrap(n, version, fut.result())
-                except ValueError as e:
+                    store = fut.result()
+                except ValueError as e:  # not this zarr version, or no array: try the next
                     errors[n] = e
                     still.append(n)
+                    continue
+                out[n] = self._wrap(n, version, store)  # refuses what breaks the limits
             pending = still
         for n in pending:
             self._raise_open(n, errors[n])
@@ -447,10 +450,11 @@ class ArrayStore:
                 f"unsupported element type {store.dtype}: {e}", rule="ZARR-001", file=file
             ) from None
         chunk = store.chunk_layout.read_chunk.shape
-        chunk_shape = tuple(int(c) for c in chunk) if chunk is not None else tuple(store.shape)
-        return StoredArray(
-            param_name, file, version, tuple(int(n) for n in store.shape), dtype, chunk_shape, store
-        )
+        shape = tuple(int(n) for n in store.shape)
+        chunk_shape = tuple(int(c) for c in chunk) if chunk is not None else shape
+        # the limits ockpt's own decoder applies (ZARR-005), before tensorstore reads a chunk
+        check_extent(shape, chunk_shape, dtype, file=file, pointer="")
+        return StoredArray(param_name, file, version, shape, dtype, chunk_shape, store)
 
     def _open_split(self, param_name: str) -> StoredArray:
         """An array whose chunks are spread over `ocdbt.process_<N>/` databases."""
