@@ -34,6 +34,7 @@ OPENS_ALLOWED = {
     ("commit.py", "write_file"): "the writer writes its own new file",
     ("commit.py", "fsync_dir"): "opens a directory the writer made, to fsync it",
     ("commit.py", "_fsync_tree"): "walks the writer's own temporary directory",
+    ("commit.py", "_Lock.take"): "opens a directory a writer locks (no link, never blocking)",
     ("convert.py", "_write_safetensors"): "the converter's output file",
     ("convert.py", "_write_pt"): "the converter's output file",
     ("convert.py", "NpzSource._file"): "a temporary file the converter made",

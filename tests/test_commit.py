@@ -20,7 +20,7 @@ import pytest
 import ockpt
 from ockpt import commit
 from ockpt.layout import Kind
-from ockpt.names import COMMIT_FILE, DELETED_SUFFIX, REPLACED_SUFFIX, TMP_MARKER
+from ockpt.names import COMMIT_FILE, DELETED_SUFFIX, OWN_TMP_NAME, REPLACED_SUFFIX
 
 OLD = {"a": np.arange(6, dtype=np.int32), "s": "old"}
 NEW = {"a": np.arange(6, dtype=np.int32) * 10, "s": "new"}
@@ -46,8 +46,8 @@ def interrupted(path) -> None:  # type: ignore[no-untyped-def]
     ockpt.save_pytree(path, OLD)
     ockpt.save_pytree(str(path) + "-new", NEW)
     os.rename(path, commit.replaced_name(str(path)))
-    os.rename(str(path) + "-new", commit.temporary_name(str(path)))
-    assert COMMIT_FILE in os.listdir(commit.temporary_name(str(path)))
+    os.rename(str(path) + "-new", commit.temporary_name(str(path), 1))
+    assert COMMIT_FILE in os.listdir(commit.temporary_name(str(path), 1))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -137,7 +137,7 @@ def test_fallback_puts_old_back_when_second_rename_fails(tmp_path, no_exchange, 
     real = os.rename
 
     def rename(src, dst):  # type: ignore[no-untyped-def]
-        if str(src).endswith(TMP_MARKER):
+        if OWN_TMP_NAME.fullmatch(os.path.basename(src)) and str(dst).endswith("c"):
             raise OSError(errno.EIO, "I/O error")
         real(src, dst)
 
@@ -230,7 +230,7 @@ def test_save_without_overwrite_recovers_then_refuses(tmp_path):
         with pytest.raises(ockpt.WriteConflictError, match="DIR-002"):
             ockpt.save_pytree(path, NEW)
     assert same(load(path), OLD)
-    assert sorted(os.listdir(tmp_path)) == ["c", "c" + TMP_MARKER]
+    assert sorted(os.listdir(tmp_path)) == ["c", os.path.basename(commit.temporary_name("c", 1))]
 
 
 def test_save_with_overwrite_recovers_then_replaces(tmp_path):
@@ -250,7 +250,7 @@ def test_manager_restores_a_parked_step_instead_of_removing_it(tmp_path):
     for step in (1, 2):
         mgr.save(step, {"a": np.full(3, step)})
     os.rename(root / "1", commit.replaced_name(str(root / "1")))  # step 1 parked, missing
-    os.mkdir(commit.temporary_name(str(root / "1")))
+    os.mkdir(commit.temporary_name(str(root / "1"), 1))
     ockpt.save_pytree(tmp_path / "x", {"a": np.zeros(3)})  # step 2 present, stale -replaced
     os.rename(tmp_path / "x", commit.replaced_name(str(root / "2")))
     with pytest.warns(ockpt.OckptWarning, match="DIR-007"):

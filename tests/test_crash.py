@@ -344,7 +344,8 @@ def test_overwrite_killed_at_every_event(tmp_path, monkeypatch, exchange):
     code, out = child("overwrite", probe / "c", NEW, env={**env, "OCKPT_TRACE": "1"})
     assert code == 0 and out["result"] == "saved", out
     trace = out["trace"]
-    tmp_name, old_name = "c" + TMP_MARKER, os.path.basename(commit.replaced_name("c"))
+    tmp_name = next(t.split()[1] for t in trace if t.startswith("mkdir c" + TMP_MARKER))
+    old_name = os.path.basename(commit.replaced_name("c"))
     if exchange:  # the exchange commits; no -replaced name is ever used
         commit_at = trace.index(f"_renameat2 {tmp_name}") + 1
         aside_at = commit_at

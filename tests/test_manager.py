@@ -166,15 +166,14 @@ def test_delete_renames_first(tmp_path, monkeypatch):
     mngr = CheckpointManager(root, max_to_keep=1)
     mngr.save(1, _state(1))
     removed = []
-    import ockpt.manager as manager_module
 
-    real = manager_module.shutil.rmtree
+    real = commit.remove_path
 
-    def spy(path, *a, **kw):
+    def spy(path):
         removed.append(os.path.basename(path))
-        real(path, *a, **kw)
+        real(path)
 
-    monkeypatch.setattr(manager_module.shutil, "rmtree", spy)
+    monkeypatch.setattr(commit, "remove_path", spy)
     mngr.save(2, _state(2))
     assert removed and all(TMP_MARKER in name for name in removed)
     assert mngr.all_steps() == [2]

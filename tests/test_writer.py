@@ -518,12 +518,26 @@ def test_failed_commit_leaves_no_committed_directory(tmp_path, monkeypatch):
     assert os.listdir(tmp_path) == []
 
 
-def test_leftover_temporary_directory(tmp_path):
-    (tmp_path / ("c" + TMP_MARKER)).mkdir()
-    with pytest.raises(ockpt.WriteConflictError, match="DIR-003"):
-        save_pytree(tmp_path / "c", {"a": 1})
-    save_pytree(tmp_path / "c", {"a": 1}, overwrite=True)
-    assert sorted(os.listdir(tmp_path)) == ["c"]
+def test_leftover_temporary_directories(tmp_path):
+    """DIR-003: another writer's temporary directory (Orbax's fixed name) is never touched;
+    one of an ockpt save that has ended (its lock free) is removed by the next save to that
+    path; one of a save still running (its lock held) is not."""
+    foreign = tmp_path / ("c" + TMP_MARKER)
+    ended = tmp_path / os.path.basename(commit.temporary_name(str(tmp_path / "c"), 1))
+    foreign.mkdir()
+    ended.mkdir()
+    save_pytree(tmp_path / "c", {"a": 1})
+    assert sorted(os.listdir(tmp_path)) == sorted(["c", foreign.name])
+    save_pytree(tmp_path / "c", {"a": 2}, overwrite=True)
+    assert sorted(os.listdir(tmp_path)) == sorted(["c", foreign.name])
+    running = commit.begin(tmp_path / "d")
+    save_pytree(tmp_path / "d", {"a": 3})
+    assert os.path.isdir(running.tmp)  # still there: its save goes on
+    with pytest.raises(ockpt.WriteConflictError, match="DIR-002"):
+        commit.finish(running)  # d was committed meanwhile
+    commit.abort(running)
+    assert sorted(os.listdir(tmp_path)) == sorted(["c", "d", foreign.name])
+    assert ockpt.load_pytree(tmp_path / "d")["a"] == 3
 
 
 def test_temporary_directory_is_not_a_checkpoint(tmp_path, monkeypatch):
@@ -540,7 +554,8 @@ def test_temporary_directory_is_not_a_checkpoint(tmp_path, monkeypatch):
 
     monkeypatch.setattr(commit, "finish", spy)
     save_pytree(tmp_path / "c", {"a": np.ones(2)})
-    assert seen["listing"] == ["c" + TMP_MARKER]
+    (listed,) = seen["listing"]
+    assert listed.startswith("c" + TMP_MARKER)
     assert seen["kind"] == ockpt.Kind.TEMPORARY
     assert "commit_success.txt" not in seen["files"]  # written by finish(), last
     assert {"_CHECKPOINT_METADATA", "orbax.checkpoint", "state"} <= set(seen["files"])

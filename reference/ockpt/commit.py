@@ -1,10 +1,10 @@
-"""Atomic commit of a checkpoint directory: temporary name, fsync, marker, rename.
+"""Atomic commit of a checkpoint directory: a temporary name of its own, fsync, marker, rename.
 
-A save writes everything under ``<name>.orbax-checkpoint-tmp`` (a sibling of the final path),
-then writes ``commit_success.txt``, flushes files and directories to disk, and renames the
-temporary directory to its final name. Readers never take a name containing
-``.orbax-checkpoint-tmp`` for a checkpoint (LAYOUT-001), so a save that fails at any point
-leaves no directory a reader would take as committed.
+A save writes everything under ``<name>.orbax-checkpoint-tmp-ockpt-<12 hex digits>``, a sibling
+of the final path that no other save uses (DIR-003), then writes ``commit_success.txt``,
+flushes files and directories to disk, and renames the temporary directory to its final name.
+Readers never take a name containing ``.orbax-checkpoint-tmp`` for a checkpoint (LAYOUT-001),
+so a save that fails at any point leaves no directory a reader would take as committed.
 
 Overwriting swaps the new directory and the old one in one atomic step where the file system
 can (Linux ``renameat2(RENAME_EXCHANGE)``), so the final path holds a whole checkpoint, old or
@@ -12,42 +12,76 @@ new, at every instant; elsewhere the old checkpoint is first renamed to
 ``<name>.orbax-checkpoint-tmp-replaced``, and a save or `recover` that finds the final path
 missing renames it back (DIR-006, DIR-007).
 
+Saves to one path may run at once, in any processes of one machine (DIR-008). Each holds an
+exclusive advisory lock (``flock``) on its own temporary directory from its creation to its
+commit or failure, so that a leftover whose lock is free belongs to a save that has ended and
+may be removed; creating a temporary directory, removing leftovers and every rename of the
+commit happen under a lock on the parent directory, so each save commits one whole tree or
+raises `WriteConflictError`.
+
 The pure helpers (`temporary_name`, `replaced_name`, `commit_text`) do no I/O; `begin`,
-`finish`, `abort` and `recover` are the few calls that touch the file system. Only local paths
-are supported: object stores have no rename (see spec/writing.md).
+`finish`, `abort`, `recover` and `remove_committed` are the calls that touch the file system.
+Only local paths are supported: object stores have no rename (see spec/writing.md).
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import os
+import secrets
 import shutil
 import sys
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from .errors import FormatError, OckptWarning, WriteConflictError
-from .names import COMMIT_FILE, DELETED_SUFFIX, REPLACED_SUFFIX, TMP_MARKER
+from .kv import Location
+from .names import (
+    COMMIT_FILE,
+    DELETED_SUFFIX,
+    OWN_TMP_NAME,
+    OWN_TMP_SUFFIX,
+    REPLACED_SUFFIX,
+    TMP_MARKER,
+)
+
+try:
+    import fcntl
+except ImportError:  # not a POSIX system: no locks, and so no leftover is ever removed
+    fcntl = None  # type: ignore[assignment]
 
 __all__ = [
     "Pending",
+    "new_token",
     "temporary_name",
     "replaced_name",
     "commit_text",
     "check_target",
+    "final_path",
     "begin",
     "finish",
     "abort",
     "recover",
+    "remove_committed",
+    "remove_leftovers",
     "write_file",
+    "replace_file",
     "fsync_dir",
+    "remove_path",
 ]
 
 
-def temporary_name(final: str) -> str:
-    """The temporary path a save writes before it commits to `final`."""
-    return final.rstrip(os.sep) + TMP_MARKER
+def new_token() -> int:
+    """A random 48-bit number naming one save's temporary directory."""
+    return secrets.randbits(48)
+
+
+def temporary_name(final: str, token: int) -> str:
+    """The temporary path the save `token` writes before it commits to `final` (DIR-003)."""
+    return f"{final.rstrip(os.sep)}{OWN_TMP_SUFFIX}{token:012x}"
 
 
 def replaced_name(final: str) -> str:
@@ -61,16 +95,63 @@ def commit_text(final: str) -> str:
     return f"Checkpoint commit was successful to {final}"
 
 
+class _Lock:
+    """An exclusive ``flock`` on a directory, held until `release` (or the process ends)."""
+
+    __slots__ = ("fd",)
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    @classmethod
+    def take(cls, path: str, *, wait: bool) -> _Lock | None:
+        """The lock of `path`; None when another holder has it (and not `wait`), when `path`
+        is no directory, or where locks are not supported."""
+        if fcntl is None:
+            return None
+        try:
+            flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_DIRECTORY", 0)
+            fd = os.open(path, flags)
+        except OSError:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except OSError:  # held by another (EWOULDBLOCK), or no locks on this file system
+            os.close(fd)
+            return None
+        return cls(fd)
+
+    def release(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+@contextlib.contextmanager
+def _locked(directory: str) -> Iterator[None]:
+    """Hold the lock of `directory` (the parent of a checkpoint) for a short critical section;
+    without lock support, proceed unlocked."""
+    lock = _Lock.take(directory, wait=True)
+    try:
+        yield
+    finally:
+        if lock is not None:
+            lock.release()
+
+
 @dataclass(frozen=True)
 class Pending:
-    """A save in progress: where it writes, and where it will commit."""
+    """A save in progress: where it writes, where it will commit, and (in the process that
+    created it) the lock on its temporary directory."""
 
     final: str
     tmp: str
     overwrite: bool
+    lock: _Lock | None = None
 
 
-def _local(path: str | os.PathLike[str]) -> str:
+def final_path(path: str | os.PathLike[str]) -> str:
+    """The absolute local path a save to `path` commits to (DIR-001 for a URL or '')."""
     text = os.fspath(path)
     if "://" in text and not text.startswith("file://"):
         raise FormatError(
@@ -91,7 +172,7 @@ def check_target(path: str | os.PathLike[str], *, overwrite: bool) -> str:
     A path that is a file, or one whose last component carries the temporary marker, is
     refused (DIR-001); an existing directory is refused unless `overwrite` (DIR-002).
     """
-    final = _local(path)
+    final = final_path(path)
     name = os.path.basename(final)
     if TMP_MARKER in name:
         raise FormatError(
@@ -113,25 +194,20 @@ def check_target(path: str | os.PathLike[str], *, overwrite: bool) -> str:
     return final
 
 
-def begin(path: str | os.PathLike[str], *, overwrite: bool = False) -> Pending:
-    """Check the target and create its (empty) temporary directory.
+def begin(
+    path: str | os.PathLike[str], *, overwrite: bool = False, token: int | None = None
+) -> Pending:
+    """Check the target, then create and lock this save's own temporary directory.
 
     A checkpoint that an interrupted overwrite left under the ``-replaced`` name while the
     final path is missing is renamed back first (DIR-007); the target is then checked again,
     so without `overwrite` that checkpoint is refused as any existing one (DIR-002).
-    A leftover temporary directory of an earlier failed save is refused unless `overwrite`
-    (then it is removed first): it may also belong to a save still running (DIR-003).
+    Temporary directories of earlier ockpt saves to this path that have ended (killed, or
+    failed without removing theirs) are removed; those of saves still running, and those of
+    other writers, are left alone (DIR-003).
     """
     final = check_target(path, overwrite=overwrite)
-    if recover(final):
-        warnings.warn(
-            f"{final}: restored the checkpoint an interrupted overwrite had left at "
-            f"{replaced_name(final)} [DIR-007]",
-            OckptWarning,
-            stacklevel=2,
-        )
-        final = check_target(final, overwrite=overwrite)
-    tmp = temporary_name(final)
+    tmp = temporary_name(final, new_token() if token is None else token)
     parent = os.path.dirname(final)
     try:
         os.makedirs(parent, exist_ok=True)
@@ -139,28 +215,59 @@ def begin(path: str | os.PathLike[str], *, overwrite: bool = False) -> Pending:
         raise FormatError(
             f"cannot create the parent directory: {e.strerror or e}", rule="DIR-001", file=final
         ) from e
-    if os.path.lexists(tmp):
-        if not overwrite:
-            raise WriteConflictError(
-                "a temporary directory of another save exists (a save in progress, or one that "
-                "failed); remove it or pass overwrite=True",
-                rule="DIR-003",
-                file=tmp,
+    with _locked(parent):
+        if _recover(final):
+            warnings.warn(
+                f"{final}: restored the checkpoint an interrupted overwrite had left at "
+                f"{replaced_name(final)} [DIR-007]",
+                OckptWarning,
+                stacklevel=2,
             )
-        remove_path(tmp)
-    try:
-        os.mkdir(tmp)
-    except FileExistsError as e:
-        raise WriteConflictError(
-            "another save created this temporary directory at the same time",
-            rule="DIR-003",
-            file=tmp,
-        ) from e
-    except OSError as e:
-        raise FormatError(
-            f"cannot create the checkpoint directory: {e.strerror or e}", rule="DIR-001", file=final
-        ) from e
-    return Pending(final=final, tmp=tmp, overwrite=overwrite)
+            final = check_target(final, overwrite=overwrite)
+        ended = _claim_ended(parent, os.path.basename(final))
+        try:
+            os.mkdir(tmp)
+        except FileExistsError as e:
+            raise WriteConflictError(
+                "another save uses this temporary directory", rule="DIR-003", file=tmp
+            ) from e
+        except OSError as e:
+            raise FormatError(
+                f"cannot create the checkpoint directory: {e.strerror or e}",
+                rule="DIR-001",
+                file=final,
+            ) from e
+        lock = _Lock.take(tmp, wait=True)
+    _remove_claimed(ended)
+    return Pending(final=final, tmp=tmp, overwrite=overwrite, lock=lock)
+
+
+def _claim_ended(parent: str, name: str) -> list[tuple[str, _Lock | None]]:
+    """ockpt's own temporary directories of the checkpoint `name` in `parent` whose save has
+    ended: their lock is free. Each is returned with its lock taken, so that no other process
+    claims it; call with the parent's lock held (a save creates and locks its directory under
+    that lock, so none is caught between the two)."""
+    claimed: list[tuple[str, _Lock | None]] = []
+    for entry in sorted(Location.of(parent).listdir().dirs):
+        match = OWN_TMP_NAME.fullmatch(entry)
+        if match is None or match["name"] != name:
+            continue
+        path = os.path.join(parent, entry)
+        lock = _Lock.take(path, wait=False)
+        if lock is not None:
+            claimed.append((path, lock))
+    return claimed
+
+
+def _remove_claimed(claimed: list[tuple[str, _Lock | None]]) -> None:
+    """Remove each path, then release its lock (outside the parent's lock: removal may take
+    long, and nobody else claims a path whose lock is held)."""
+    for path, lock in claimed:
+        try:
+            remove_path(path)
+        finally:
+            if lock is not None:
+                lock.release()
 
 
 def write_file(path: str, data: bytes, *, sync: bool = True) -> None:
@@ -171,6 +278,18 @@ def write_file(path: str, data: bytes, *, sync: bool = True) -> None:
         if sync:
             f.flush()
             os.fsync(f.fileno())
+
+
+def replace_file(path: str, data: bytes) -> None:
+    """Write a small file whole or not at all: under a temporary name of its own, renamed over
+    `path`, with the parent's lock held (so `remove_leftovers` never takes it mid-write)."""
+    parent = os.path.dirname(path)
+    os.makedirs(parent, exist_ok=True)
+    tmp = temporary_name(path, new_token())
+    with _locked(parent):
+        write_file(tmp, data)
+        os.replace(tmp, path)
+        fsync_dir(parent)
 
 
 def fsync_dir(path: str) -> None:
@@ -199,48 +318,42 @@ def finish(pending: Pending, *, marker: bool = True) -> None:
     With `overwrite`, an existing checkpoint at the final path is exchanged with the new one
     atomically where the file system allows it, and otherwise renamed aside to
     ``-replaced`` first (DIR-006); either way it is removed once the new one is in place.
+    The renames happen under the parent's lock (DIR-008); the removal after it.
     """
     if marker:
         write_file(os.path.join(pending.tmp, COMMIT_FILE), commit_text(pending.final).encode())
     _fsync_tree(pending.tmp)
-    parent = os.path.dirname(pending.final)
-    if os.path.lexists(pending.final):
-        if not pending.overwrite:  # appeared while we were writing
-            raise _conflict(pending.final)
-        _replace(pending.tmp, pending.final)
-        return
-    try:
-        if not _renameat2(pending.tmp, pending.final, _RENAME_NOREPLACE):
-            os.rename(pending.tmp, pending.final)
-    except OSError as e:
-        if e.errno in (errno.ENOTEMPTY, errno.EEXIST):
-            raise _conflict(pending.final) from None  # another save committed meanwhile
-        raise
-    fsync_dir(parent)
+    with _locked(os.path.dirname(pending.final)):
+        doomed = _commit(pending)
+        claimed = [(path, _Lock.take(path, wait=False)) for path in doomed]
+    if pending.lock is not None:
+        pending.lock.release()
+    _remove_claimed(claimed)
 
 
-def _conflict(final: str) -> WriteConflictError:
-    return WriteConflictError(
-        "another save committed here while this one was writing", rule="DIR-002", file=final
-    )
-
-
-def _replace(tmp: str, final: str) -> None:
-    """Put the committed `tmp` in place of the checkpoint at `final`, then remove the old one.
-
-    At every instant `final` holds one whole checkpoint, the old or the new, where exchange is
-    available; without it, the old one is whole under `replaced_name(final)` during the one
-    window when `final` is missing, and `recover` renames it back (DIR-006, DIR-007).
-    """
+def _commit(pending: Pending) -> list[str]:
+    """The renames of a commit (the caller holds the parent's lock); returns what is left to
+    remove, each under a temporary name of this save's: the old checkpoint of an overwrite,
+    and what interrupted overwrites and removals left next to the path."""
+    final, tmp = pending.final, pending.tmp
     parent = os.path.dirname(final)
-    old = replaced_name(final)
+    if not os.path.lexists(final):
+        try:
+            if not _renameat2(tmp, final, _RENAME_NOREPLACE):
+                os.rename(tmp, final)
+        except OSError as e:
+            if e.errno in (errno.ENOTEMPTY, errno.EEXIST):
+                raise _conflict(final) from None  # another writer committed meanwhile
+            raise
+        fsync_dir(parent)
+        return []
+    if not pending.overwrite:  # appeared while we were writing
+        raise _conflict(final)
+    doomed = _set_aside_stale(final)
     if _renameat2(tmp, final, _RENAME_EXCHANGE):
         fsync_dir(parent)  # the new checkpoint is committed; the old one is at `tmp` now
-        remove_path(tmp)
-        _tidy(final)
-        return
-    if os.path.lexists(old):  # left by an interrupted overwrite that got past its commit
-        _discard(old, final)
+        return [tmp, *doomed]
+    old = replaced_name(final)
     os.rename(final, old)
     try:
         os.rename(tmp, final)
@@ -253,31 +366,34 @@ def _replace(tmp: str, final: str) -> None:
             raise _conflict(final) from None
         raise
     fsync_dir(parent)
-    _tidy(final)
-
-
-def _tidy(final: str) -> None:
-    """After an overwrite committed: remove what interrupted overwrites and removals left next
-    to `final` (it holds the newest checkpoint, so a ``-replaced`` one is older). A failure
-    here leaves only temporary names behind, and the save stays committed."""
-    try:
-        if os.path.lexists(replaced_name(final)):
-            _discard(replaced_name(final), final)
-        elif os.path.lexists(final + DELETED_SUFFIX):
-            remove_path(final + DELETED_SUFFIX)
+    try:  # the old checkpoint takes this save's own name before it is removed (DIR-006)
+        os.rename(old, tmp)
     except OSError:
-        pass
-    fsync_dir(os.path.dirname(final))
+        return doomed  # committed; the next overwrite removes the stale -replaced
+    return [tmp, *doomed]
 
 
-def _discard(path: str, final: str) -> None:
-    """Remove `path` under another temporary name first, so that no partly removed directory
-    is ever left under the ``-replaced`` name: such a name always holds a whole checkpoint."""
-    doomed = final.rstrip(os.sep) + DELETED_SUFFIX
-    if os.path.lexists(doomed):
-        remove_path(doomed)
-    os.rename(path, doomed)
-    remove_path(doomed)
+def _conflict(final: str) -> WriteConflictError:
+    return WriteConflictError(
+        "another save committed here while this one was writing", rule="DIR-002", file=final
+    )
+
+
+def _set_aside_stale(final: str) -> list[str]:
+    """Rename what interrupted overwrites and removals left next to the existing `final` (a
+    ``-replaced`` checkpoint older than it, a partly removed ``-deleted`` directory) to new
+    temporary names of ockpt's own, to be removed: a ``-replaced`` name is never removed in
+    place, so it always holds a whole checkpoint (DIR-006)."""
+    doomed = []
+    for stale in (replaced_name(final), final.rstrip(os.sep) + DELETED_SUFFIX):
+        if os.path.lexists(stale):
+            target = temporary_name(final, new_token())
+            try:
+                os.rename(stale, target)
+            except OSError:
+                continue  # left for a later save; the commit does not depend on it
+            doomed.append(target)
+    return doomed
 
 
 def recover(path: str | os.PathLike[str]) -> bool:
@@ -286,9 +402,15 @@ def recover(path: str | os.PathLike[str]) -> bool:
 
     The old checkpoint comes back, not the new one: an overwrite takes effect only when the new
     checkpoint takes the final name, so a committed temporary directory of that save stays a
-    temporary directory (removed by the next save with ``overwrite``, DIR-003).
+    temporary directory (removed as DIR-003 says).
     """
-    final = _local(path)
+    final = final_path(path)
+    with _locked(os.path.dirname(final)):
+        return _recover(final)
+
+
+def _recover(final: str) -> bool:
+    """`recover`, with the parent's lock held."""
     old = replaced_name(final)
     if os.path.lexists(final) or os.path.islink(old) or not os.path.isdir(old):
         return False
@@ -296,12 +418,60 @@ def recover(path: str | os.PathLike[str]) -> bool:
         if not _renameat2(old, final, _RENAME_NOREPLACE):
             os.rename(old, final)
     except OSError as e:
-        # another process recovered it, or committed at `final`, in the meantime
+        # another writer recovered it, or committed at `final`, in the meantime
         if e.errno in (errno.ENOENT, errno.EEXIST, errno.ENOTEMPTY):
             return False
         raise
     fsync_dir(os.path.dirname(final))
     return True
+
+
+def remove_committed(path: str) -> bool:
+    """Remove a committed directory (a step) so that no reader sees it half removed: under the
+    parent's lock it takes a temporary name of ockpt's own, then it is removed (DIR-005).
+    False when it was gone already (another process removed it)."""
+    doomed = temporary_name(path, new_token())
+    parent = os.path.dirname(path)
+    with _locked(parent):
+        try:
+            os.rename(path, doomed)
+        except FileNotFoundError:
+            return False
+        fsync_dir(parent)
+        lock = _Lock.take(doomed, wait=False)
+    _remove_claimed([(doomed, lock)])
+    return True
+
+
+def remove_leftovers(paths: list[str]) -> list[str]:
+    """Remove what unfinished saves and removals left (`paths`: names carrying the temporary
+    marker), and return what was handled. A ``-replaced`` directory whose checkpoint is
+    missing is renamed back instead (DIR-007), and kept if that fails; a temporary directory
+    of an ockpt save still running (its lock held) is left alone (DIR-003)."""
+    handled = []
+    by_parent: dict[str, list[str]] = {}
+    for path in paths:
+        by_parent.setdefault(os.path.dirname(path), []).append(path)
+    for parent, group in by_parent.items():
+        claimed: list[tuple[str, _Lock | None]] = []
+        with _locked(parent):
+            for path in sorted(group, key=lambda p: not p.endswith(REPLACED_SUFFIX)):
+                if path.endswith(REPLACED_SUFFIX):
+                    final = path[: -len(REPLACED_SUFFIX)]
+                    if _recover(final):
+                        handled.append(path)
+                        continue
+                    if not os.path.lexists(final):
+                        continue  # could not be renamed back: never remove the only copy
+                lock = None
+                if OWN_TMP_NAME.fullmatch(os.path.basename(path)) and os.path.isdir(path):
+                    lock = _Lock.take(path, wait=False)
+                    if lock is None:
+                        continue  # a save still running (or no locks here: cannot tell)
+                claimed.append((path, lock))
+                handled.append(path)
+        _remove_claimed(claimed)
+    return sorted(handled)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -353,8 +523,10 @@ def _renameat2(src: str, dst: str, flags: int) -> bool:
 
 
 def abort(pending: Pending) -> None:
-    """Remove what a failed save wrote (its temporary directory only)."""
+    """Remove what a failed save wrote (its temporary directory only), then let go of it."""
     remove_path(pending.tmp)
+    if pending.lock is not None:
+        pending.lock.release()
 
 
 def remove_path(path: str) -> None:

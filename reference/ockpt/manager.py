@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import warnings
 from collections.abc import Mapping
 from typing import Any
@@ -24,12 +23,10 @@ from .layout import Kind, detect, is_temporary_name, parse_step_name, scan_steps
 from .limits import LIMITS
 from .names import (
     DEFAULT_ITEM,
-    DELETED_SUFFIX,
     REPLACED_SUFFIX,
     ROOT_METADATA_DIR,
     ROOT_METADATA_FILE,
     STEP_JSON_FILE,
-    TMP_MARKER,
 )
 from .reader import CastPolicy, load_pytree
 from .save_options import SaveOptions
@@ -142,19 +139,10 @@ class CheckpointManager:
 
         A ``<step>.orbax-checkpoint-tmp-replaced`` directory whose step is missing is the only
         copy of that step, left by an interrupted overwrite: it is renamed back to the step,
-        not removed (DIR-007). Call this only when no other process is saving under this root
-        (a save in progress writes in a temporary directory too)."""
-        found = self.temporaries()
-        # first put back the steps an interrupted overwrite left aside, then remove the rest
-        for path in found:
-            if path.endswith(REPLACED_SUFFIX):
-                commit.recover(path[: -len(REPLACED_SUFFIX)])
-        for path in found:
-            if path.endswith(REPLACED_SUFFIX):
-                final = path[: -len(REPLACED_SUFFIX)]
-                if not os.path.lexists(final):
-                    continue  # could not be renamed back: never remove the only copy
-            commit.remove_path(path)
+        not removed (DIR-007). The temporary directory of an ockpt save still running (in
+        any process) is left alone (DIR-003); one of another writer (Orbax) cannot be told
+        from a leftover: call this only when no other program is saving under this root."""
+        found = commit.remove_leftovers(self.temporaries())
         if found:
             commit.fsync_dir(self.root)
         return found
@@ -234,28 +222,26 @@ class CheckpointManager:
         if self._metadata is None or os.path.exists(path):
             return
         doc = RootMetadata(internal_metadata={}, custom_metadata=self._metadata)
-        tmp = path + TMP_MARKER
-        commit.write_file(tmp, doc.to_bytes())
-        os.replace(tmp, path)
-        commit.fsync_dir(os.path.dirname(path))
+        commit.replace_file(path, doc.to_bytes())
 
     def _collect(self) -> None:
         if self.max_to_keep is None:
             return
         steps = sorted(self._steps())
         for step in steps[: max(0, len(steps) - self.max_to_keep)]:
-            self.delete(step)
+            try:
+                self.delete(step)
+            except NotACheckpointError:
+                pass  # another manager of this root deleted it meanwhile
 
     def delete(self, step: int) -> None:
         """Delete a committed step: renamed to a temporary name first, so a reader never sees
-        it half deleted."""
+        it half deleted (DIR-005)."""
         path = self.step_path(step)
-        doomed = path + DELETED_SUFFIX
-        if os.path.lexists(doomed):  # left by an earlier delete that was killed
-            commit.remove_path(doomed)
-        os.rename(path, doomed)
-        commit.fsync_dir(self.root)
-        shutil.rmtree(doomed, ignore_errors=True)
+        if not commit.remove_committed(path):
+            raise NotACheckpointError(
+                f"step {step} was removed meanwhile", rule="LOAD-055", file=path
+            )
 
     def restore(
         self,

@@ -33,6 +33,8 @@ __all__ = [
     "TMP_MARKER",
     "REPLACED_SUFFIX",
     "DELETED_SUFFIX",
+    "OWN_TMP_SUFFIX",
+    "OWN_TMP_NAME",
     "ZARR2_METADATA",
     "ZARR3_METADATA",
 ]
@@ -75,7 +77,11 @@ DEFAULT_ITEM = "default"
 TMP_MARKER = ".orbax-checkpoint-tmp"
 #: `<name>` + this: where an overwrite without atomic exchange parks the old checkpoint (DIR-006).
 REPLACED_SUFFIX = TMP_MARKER + "-replaced"
-#: `<name>` + this: what the reference writer renames a directory to before removing it (DIR-006).
+#: `<name>` + this: what ockpt releases before DIR-008 renamed a directory to before removing it.
 DELETED_SUFFIX = TMP_MARKER + "-deleted"
+#: `<name>` + this + 12 hex digits: the temporary directory of one ockpt save, never another's
+#: (DIR-003), and the name a removed directory takes first (DIR-005, DIR-006).
+OWN_TMP_SUFFIX = TMP_MARKER + "-ockpt-"
+OWN_TMP_NAME = re.compile(r"(?P<name>.+)\.orbax-checkpoint-tmp-ockpt-[0-9a-f]{12}")
 ZARR2_METADATA = ".zarray"
 ZARR3_METADATA = "zarr.json"

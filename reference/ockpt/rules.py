@@ -287,11 +287,12 @@ _ALL: dict[str, Rule] = {
         ("WRITE-040", "error", "an async save must copy every value to the host before returning"),
         ("DIR-001", "error", "the checkpoint path must be a usable local directory or absent"),
         ("DIR-002", "error", "an existing checkpoint must be refused unless overwriting"),
-        ("DIR-003", "error", "a save must not write into another save's temporary directory"),
+        ("DIR-003", "error", "a save must write only its own temporary directory"),
         ("DIR-004", "error", "a save must commit in order: tmp, data, documents, marker, rename"),
         ("DIR-005", "error", "a step must be renamed to a temporary name before it is deleted"),
         ("DIR-006", "error", "an overwrite keeps the path whole (exchange) or the old -replaced"),
         ("DIR-007", "error", "a missing path's -replaced checkpoint is renamed back, not removed"),
+        ("DIR-008", "error", "concurrent saves to one path each commit a whole tree or conflict"),
     ),
     **_rules(
         "limits.md",

@@ -160,6 +160,17 @@ class _Job:
             failed = [int(i) for i in np.flatnonzero(flags.reshape(-1) == 0)]
             raise OckptError(f"save failed on process(es) {failed} while {what}")
 
+    def share(self, token: int) -> int:
+        """The primary's 48-bit `token`, on every process (sent as two 24-bit halves: jax
+        without x64 has no 64-bit integers)."""
+        if self.count == 1:
+            return token
+        from jax.experimental import multihost_utils
+
+        halves = np.array([token >> 24, token & 0xFFFFFF], dtype=np.int32)
+        got = np.asarray(multihost_utils.process_allgather(halves)).reshape(self.count, 2)
+        return (int(got[0, 0]) << 24) | int(got[0, 1])
+
 
 def _job() -> _Job:
     jax = sys.modules.get("jax")
@@ -618,20 +629,25 @@ class _Save:
     init_ns: int = field(default_factory=time.time_ns)
 
     def begin(self) -> commit.Pending:
-        """Create the temporary directory (primary), agreed by every process."""
+        """Create this save's own temporary directory (primary), agreed by every process:
+        the others learn its name from the primary's token."""
         pending = None
         error: BaseException | None = None
+        token = commit.new_token() if self.job.primary else 0
         if self.job.primary:
             try:
-                pending = commit.begin(self.path, overwrite=self.overwrite)
+                pending = commit.begin(self.path, overwrite=self.overwrite, token=token)
             except BaseException as e:  # noqa: BLE001 - re-raised after the barrier
                 error = e
         self.job.agree(error is None, "creating the temporary directory")
         if error is not None:
             raise error
         if pending is None:
-            final = os.path.abspath(os.fspath(self.path))
-            pending = commit.Pending(final, commit.temporary_name(final), self.overwrite)
+            final = commit.final_path(self.path)
+            tmp = commit.temporary_name(final, self.job.share(token))
+            pending = commit.Pending(final, tmp, self.overwrite)
+        elif self.job.count > 1:
+            self.job.share(token)
         return pending
 
     def write(self, pending: commit.Pending) -> None:
@@ -877,7 +893,7 @@ def save_pytree(
         FormatError: a leaf cannot be stored (rule WRITE-001..004, names the leaf), param names
             collide (PATH-001, PATH-002), or the path is not usable (DIR-001).
         WriteConflictError: a checkpoint exists at `path` and `overwrite` is False (DIR-002),
-            or another save is writing there (DIR-003).
+            or another save committed there while this one wrote (DIR-002, DIR-008).
     """
     opts = from_keywords(
         options,
