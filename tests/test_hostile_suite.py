@@ -158,3 +158,32 @@ def test_declared_sizes_drive_no_work(tmp_path, shape_0, chunk_0, rule, refusing
             assert got["outcome"] == "invalid" and rule in got["rules"], where
         elif entry in refusing:
             assert got["outcome"] == "refused" and got["rule"] == rule, where
+
+
+def test_a_4gib_chunk_within_the_limits(tmp_path):
+    """One 4 GiB chunk, within every limit of the format, in a process that may use 4 GiB
+    (issue 17): the loads refuse before allocating (LIMIT-006); the deep validator checks it
+    as a stream in a few MiB and finds it valid; nothing escapes, nothing is killed."""
+    import zstandard
+
+    root = tmp_path / "item"
+    shutil.copytree(PER_LEAF / "checkpoint", root)
+    _declare(root, 1 << 30, 1 << 30)  # float32: 4 GiB
+    size = 4 << 30
+    compressor = zstandard.ZstdCompressor(level=1).compressobj(size=size)
+    zeros = bytes(64 << 20)
+    with open(root / "a" / "0.0", "wb") as f:
+        for _ in range(size // len(zeros)):
+            f.write(compressor.compress(zeros))
+        f.write(compressor.flush())
+    results = _run(root, EVERYTHING + ANSWER_ONLY)
+    for entry, got in results.items():
+        where = f"{entry}: {got}"
+        assert got["outcome"] not in ("escaped", "killed"), where
+        assert got["seconds"] < SECONDS and got["peak_mb"] < PEAK_MB, where
+    for entry in ("load_pytree", "load_pytree:tensorstore", "open"):
+        got = results[entry]
+        assert got["outcome"] == "refused" and got["rule"] == "LIMIT-006", f"{entry}: {got}"
+    for entry in ("validate", "validate:deep", "pytree_metadata"):
+        assert results[entry]["outcome"] == "ok", f"{entry}: {results[entry]}"
+    assert results["cli:convert"]["exit"] == 1 and "[LIMIT-006]" in results["cli:convert"]["output"]

@@ -23,6 +23,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 
 from ..errors import ZarrFormatError
+from ..limits import check_allocation
 from ..ocdbt.format import crc32c, zstd_decompress
 from ._common import MAX_CHUNK_BYTES, fail
 
@@ -202,7 +203,9 @@ class CodecPipeline:
     bytes_to_bytes: tuple[Any, ...]
 
     def decode_bytes(self, data: bytes, final_size: int, *, file: object, pointer) -> bytes:
-        """Undo the bytes -> bytes codecs; `final_size` bounds the innermost output."""
+        """Undo the bytes -> bytes codecs; `final_size` bounds the innermost output. A chunk
+        too large for the memory left is refused before it is decoded (LIMIT-006)."""
+        check_allocation(final_size, what="the decoded chunk", file=file)
         n = len(self.bytes_to_bytes)
         for i, codec in enumerate(reversed(self.bytes_to_bytes)):
             bound = final_size if i == n - 1 else MAX_CHUNK_BYTES

@@ -26,6 +26,7 @@ use (`kv.import_tensorstore`, looked up when called).
 from __future__ import annotations
 
 import contextlib
+import math
 import sys
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -39,6 +40,7 @@ from ...errors import MissingDataError, OckptError, ZarrFormatError
 from ...kv import Location
 from ...kv.files import check_tree
 from ...layout import ItemFormat, Storage
+from ...limits import check_allocation
 from ...names import ZARR2_METADATA, ZARR3_METADATA
 from ...paths import array_prefix
 from ...zarr._common import check_extent
@@ -108,8 +110,15 @@ class StoredArray:
     def nbytes(self) -> int:
         return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
 
+    def _check_chunk_memory(self) -> None:
+        """Refuse (LIMIT-006) to read an array one of whose chunks, which tensorstore decodes
+        whole, is larger than the memory left: tensorstore would abort the process."""
+        chunk = math.prod(self.chunk_shape) * self.dtype.itemsize
+        check_allocation(chunk, what=f"a chunk of param {self.param_name!r}", file=self.file)
+
     def view(self, index: Any) -> ts.TensorStore:
         """A lazy tensorstore view of `index` (numpy basic indexing), no bytes read."""
+        self._check_chunk_memory()
         store = self._staged.direct(self) if self._staged is not None else self._store
         return store[index]
 
@@ -129,6 +138,7 @@ class StoredArray:
         """Start reading the region `box` ((start, stop) per dimension) as `dtype`; returns a
         future whose ``result()`` is the numpy array, or raises an error that names its rule
         (a missing chunk: LOAD-041)."""
+        self._check_chunk_memory()
         if self._chunk_stores is not None:
             future: Any = ImmediateFuture(lambda: self._read_split(box, dtype))
         elif self._staged is not None:

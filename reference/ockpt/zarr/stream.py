@@ -1,0 +1,280 @@
+"""Streamed checks of chunks too large to hold in memory (spec/validation.md, VAL-010).
+
+A deep validator decodes every chunk. One whose decoded size is more than the memory the
+process may use (LIMIT-006) is checked here instead: its stored bytes are read in pieces and
+every bytes -> bytes codec is undone as a stream (zstd block by block, gzip with a bounded
+output, crc32c compared at the end), the decoded bytes counted against the chunk's size and
+dropped. Each stage is a reader with ``read(n)``, chained from the stored bytes outward in;
+no stage holds more than a piece (a zstd block decodes to at most 128 KiB, whatever its
+ratio), so a 4 GiB chunk is checked in a few MiB.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import math
+import zlib
+from typing import Any, Protocol
+
+import google_crc32c
+import zstandard
+
+from ..kv import ByteRange
+from ._common import MAX_CHUNK_BYTES, fail
+from .array import missing_chunk
+from .codecs import BytesCodec, CodecPipeline, Crc32cCodec, GzipCodec, ZstdCodec
+
+__all__ = ["check_chunk", "check_shard", "streamable"]
+
+#: Bytes read from a source, or asked of a stage, at a time.
+STEP = 1 << 20
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+_ZSTD_BLOCK_MAX = 1 << 17  # RFC 8878 3.1.1.2.3: no block is larger, nor decodes to more
+
+
+class Reader(Protocol):
+    def read(self, n: int) -> bytes: ...
+
+
+def streamable(pipeline: CodecPipeline) -> bool:
+    """True when every codec of `pipeline` can be undone here (no transpose needed: any
+    order of the same bytes has the same size and checksums)."""
+    return isinstance(pipeline.array_to_bytes, BytesCodec) and all(
+        isinstance(c, (ZstdCodec, GzipCodec, Crc32cCodec)) for c in pipeline.bytes_to_bytes
+    )
+
+
+def check_chunk(
+    pipeline: CodecPipeline, source: Reader, nbytes: int, *, file: object, pointer: str | None
+) -> None:
+    """Decode the stored chunk `source` as a stream and check it gives exactly `nbytes`
+    bytes; raise the codec's rule (ZARR-003, ZARR-016) at the first fault."""
+    reader = source
+    codecs = list(reversed(pipeline.bytes_to_bytes))
+    for i, codec in enumerate(codecs):
+        bound = nbytes if i == len(codecs) - 1 else MAX_CHUNK_BYTES
+        reader = _stage(codec, reader, bound, file=file, pointer=pointer)
+    total = 0
+    while piece := reader.read(STEP):
+        total += len(piece)
+        if total > nbytes:
+            break
+    if total != nbytes:
+        raise fail(
+            "chunk bytes do not match the chunk shape and element size",
+            "ZARR-003",
+            file=file,
+            pointer=pointer,
+            expected=nbytes,
+            got=total if total <= nbytes else f"> {nbytes}",
+        )
+
+
+def check_shard(meta: Any, shard: Any, *, file: object, missing: str) -> bool:
+    """Check every inner chunk of the zarr v3 shard `shard` (a `ByteRange`, or bytes) as a
+    stream, one at a time; False when its inner codecs cannot be streamed."""
+    sharding = meta.sharding
+    inner = tuple(sharding.chunk_shape)
+    if not streamable(sharding.codecs):
+        return False
+    index = sharding.decode_index(shard, tuple(meta.chunk_shape), file=file, pointer="shard index")
+    nbytes = math.prod(inner) * meta.numpy_dtype.itemsize
+    for sub in itertools.product(*(range(n) for n in sharding.grid(tuple(meta.chunk_shape)))):
+        pointer = f"inner chunk {list(sub)}"
+        entry = index.get(sub)
+        if entry is None:
+            if missing == "error":
+                raise missing_chunk(f"{file}: {pointer} of the shard")
+            continue
+        offset, stored = entry
+        part = shard.part(offset, stored) if isinstance(shard, ByteRange) else None
+        source = part or io.BytesIO(shard[offset : offset + stored])
+        check_chunk(sharding.codecs, source, nbytes, file=file, pointer=pointer)
+    return True
+
+
+def _stage(codec: Any, upstream: Reader, bound: int, *, file: object, pointer: str | None):
+    if isinstance(codec, ZstdCodec):
+        return _Zstd(upstream, bound, file=file, pointer=pointer)
+    if isinstance(codec, GzipCodec):
+        return _Gzip(upstream, codec, bound, file=file, pointer=pointer)
+    return _Crc32c(upstream, file=file, pointer=pointer)
+
+
+class _Stage:
+    """What every stage shares: its upstream, where it reads, and its bounded output."""
+
+    name = ""
+    rule = "ZARR-003"
+
+    def __init__(self, upstream: Reader, bound: int, *, file: object, pointer: str | None):
+        self.upstream = upstream
+        self.bound = bound
+        self.file = file
+        self.pointer = pointer
+        self.produced = 0
+        self.done = False
+        self.out = bytearray()
+
+    def fail(self, message: str, **kw: Any) -> Exception:
+        """This stage's error, made once the stages outside it have read all their input:
+        their faults (a checksum) come first, as when the chunk is decoded in memory."""
+        if isinstance(self.upstream, _Stage):
+            while self.upstream.read(STEP):
+                pass
+        return fail(message, self.rule, file=self.file, pointer=self.pointer, **kw)
+
+    def exact(self, n: int, what: str) -> bytes:
+        """`n` bytes of upstream, or the error of a truncated stream."""
+        data = b""
+        while len(data) < n:
+            more = self.upstream.read(n - len(data))
+            if not more:
+                raise self.fail(f"truncated {self.name} stream ({what})")
+            data += more
+        return data
+
+    def read(self, n: int) -> bytes:
+        while len(self.out) < n and not self.done:
+            self.out += self.more(n - len(self.out))
+        piece = bytes(self.out[:n])
+        del self.out[:n]
+        self.produced += len(piece)
+        if self.produced > self.bound:
+            raise self.fail(
+                f"{self.name} stream decodes to more than the chunk size",
+                expected=f"<= {self.bound}",
+                got=f"> {self.bound}",
+            )
+        return piece
+
+    def more(self, n: int) -> bytes:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def no_trailing(self) -> None:
+        if self.upstream.read(1):
+            raise self.fail(f"bytes after the {self.name} stream")
+
+
+class _Zstd(_Stage):
+    """One zstd frame, fed to the decoder block by block (RFC 8878 3.1.1): no input piece
+    decodes to more than 128 KiB, so memory does not depend on the frame's ratio."""
+
+    name = "zstd"
+
+    def __init__(self, upstream: Reader, bound: int, *, file: object, pointer: str | None):
+        super().__init__(upstream, bound, file=file, pointer=pointer)
+        self.dobj = zstandard.ZstdDecompressor().decompressobj()
+        self.started = False
+        self.checksum = False
+        self.size: int | None = None
+
+    def feed(self, data: bytes) -> bytes:
+        try:
+            return self.dobj.decompress(data)
+        except zstandard.ZstdError as e:
+            raise self.fail(f"corrupt zstd frame: {e}") from None
+
+    def header(self) -> bytes:
+        head = self.exact(5, "frame header")
+        if head[:4] != _ZSTD_MAGIC:
+            raise self.fail("not a zstd frame")
+        fhd = head[4]
+        fcs, single, did = fhd >> 6, (fhd >> 5) & 1, fhd & 3
+        if fhd & 0x08:
+            raise self.fail("not a zstd frame: reserved bit set")
+        rest = (0 if single else 1) + (0, 1, 2, 4)[did] + (1 if single else 0, 2, 4, 8)[fcs]
+        head += self.exact(rest, "frame header")
+        self.checksum = bool((fhd >> 2) & 1)
+        try:
+            size = zstandard.get_frame_parameters(head).content_size
+        except zstandard.ZstdError as e:
+            raise self.fail(f"corrupt zstd frame: {e}") from None
+        if size not in (zstandard.CONTENTSIZE_UNKNOWN, zstandard.CONTENTSIZE_ERROR):
+            if size > self.bound:
+                raise self.fail(
+                    "zstd content size exceeds the chunk size", expected=self.bound, got=size
+                )
+            self.size = size
+        return self.feed(head)
+
+    def more(self, n: int) -> bytes:
+        out = b""
+        if not self.started:
+            self.started = True
+            out = self.header()
+        raw = self.exact(3, "block header")
+        header = int.from_bytes(raw, "little")
+        last, kind, size = header & 1, (header >> 1) & 3, header >> 3
+        if kind == 3 or size > _ZSTD_BLOCK_MAX:
+            raise self.fail("corrupt zstd frame: bad block header")
+        out += self.feed(raw + self.exact(1 if kind == 1 else size, "block"))
+        if last:
+            if self.checksum:
+                out += self.feed(self.exact(4, "checksum"))
+            if not self.dobj.eof:
+                raise self.fail("truncated zstd frame")
+            self.no_trailing()
+            self.done = True
+            if self.size is not None and self.produced + len(self.out) + len(out) != self.size:
+                raise self.fail("zstd frame decodes to a size other than its content size")
+        return out
+
+
+class _Gzip(_Stage):
+    """A gzip or zlib stream (the codec's `wbits`), its output bounded at each call."""
+
+    def __init__(
+        self, upstream: Reader, codec: GzipCodec, bound: int, *, file: object, pointer: str | None
+    ):
+        super().__init__(upstream, bound, file=file, pointer=pointer)
+        self.name = codec.name
+        self.dobj = zlib.decompressobj(codec.wbits)
+        self.pending = b""
+
+    def more(self, n: int) -> bytes:
+        if not self.pending:
+            self.pending = self.upstream.read(STEP)
+            if not self.pending:
+                raise self.fail(f"truncated or trailing {self.name} stream")
+        try:
+            out = self.dobj.decompress(self.pending, n)
+        except zlib.error as e:
+            raise self.fail(f"corrupt {self.name} stream: {e}") from None
+        self.pending = self.dobj.unconsumed_tail
+        if self.dobj.eof:
+            if self.dobj.unused_data or self.pending:
+                raise self.fail(f"truncated or trailing {self.name} stream")
+            self.no_trailing()
+            self.done = True
+        return out
+
+
+class _Crc32c(_Stage):
+    """The bytes before a trailing CRC-32C, passed on as they come; the checksum is compared
+    when the stream ends (ZARR-016)."""
+
+    name = "crc32c"
+    rule = "ZARR-016"
+
+    def __init__(self, upstream: Reader, *, file: object, pointer: str | None):
+        super().__init__(upstream, MAX_CHUNK_BYTES, file=file, pointer=pointer)
+        self.tail = b""  # the last 4 bytes seen: the checksum, if the stream ends there
+        self.crc = 0
+
+    def more(self, n: int) -> bytes:
+        data = self.tail + self.upstream.read(max(n, 4))
+        if len(data) - len(self.tail) == 0:  # the stream ended: `tail` is the checksum
+            if len(self.tail) < 4:
+                raise self.fail("too short for a crc32c checksum", got=len(self.tail))
+            stored = int.from_bytes(self.tail, "little")
+            if stored != self.crc:
+                raise self.fail(
+                    "crc32c mismatch", expected=f"0x{self.crc:08x}", got=f"0x{stored:08x}"
+                )
+            self.done = True
+            return b""
+        body, self.tail = data[:-4], data[-4:]
+        self.crc = google_crc32c.extend(self.crc, body)
+        return body
