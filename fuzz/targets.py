@@ -13,6 +13,7 @@ from ockpt's own writer) that mutation starts from.
 from __future__ import annotations
 
 import functools
+import io
 import os
 import shutil
 import sys
@@ -32,7 +33,7 @@ from ockpt import documents as docs  # noqa: E402
 from ockpt.errors import FormatError  # noqa: E402
 from ockpt.msgpack_legacy import decode_checkpoint, placeholders, to_json_view  # noqa: E402
 from ockpt.ocdbt import format as ocdbt_format  # noqa: E402
-from ockpt.zarr import read_region  # noqa: E402
+from ockpt.zarr import read_region, stream  # noqa: E402
 from ockpt.zarr.v2 import ArrayV2Metadata  # noqa: E402
 from ockpt.zarr.v3 import ArrayV3Metadata  # noqa: E402
 
@@ -257,7 +258,35 @@ def chunk_target(data: bytes) -> None:
     if data[0] & 0x80:
         payload = _fix_crc(i, payload)
     out = np.empty(meta.shape, meta.numpy_dtype)
-    read_region(meta, lambda key: payload, out, file="fuzz")
+    decoded = _outcome(lambda: read_region(meta, lambda key: payload, out, file="fuzz"))
+    streamed = _outcome(lambda: _check_streamed(meta, payload))
+    if streamed is not None and _rule(streamed) != _rule(decoded):  # the validator's check
+        raise AssertionError(f"streamed check: {streamed}, decoding in memory: {decoded}")
+    if isinstance(decoded, FormatError):
+        raise decoded
+
+
+def _outcome(fn: Callable[[], object]) -> object:
+    """What `fn` gives: "ok", False (no streamed check), or the FormatError it raised."""
+    try:
+        return "ok" if fn() is not False else None
+    except FormatError as e:
+        return e
+
+
+def _rule(outcome: object) -> object:
+    return outcome.rule if isinstance(outcome, FormatError) else outcome
+
+
+def _check_streamed(meta: ArrayV2Metadata | ArrayV3Metadata, payload: bytes) -> bool:
+    """The deep validator's check of one chunk too large for memory (`zarr.stream`)."""
+    if getattr(meta, "sharding", None) is not None:
+        return stream.check_shard(meta, payload, file="fuzz", missing="fill")
+    if not stream.streamable(meta.pipeline):
+        return False
+    nbytes = int(np.prod(meta.chunk_shape)) * meta.numpy_dtype.itemsize
+    stream.check_chunk(meta.pipeline, io.BytesIO(payload), nbytes, file="fuzz", pointer=None)
+    return True
 
 
 # ---------------------------------------------------------------------------------------------
