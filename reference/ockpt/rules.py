@@ -270,6 +270,7 @@ _ALL: dict[str, Rule] = {
         ("WRITE-002", "error", "a writer must refuse a Python int outside the int64 range"),
         ("WRITE-003", "error", "a writer must refuse an array with a zero-size dimension"),
         ("WRITE-004", "error", "an array's param name must have no empty, '.' or '..' segment"),
+        ("WRITE-005", "error", "a writer must refuse names its array store cannot hold"),
         ("WRITE-010", "error", "the chunk shape is the slice shape, or it divided by factors"),
         ("WRITE-011", "error", "a written .zarray must hold the fields and values Orbax writes"),
         ("WRITE-012", "error", "a written zarr.json must use sharding_indexed as Orbax does"),

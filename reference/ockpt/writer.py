@@ -9,7 +9,8 @@ writes in the background.
 A save runs in three steps:
 
 1. **plan** (no I/O): flatten the tree, classify each leaf, refuse what cannot be stored
-   (WRITE-001..WRITE-004, PATH-001, PATH-002), choose each array's chunk grid, copy this
+   (WRITE-001..WRITE-005, PATH-001, PATH-002) and what a reader would refuse (`write_limits`:
+   LIMIT-002..004, JSON-003, ZARR-005, OCDBT-008), choose each array's chunk grid, copy this
    process's unique shards to the host;
 2. **write** under the temporary name: each process writes its own pieces; the primary writes
    the zarr metadata, the numpy and scalar leaves, merges the OCDBT databases and writes the
@@ -37,7 +38,7 @@ from typing import Any, Literal
 import numpy as np
 import zstandard
 
-from . import _ts_write, commit, dtypes
+from . import _ts_write, commit, dtypes, write_limits
 from .documents import (
     ArrayMetadata,
     ArrayMetadatas,
@@ -307,15 +308,19 @@ _BAD_SEGMENTS = ("", ".", "..")
 
 
 def _check_names(leaves: list[_Leaf], *, use_ocdbt: bool) -> None:
+    """Refuse key paths and param names that the reader refuses or the store cannot hold
+    (LIMIT-002..004, PATH-001, PATH-002, JSON-003, WRITE-004, WRITE-005)."""
+    write_limits.check_key_paths([leaf.path for leaf in leaves])
     stored = [leaf for leaf in leaves if leaf.kind != "empty"]
     check_param_names(
         [leaf.path for leaf in stored],
         string_leaves=[leaf.path for leaf in stored if leaf.kind == "string"],
     )
     for leaf in stored:
-        if leaf.kind == "string":
-            continue
         name = leaf.name
+        if leaf.kind == "string":
+            write_limits.check_string_name(name)
+            continue
         if name == "" and use_ocdbt:
             continue  # a bare leaf: keys `zarr.json`, `c/0` at the database root
         if any(seg in _BAD_SEGMENTS for seg in name.split("/")) or "\0" in name:
@@ -324,6 +329,7 @@ def _check_names(leaves: list[_Leaf], *, use_ocdbt: bool) -> None:
                 rule="WRITE-004",
                 pointer=name,
             )
+        write_limits.check_array_name(name, use_ocdbt=use_ocdbt)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -405,6 +411,9 @@ def _plan(tree: Any, opts: _Options, job: _Job, *, copy: bool) -> _ItemPlan:
             )
         elif leaf.kind == "jax":
             plan.arrays.append(_plan_jax(leaf, opts, job, plan, copy=copy))
+    for a in plan.arrays:
+        write_limits.check_array(a, zarr_version=opts.zarr_version, use_ocdbt=opts.use_ocdbt)
+    write_limits.check_documents(_documents_bound(plan), lambda: _all_documents(plan, opts, job))
     if opts.auto:
         _choose_compression(plan, opts, job)
     return plan
@@ -540,6 +549,42 @@ def _array_metadatas(plan: _ItemPlan) -> bytes | None:
             for name, (ws, cs, _) in plan.jax_meta.items()
         )
     ).to_bytes()
+
+
+def _all_documents(plan: _ItemPlan, opts: _Options, job: _Job) -> dict[str, bytes]:
+    """Every JSON document of an item, by file name, `array_metadatas` included."""
+    docs = _item_documents(plan, opts)
+    meta = _array_metadatas(plan)
+    if meta is not None:
+        docs[f"{ARRAY_METADATAS_DIR}/process_{job.index}"] = meta
+    return docs
+
+
+def _documents_bound(plan: _ItemPlan) -> int:
+    """An upper bound on the bytes of `_all_documents` together, from the lengths of names
+    and values: a character takes at most 12 bytes of JSON (a surrogate pair's escapes), 24
+    in a tree key (repr, then JSON); an entry's other fields at most a few hundred."""
+    total = 1024  # the documents' own fields
+    for leaf in plan.leaves:
+        total += 40 * sum(len(e.key) for e in leaf.path) + 64 * len(leaf.path) + 256
+        if leaf.kind == "string":
+            total += 12 * (len(leaf.value) + len(leaf.name)) + 16
+    for name, (write_shape, _, spec) in plan.jax_meta.items():
+        total += 24 * len(name) + 64 * len(write_shape) + 256
+        total += 0 if spec is None else _spec_bound(spec)
+    return total
+
+
+def _spec_bound(spec: ShardingSpec) -> int:
+    """An upper bound on the bytes of one `_sharding` value: the spec's JSON (numbers of at
+    most 20 digits, nested lists of device ids) escaped once more as a JSON string."""
+    if isinstance(spec, SingleDeviceShardingSpec):
+        return 2 * (128 + 12 * len(spec.device_str))
+    texts = [*spec.axis_names, *(spec.axis_types or ())]
+    for entry in spec.partition_spec:
+        texts += [str(e) for e in (entry if isinstance(entry, tuple) else (entry,))]
+    numbers = len(spec.mesh_shape) + len(spec.device_ids or ())
+    return 2 * (256 + 32 * numbers + sum(12 * len(t) + 8 for t in texts))
 
 
 def _checkpoint_metadata(
@@ -723,7 +768,7 @@ def prepare_save(
     opts = _resolve(options, "item" if layout == "step" else layout)
     _check_custom_metadata(custom_metadata)
     job = _job()
-    commit.check_target(path, overwrite=overwrite)  # refuse early, before copying anything
+    final = commit.check_target(path, overwrite=overwrite)  # refuse early, before copying
     parts: dict[str, _Part] = {}
     handlers: str | dict[str, str]
     if layout == "item":
@@ -740,12 +785,18 @@ def prepare_save(
                 except (TypeError, ValueError) as e:
                     raise ValueError(f"JSON item {name!r} is not JSON: {e}") from None
                 file_name = V1_JSON_FILE if layout == "v1" else STEP_JSON_FILE
+                write_limits.check_json(data, file=f"{name}/{file_name}")
                 parts[name] = _JsonPart(file_name, data)
                 handlers[name] = V1_JSON_HANDLER if layout == "v1" else JSON_HANDLER
             else:
                 parts[name] = (_plan(value, opts, job, copy=copy), opts)
                 handlers[name] = V1_PYTREE_HANDLER if layout == "v1" else STANDARD_HANDLER
     _check_storage_dtype_names(opts, parts)
+    _check_paths(final, parts)
+    write_limits.check_json(
+        _checkpoint_metadata(handlers, custom_metadata, time.time_ns()),
+        file=CHECKPOINT_METADATA_FILE,
+    )
     return _Save(
         path=os.fspath(path),
         parts=parts,
@@ -771,6 +822,18 @@ def _check_storage_dtype_names(opts: _Options, parts: Mapping[str, _Part]) -> No
     unknown = sorted(set(opts.storage_dtypes) - arrays)
     if unknown:
         raise ValueError(f"storage_dtypes names no array leaf: {unknown}")
+
+
+def _check_paths(final: str, parts: Mapping[str, _Part]) -> None:
+    """WRITE-005: the files of per-leaf arrays fit in a path under the temporary directory of
+    a save to `final` (longer than `final`, so they fit once committed too)."""
+    tmp = commit.temporary_name(final, 0)  # every token has 12 digits
+    for rel, part in parts.items():
+        if isinstance(part, _JsonPart) or part[1].use_ocdbt:
+            continue
+        plan, opts = part
+        for a in plan.arrays:
+            write_limits.check_array_path(os.path.join(tmp, rel), a, zarr_version=opts.zarr_version)
 
 
 def _check_item_name(name: Any) -> None:
@@ -890,8 +953,10 @@ def save_pytree(
 
     Raises:
         ValueError: an option is not valid.
-        FormatError: a leaf cannot be stored (rule WRITE-001..004, names the leaf), param names
-            collide (PATH-001, PATH-002), or the path is not usable (DIR-001).
+        FormatError: a leaf cannot be stored (rule WRITE-001..005, names the leaf), param names
+            collide (PATH-001, PATH-002), the tree or a document exceeds a reader's limits
+            (LIMIT-002..004, JSON-003, ZARR-005, OCDBT-008), or the path is not usable
+            (DIR-001). Nothing is written then.
         WriteConflictError: a checkpoint exists at `path` and `overwrite` is False (DIR-002),
             or another save committed there while this one wrote (DIR-002, DIR-008).
     """

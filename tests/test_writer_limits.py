@@ -1,0 +1,337 @@
+"""The writer keeps its reader's limits (writing §2): every tree the reader would refuse is
+refused before anything is written, with the reader's rule (LIMIT-002..004, JSON-003, ZARR-005,
+OCDBT-008) or WRITE-005 for names the array store cannot hold; a tree exactly at a limit saves
+and loads back; random trees either load back equal or are refused, leaving nothing behind."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import ockpt
+from ockpt import commit, write_limits
+from ockpt.limits import LIMITS
+from ockpt.writer import JsonItem
+
+
+def _deep(depth: int, leaf: object) -> object:
+    """`leaf` under `depth` nested dicts: a key path of `depth` keys."""
+    for _ in range(depth):
+        leaf = {"k": leaf}
+    return leaf
+
+
+def _assert_equal(expected: object, got: object, where: str = "") -> None:
+    """`got` is what `load_pytree` returns for the saved `expected`: dict keys as text,
+    sequences as lists (an empty tuple stays a tuple), scalars and arrays of equal values."""
+    if isinstance(expected, dict):
+        assert isinstance(got, dict), where
+        assert sorted(got) == sorted(str(k) for k in expected), where
+        for k, v in expected.items():
+            _assert_equal(v, got[str(k)], f"{where}/{k}")
+    elif isinstance(expected, (list, tuple)):
+        assert isinstance(got, (list, tuple)) and len(got) == len(expected), where
+        if not expected:
+            assert type(got) is type(expected), where
+        for i, (e, g) in enumerate(zip(expected, got, strict=True)):
+            _assert_equal(e, g, f"{where}/{i}")
+    elif expected is None or isinstance(expected, str):
+        assert got == expected and type(got) is type(expected), where
+    else:
+        want, have = np.asarray(expected), np.asarray(got)
+        assert have.shape == want.shape, where
+        if isinstance(expected, np.ndarray):
+            assert have.dtype == want.dtype, where
+        assert np.array_equal(have, want), where
+
+
+def _refused(parent: Path, tree: object, rule: str, **kw: object) -> ockpt.FormatError:
+    """Save `tree` at `parent/c`: refused with `rule`, and nothing left in `parent`."""
+    with pytest.raises(ockpt.FormatError) as info:
+        ockpt.save_pytree(parent / "c", tree, **kw)
+    assert isinstance(info.value, ockpt.OckptError)
+    assert info.value.rule == rule, str(info.value)
+    assert os.listdir(parent) == []
+    return info.value
+
+
+def _round_trip(path: Path, tree: object, **kw: object) -> None:
+    ockpt.save_pytree(path, tree, **kw)
+    _assert_equal(tree, ockpt.load_pytree(path))
+
+
+# ---------------------------------------------------------------------------------------------
+# Refused before anything is written
+
+ARRAY = np.arange(3.0)
+
+REFUSED = {
+    "200-levels": (_deep(200, ARRAY), {}, "LIMIT-004"),
+    "65-levels": (_deep(65, ARRAY), {}, "LIMIT-004"),
+    "65-levels-empty-node": (_deep(65, {}), {}, "LIMIT-004"),
+    "70000-byte-key-ocdbt": ({"a" * 70_000: ARRAY}, {}, "LIMIT-003"),
+    "70000-byte-key-string": ({"a" * 70_000: "s"}, {}, "LIMIT-003"),
+    "65536-byte-key-none": ({"é" * 32_768: None}, {}, "LIMIT-003"),
+    "ocdbt-key-v3": ({"a" * 65_526: ARRAY}, {}, "OCDBT-008"),  # + "/zarr.json"
+    "ocdbt-key-v2": ({"a" * 65_528: ARRAY}, {"layout": "item"}, "OCDBT-008"),  # + "/.zarray"
+    "ocdbt-chunk-key": (  # "/c/0/0/0/0/0" is longer than "/zarr.json" (rank 5 and more)
+        {"a" * 65_525: np.zeros((1,) * 5)},
+        {},
+        "OCDBT-008",
+    ),
+    "300-byte-key-per-leaf": ({"a" * 300: ARRAY}, {"use_ocdbt": False}, "WRITE-005"),
+    "256-byte-name-per-leaf": ({"a" * 200: {"b" * 55: ARRAY}}, {"use_ocdbt": False}, "WRITE-005"),
+    "backslash-per-leaf": ({"a\\b": ARRAY}, {"use_ocdbt": False}, "WRITE-005"),
+    "item-file-per-leaf": ({"_METADATA": ARRAY}, {"use_ocdbt": False}, "WRITE-005"),
+    "ocdbt-dir-per-leaf": ({"ocdbt.process_0": ARRAY}, {"use_ocdbt": False}, "WRITE-005"),
+    "data-dir-per-leaf": ({"d/x": ARRAY}, {"use_ocdbt": False}, "WRITE-005"),
+    "lone-surrogate": ({"\ud800": None}, {}, "WRITE-005"),
+    "strings-nesting": ({"/".join(["s"] * 64): "deep"}, {}, "JSON-003"),  # 63 '/'
+    "33-dimensions": ({"a": np.zeros((1,) * 33)}, {}, "ZARR-005"),
+    "too-many-chunks": (
+        {"a": np.zeros(2**24 + 1, np.int8)},
+        {"chunk_byte_size": 1, "use_ocdbt": False},
+        "ZARR-005",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED))
+def test_refused_before_writing(case, tmp_path):
+    tree, kw, rule = REFUSED[case]
+    _refused(tmp_path, tree, rule, **kw)
+
+
+@pytest.mark.parametrize("layout", ["v1", "item"])
+def test_deep_tree_refused_in_either_layout(layout, tmp_path):
+    error = _refused(tmp_path, _deep(200, ARRAY), "LIMIT-004", layout=layout)
+    assert error.got == 200 and len(str(error)) < 1000
+
+
+def test_every_save_entry_point_refuses(tmp_path):
+    deep = _deep(200, ARRAY)
+    saves = {
+        "async": lambda: ockpt.save_pytree_async(tmp_path / "a", deep),
+        "checkpointables": lambda: ockpt.save_checkpointables(tmp_path / "b", {"state": deep}),
+        "manager": lambda: ockpt.CheckpointManager(tmp_path / "root").save(0, deep),
+    }
+    for name, save in saves.items():
+        with pytest.raises(ockpt.FormatError) as info:
+            save()
+        assert info.value.rule == "LIMIT-004", name
+    assert os.listdir(tmp_path) == []
+
+
+def test_path_longer_than_path_max_refused(tmp_path):
+    name = "/".join(["p" * 200] * 25)  # segments within NAME_MAX, a path over PATH_MAX
+    _refused(tmp_path, {name: ARRAY}, "WRITE-005", use_ocdbt=False)
+
+
+def test_deep_custom_metadata_and_json_item_refused(tmp_path):
+    with pytest.raises(ockpt.FormatError) as info:
+        ockpt.save_pytree(tmp_path / "c", {"a": 1}, custom_metadata=_deep(63, 1))
+    assert info.value.rule == "JSON-003"
+    with pytest.raises(ockpt.FormatError) as info:
+        ockpt.save_checkpointables(tmp_path / "c", {"state": {"a": 1}, "j": JsonItem(_deep(64, 1))})
+    assert info.value.rule == "JSON-003"
+    assert os.listdir(tmp_path) == []
+    # one level less fits: the innermost value at depth 64 (custom metadata is the second
+    # level of _CHECKPOINT_METADATA, a JSON item's value the first of data.json)
+    ockpt.save_pytree(tmp_path / "a", {"a": 1}, custom_metadata=_deep(62, 1))
+    ockpt.save_checkpointables(tmp_path / "b", {"state": {"a": 1}, "j": JsonItem(_deep(63, 1))})
+    assert not ockpt.validate(tmp_path / "a").findings
+    assert not ockpt.validate(tmp_path / "b").findings
+
+
+def _limits(monkeypatch, **kw: int) -> None:
+    monkeypatch.setattr(write_limits, "LIMITS", dataclasses.replace(write_limits.LIMITS, **kw))
+
+
+def test_too_many_entries_refused(tmp_path, monkeypatch):
+    """LIMIT-002 with a lowered limit (2^24 leaves take minutes): empty nodes count too."""
+    _limits(monkeypatch, max_tree_entries=3)
+    _refused(tmp_path, {"a": 1, "b": None, "c": {}, "d": "s"}, "LIMIT-002")
+    _round_trip(tmp_path / "ok", {"a": 1, "b": None, "c": {}})
+
+
+def test_document_over_the_json_limit_refused(tmp_path, monkeypatch):
+    """JSON-003 with a lowered limit: a document is built and measured only when the cheap
+    bound exceeds the limit, so a tree near it (bound above, size below) still saves."""
+    _limits(monkeypatch, max_json_bytes=4096)
+    error = _refused(tmp_path, {"s": "x" * 5000}, "JSON-003")
+    assert error.file == "_strings.json"
+    _refused(tmp_path, {f"leaf{i}": None for i in range(100)}, "JSON-003")
+    _round_trip(tmp_path / "ok", {"s": "x" * 1000})
+
+
+# ---------------------------------------------------------------------------------------------
+# Exactly at the limits: saved and loaded back
+
+
+def test_depth_at_the_limit(tmp_path):
+    depth = LIMITS.max_depth
+    _round_trip(tmp_path / "a", _deep(depth, ARRAY))
+    _round_trip(tmp_path / "b", {"x": _deep(depth - 1, {}), "y": _deep(depth - 1, "s")})
+
+
+def test_key_text_at_the_limit(tmp_path):
+    limit = LIMITS.max_key_bytes
+    _round_trip(tmp_path / "a", {"a" * limit: "s", "b" * limit: None})
+    _round_trip(tmp_path / "b", {"é" * (limit // 2) + "a": None})  # 65535 UTF-8 bytes
+
+
+@pytest.mark.parametrize(("layout", "suffix"), [("v1", "/zarr.json"), ("item", "/.zarray")])
+def test_ocdbt_key_at_the_limit(layout, suffix, tmp_path):
+    name = "a" * (LIMITS.max_key_bytes - len(suffix))
+    _round_trip(tmp_path / "c", {name: ARRAY}, layout=layout)
+
+
+def test_per_leaf_names_at_the_limit(tmp_path):
+    tree = {"a" * 255: ARRAY, "€" * 85: ARRAY, "y/" + "x" * 255: ARRAY, "d.x": [ARRAY, 1]}
+    _round_trip(tmp_path / "c", tree, use_ocdbt=False)
+
+
+def test_strings_nesting_at_the_limit(tmp_path):
+    """62 '/': the string is the 64th level of `_strings.json` (the document, 62 objects)."""
+    _round_trip(tmp_path / "c", {"/".join(["s"] * 63): "deep"})
+
+
+def _path_max_name(final: Path, extra: int) -> str:
+    """A param name whose longest file (`state/<name>/zarr.json.__lock` under the save's
+    temporary directory) is `extra` bytes over the longest path PATH_MAX allows."""
+    item_dir = os.fsencode(os.path.join(commit.temporary_name(str(final), 0), "state"))
+    room = write_limits.PATH_MAX - 1 - len(item_dir) - len("/zarr.json.__lock") - 1 + extra
+    segments = ["q" * 200] * ((room - 1) // 201)  # and a last one of 1..201 bytes
+    return "/".join([*segments, "r" * (room - 201 * len(segments))])
+
+
+def test_path_max_boundary(tmp_path):
+    """The boundary of WRITE-005's path check is where tensorstore's writes start failing."""
+    final = tmp_path / "c"
+    _round_trip(final, {_path_max_name(final, 0): ARRAY}, use_ocdbt=False)
+    over = tmp_path / "over"
+    over.mkdir()
+    _refused(over, {_path_max_name(over / "c", 1): ARRAY}, "WRITE-005", use_ocdbt=False)
+
+
+def test_orbax_restores_trees_at_the_limits(tmp_path):
+    """Orbax 0.12.8 restores what ockpt saved at the limits it accepts (v1 checkpoints: their
+    item `state/`, with zarr v3; items: zarr v2)."""
+    ocp = pytest.importorskip("orbax.checkpoint")
+    per_leaf = {"a" * 255: ARRAY, "€" * 85: ARRAY, "y/" + "x" * 255: 1}
+    cases = {
+        "deep": (_deep(LIMITS.max_depth, ARRAY), {"layout": "item"}),
+        "ocdbt-key-v2": ({"a" * (LIMITS.max_key_bytes - 8): ARRAY}, {"layout": "item"}),
+        "ocdbt-key-v3": ({"a" * (LIMITS.max_key_bytes - 10): ARRAY}, {}),
+        "per-leaf": (per_leaf, {"use_ocdbt": False, "layout": "item"}),
+        "path-max": ({_path_max_name(tmp_path / "path-max", 0): ARRAY}, {"use_ocdbt": False}),
+    }
+    for name, (tree, kw) in cases.items():
+        ockpt.save_pytree(tmp_path / name, tree, **kw)
+        item = tmp_path / name / ("state" if "layout" not in kw else "")
+        _assert_equal(tree, ocp.PyTreeCheckpointer().restore(item), name)
+
+
+# ---------------------------------------------------------------------------------------------
+# Property: a random tree loads back equal, or is refused and nothing is written
+
+ODD_KEYS = [
+    "", ".", "..", "/", "a/", "/a", "a/b", "a.b", "a//b", "%", "%2F", " ", " x ", "\t", "\n",
+    "~", "\\", "[", "{", '"', "'", "\x00", "\x7f", "0", "1", "10", "c", "d", "_METADATA",
+    "_strings.json", "ocdbt.process_0", "manifest.ocdbt", "zarr.json", ".zarray", "ключ", "😀",
+    "é" * 128, "😀" * 64, "a" * 255, "a" * 256,
+]  # fmt: skip
+
+KEYS = st.one_of(
+    st.sampled_from(ODD_KEYS),
+    st.text(max_size=6),
+    st.integers(0, 300).map(lambda n: "k" * n),  # around NAME_MAX once joined
+    st.integers(-2, 12),  # int keys: str(1) == "1" collides
+)
+
+LEAVES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**63), 2**63 - 1),
+    st.floats(allow_nan=False),
+    st.text(max_size=4),
+    st.sampled_from(
+        [np.arange(3, dtype=np.float32), np.ones((2, 2), np.int8), np.array(7), np.array([True])]
+    ),
+    st.sampled_from([{}, [], ()]),
+)
+
+SUBTREES = st.recursive(
+    LEAVES,
+    lambda children: st.one_of(
+        st.dictionaries(KEYS, children, max_size=3),
+        st.lists(children, max_size=3),
+        st.lists(children, max_size=3).map(tuple),
+    ),
+    max_leaves=5,
+)
+
+
+@st.composite
+def trees(draw: st.DrawFn) -> object:
+    """A small tree under a spine of 0..80 dicts and lists: key paths around the limit 64."""
+    node = draw(SUBTREES)
+    for _ in range(draw(st.integers(0, 80))):
+        node = {draw(KEYS): node} if draw(st.booleans()) else [node]
+    return node
+
+
+@settings(
+    max_examples=300,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(tree=trees(), use_ocdbt=st.booleans(), layout=st.sampled_from(["v1", "item"]))
+def test_random_tree_loads_back_or_is_refused(tmp_path_factory, tree, use_ocdbt, layout):
+    parent = tmp_path_factory.mktemp("tree")
+    path = parent / "c"
+    try:
+        ockpt.save_pytree(path, tree, layout=layout, use_ocdbt=use_ocdbt)
+    except ockpt.OckptError:
+        assert os.listdir(parent) == []
+        return
+    _assert_equal(tree, ockpt.load_pytree(path))
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tree=trees(), layout=st.sampled_from(["v1", "item"]))
+def test_documents_bound_is_an_upper_bound(tree, layout):
+    """The bound that spares building the documents twice is never below their size."""
+    try:
+        _assert_bound(tree, layout)
+    except ockpt.OckptError:
+        pass  # a tree the writer refuses has no documents
+
+
+def test_documents_bound_covers_shardings_and_odd_text():
+    jax = pytest.importorskip("jax")
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    mesh = Mesh(np.array(jax.devices()[:8]).reshape(2, 4), ("ä\\x", '"y😀'))
+    sharded = jax.device_put(np.zeros((4, 8)), NamedSharding(mesh, PartitionSpec("ä\\x", '"y😀')))
+    tree = {
+        "😀\u0001'\"" * 20: sharded,
+        "\U000e0001\x7f": {"s": "\U0001f600\x01" * 50, "t": jax.numpy.ones(3)},
+    }
+    _assert_bound(tree, "v1")
+
+
+def _assert_bound(tree: object, layout: str) -> None:
+    from ockpt import writer
+
+    opts = writer._resolve(ockpt.SaveOptions(), layout)
+    job = writer._job()
+    plan = writer._plan(tree, opts, job, copy=False)
+    sizes = sum(len(data) for data in writer._all_documents(plan, opts, job).values())
+    assert writer._documents_bound(plan) >= sizes
