@@ -95,6 +95,10 @@ def test_limit_003_key_length():
     wide = "\u043a" * (LIMITS.max_key_bytes // 2 + 1)  # two UTF-8 bytes each
     with pytest.raises(FormatError, match="LIMIT-003"):
         MetadataDocument.from_bytes(_metadata([wide]), file="m")
+    # lone surrogates (JSON "\ud800", 3 bytes each in UTF-8): counted, never UnicodeEncodeError
+    lone = "\ud800" * (LIMITS.max_key_bytes // 3 + 1)
+    with pytest.raises(FormatError, match="LIMIT-003"):
+        MetadataDocument.from_bytes(_metadata([lone]), file="m")
 
 
 def test_limit_004_key_path_depth():

@@ -165,6 +165,16 @@ def test_keys_out_of_order():
     )
 
 
+def test_key_too_long():
+    """OCDBT-008: a key of more than 65,535 bytes (limits §2) is refused as it is decoded;
+    one of exactly that length is read."""
+    ok = fmt.BtreeNode(0, (fmt.LeafNodeEntry(b"k" * 65_535, b"1"),))
+    assert fmt.decode_btree_node(fmt.encode_btree_node(ok)).entries[0].key == b"k" * 65_535
+    long = fmt.BtreeNode(0, (fmt.LeafNodeEntry(b"a", b"1"), fmt.LeafNodeEntry(b"k" * 65_536, b"2")))
+    err = raises("OCDBT-008", lambda: fmt.decode_btree_node(fmt.encode_btree_node(long)))
+    assert "entry 1: key too long" in str(err)
+
+
 def test_duplicate_keys():
     node = fmt.BtreeNode(0, (fmt.LeafNodeEntry(b"a", b"1"), fmt.LeafNodeEntry(b"a", b"2")))
     raises("OCDBT-041", lambda: fmt.decode_btree_node(fmt.encode_btree_node(node)))

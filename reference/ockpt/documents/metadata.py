@@ -264,15 +264,17 @@ def _key_entry(obj: Any, *, file: str, pointer: str) -> KeyEntry:
             expected=[1, 2],
             got=raw_type,
         ) from None
-    if len(key) * 4 > LIMITS.max_key_bytes and len(key.encode("utf-8")) > LIMITS.max_key_bytes:
-        raise DocumentError(
-            "key too long",
-            rule="LIMIT-003",
-            file=file,
-            pointer=child(pointer, "key"),
-            expected=f"<= {LIMITS.max_key_bytes} UTF-8 bytes",
-            got=len(key.encode("utf-8")),
-        )
+    if len(key) * 4 > LIMITS.max_key_bytes:
+        size = len(key.encode("utf-8", "surrogatepass"))  # a lone surrogate ("\ud800"): 3
+        if size > LIMITS.max_key_bytes:
+            raise DocumentError(
+                "key too long",
+                rule="LIMIT-003",
+                file=file,
+                pointer=child(pointer, "key"),
+                expected=f"<= {LIMITS.max_key_bytes} UTF-8 bytes",
+                got=size,
+            )
     if key_type is KeyType.SEQUENCE and not SEQUENCE_INDEX.fullmatch(key):
         raise DocumentError(
             "sequence index is not a decimal integer",

@@ -1031,6 +1031,14 @@ def _keys(cur: _Cursor, n: int, *, with_common_prefix: bool) -> tuple[list[bytes
                 got=p,
             )
         key = prev[:p] + suffix
+        if len(key) > LIMITS.max_key_bytes:
+            raise cur.fail(
+                f"entry {i}: key too long",
+                "OCDBT-008",
+                pos=at,
+                expected=f"<= {LIMITS.max_key_bytes} bytes",
+                got=len(key),
+            )
         if i and key <= prev:
             raise cur.fail(
                 f"entry {i}: keys must be strictly increasing",
