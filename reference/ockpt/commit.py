@@ -224,7 +224,6 @@ def begin(
                 stacklevel=2,
             )
             final = check_target(final, overwrite=overwrite)
-        ended = _claim_ended(parent, os.path.basename(final))
         try:
             os.mkdir(tmp)
         except FileExistsError as e:
@@ -238,6 +237,7 @@ def begin(
                 file=final,
             ) from e
         lock = _Lock.take(tmp, wait=True)
+        ended = _claim_ended(parent, os.path.basename(final))  # this save's own lock is held
     _remove_claimed(ended)
     return Pending(final=final, tmp=tmp, overwrite=overwrite, lock=lock)
 
