@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import ockpt
@@ -306,3 +307,20 @@ def test_declared_chunk_count_does_not_drive_the_work(tmp_copy):
     with pytest.raises(ockpt.FormatError) as e:
         ockpt.load_pytree(root)
     assert e.value.rule == "ZARR-005"
+
+
+def test_item_without_array_leaves_has_no_database(tmp_path):
+    """An item whose leaves are all strings and empty nodes has no OCDBT database, though its
+    `_METADATA` says use_ocdbt (writing §3.3): Orbax's and ockpt's validate clean; with an
+    array leaf, the same missing database is OCDBT-050."""
+    import orbax.checkpoint as ocp
+
+    tree = {"s": "text", "n": None, "e": {}}
+    ocp.PyTreeCheckpointer().save(tmp_path / "orbax", tree)
+    ockpt.save_pytree(tmp_path / "ockpt", tree)
+    for path in (tmp_path / "orbax", tmp_path / "ockpt"):
+        report = validate(path, deep=True)
+        assert report.ok and report.findings == [], report.format_text()
+    ockpt.save_pytree(tmp_path / "arrays", {**tree, "a": np.arange(3)})
+    (tmp_path / "arrays" / "state" / "manifest.ocdbt").unlink()
+    assert "OCDBT-050" in validate(tmp_path / "arrays").rules

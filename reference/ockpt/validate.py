@@ -536,7 +536,13 @@ class _ItemCheck:
         root_manifest = self.f(MANIFEST_FILE)
         processes = list(fmt.ocdbt_processes)
         use_ocdbt = getattr(self.doc, "use_ocdbt", None) if self.doc is not None else None
-        wants_ocdbt = use_ocdbt is True or OCDBT_DATA_DIR in self.names_here or bool(processes)
+        # an item without array leaves has no database, with or without use_ocdbt (writing §3.3)
+        has_arrays = not self.tree_known or any(
+            leaf.source == "array" for leaf in self.leaves.values()
+        )
+        wants_ocdbt = (
+            (use_ocdbt is True and has_arrays) or OCDBT_DATA_DIR in self.names_here or processes
+        )
         if not fmt.has_root_manifest and wants_ocdbt:
             v.report(
                 "OCDBT-050",
