@@ -302,6 +302,8 @@ def test_random_tree_loads_back_or_is_refused(tmp_path_factory, tree, use_ocdbt,
         assert os.listdir(parent) == []
         return
     _assert_equal(tree, ockpt.load_pytree(path))
+    report = ockpt.validate(path, deep=True)
+    assert report.ok and not report.warnings, report.format_text()
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
