@@ -178,6 +178,7 @@ def test_every_reader_agrees(path: Path, tmp_path: Path):
         ("diff", "{}", "{}"),
         ("validate", "{}"),
         ("cp", "{}", "{}-copy"),
+        ("detect", "{}"),
     ],
     ids=lambda a: a[0],
 )

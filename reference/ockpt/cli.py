@@ -51,6 +51,11 @@ def _cmd_detect(args: argparse.Namespace) -> int:
     else:
         for layout in layouts:
             _print_layout(layout)
+    missing = [x.path for x in layouts if not x.exists]
+    for path in missing:  # an I/O error, as from every other command
+        print(f"ockpt: {path}: no such file or directory", file=sys.stderr)
+    if missing:
+        return EXIT_USAGE
     return EXIT_OK if all(x.kind is not Kind.NOT_A_CHECKPOINT for x in layouts) else EXIT_INVALID
 
 

@@ -146,6 +146,7 @@ class Layout:
     problems: tuple[Problem, ...] = ()  # small documents that failed to parse, and similar
     init_time_ns: int | None = None  # from `_CHECKPOINT_METADATA`, when it has them
     commit_time_ns: int | None = None
+    exists: bool = True  # False: nothing at `path` (an I/O error for the commands)
     location: Location | None = field(default=None, compare=False, repr=False)
 
     @property
@@ -227,7 +228,8 @@ def detect(path: Any, *, context: ts.Context | None = None) -> Layout:
     try:
         return _detect_top(Location.of(path), context)
     except PathNotFoundError as e:
-        return Layout(os.fspath(path), Kind.NOT_A_CHECKPOINT, f"cannot stat: {e.message}")
+        reason = f"cannot stat: {e.message}"
+        return Layout(os.fspath(path), Kind.NOT_A_CHECKPOINT, reason, exists=False)
     except (OSError, RecursionError, OckptError, ValueError) as e:
         return Layout(os.fspath(path), Kind.NOT_A_CHECKPOINT, f"cannot read directory: {e}")
 
