@@ -88,8 +88,10 @@ def check_shard(meta: Any, shard: Any, *, file: object, missing: str) -> bool:
                 raise missing_chunk(f"{file}: {pointer} of the shard")
             continue
         offset, stored = entry
-        part = shard.part(offset, stored) if isinstance(shard, ByteRange) else None
-        source = part or io.BytesIO(shard[offset : offset + stored])
+        if isinstance(shard, ByteRange):
+            source: Reader = shard.part(offset, stored)
+        else:
+            source = io.BytesIO(shard[offset : offset + stored])
         check_chunk(sharding.codecs, source, nbytes, file=file, pointer=pointer)
     return True
 
