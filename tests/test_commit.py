@@ -11,7 +11,9 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import signal
 import sys
+import time
 import warnings
 
 import numpy as np
@@ -279,3 +281,97 @@ def test_manager_save_of_a_parked_step(tmp_path):
         with pytest.raises(ockpt.WriteConflictError, match="DIR-002"):
             mgr.save(1, {"a": np.zeros(3)})
     np.testing.assert_array_equal(mgr.restore(1)["a"], np.ones(3))
+
+
+# ---------------------------------------------------------------------------------------------
+# Locks (DIR-003, DIR-008)
+
+
+def test_parent_reached_through_a_link_is_locked(tmp_path):
+    """A checkpoint root reached through a symbolic link (`/work/ckpt -> /scratch/ckpt`) is
+    locked like its target: saves through the link and saves to the target exclude each
+    other, and the save's own directory is locked."""
+    real = tmp_path / "real"
+    real.mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    with commit._locked(str(link)):
+        assert commit._Lock.take(str(real), wait=False) is None  # held through the link
+    pending = commit.begin(link / "c")
+    assert pending.lock is not None and pending.lock.held
+    assert commit._claim(pending.tmp) is None  # a live save's directory is never claimed
+    commit.abort(pending)
+    assert os.listdir(real) == []
+
+
+def test_a_forked_child_does_not_keep_the_lock(tmp_path):
+    """flock belongs to the open file, which fork shares: a child forked while a save holds a
+    lock (a data loader's workers) closes its copy, so the lock is free once the save lets go."""
+    lock = commit._Lock.take(str(tmp_path), wait=True)
+    ready, tell = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child (its fork hooks have run) outlives the lock
+        os.write(tell, b"x")
+        time.sleep(3)
+        os._exit(0)
+    try:
+        assert os.read(ready, 1) == b"x"
+        lock.release()
+        again = commit._Lock.take(str(tmp_path), wait=False)
+        assert again is not None and again.held
+        again.release()
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        os.close(ready)
+        os.close(tell)
+
+
+def test_a_deleted_step_never_comes_back_from_a_stale_replaced(tmp_path):
+    """A stale ``-replaced`` copy next to a step (an overwrite killed after it committed) goes
+    with the step when the step is deleted, so DIR-007 cannot bring the step back."""
+    root = tmp_path / "root"
+    mgr = ockpt.CheckpointManager(root)
+    for step in (1, 2):
+        mgr.save(step, {"a": np.full(3, step)})
+    ockpt.save_pytree(tmp_path / "x", {"a": np.zeros(3)})
+    os.rename(tmp_path / "x", commit.replaced_name(str(root / "1")))
+    mgr.delete(1)
+    assert mgr.remove_temporaries() == []
+    assert mgr.all_steps() == [2]
+    assert sorted(os.listdir(root)) == ["2"]
+
+
+def test_leftover_replaced_is_renamed_before_it_is_removed(tmp_path, monkeypatch):
+    """DIR-006: a ``-replaced`` directory next to its checkpoint is removed under another
+    name, never in place (a removal killed half way must not leave a partial tree there)."""
+    root = tmp_path / "root"
+    mgr = ockpt.CheckpointManager(root)
+    mgr.save(1, {"a": np.ones(3)})
+    ockpt.save_pytree(tmp_path / "x", {"a": np.zeros(3)})
+    parked = commit.replaced_name(str(root / "1"))
+    os.rename(tmp_path / "x", parked)
+    removed = []
+    real = commit.remove_path
+    monkeypatch.setattr(commit, "remove_path", lambda p: (removed.append(p), real(p)))
+    assert mgr.remove_temporaries() == [parked]
+    assert parked not in removed and all(
+        OWN_TMP_NAME.fullmatch(os.path.basename(p)) for p in removed
+    )
+    assert sorted(os.listdir(root)) == ["1"]
+
+
+def test_a_copy_whose_commit_conflicts_leaves_nothing(tmp_path, monkeypatch):
+    """`ockpt cp` to a local path: a commit refused (another writer committed there) removes
+    the copy's temporary directory and lets go of its lock."""
+    from ockpt import transfer
+
+    def conflict(pending):  # type: ignore[no-untyped-def]
+        raise ockpt.WriteConflictError("committed meanwhile", rule="DIR-002")
+
+    src = tmp_path / "src"
+    ockpt.save_pytree(src, OLD)
+    monkeypatch.setattr(commit, "_commit", conflict)
+    with pytest.raises(ockpt.WriteConflictError):
+        transfer.copy(src, tmp_path / "dst", progress=False)
+    assert sorted(os.listdir(tmp_path)) == ["src"]

@@ -33,7 +33,9 @@ import os
 import secrets
 import shutil
 import sys
+import time
 import warnings
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -95,43 +97,99 @@ def commit_text(final: str) -> str:
     return f"Checkpoint commit was successful to {final}"
 
 
-class _Lock:
-    """An exclusive ``flock`` on a directory, held until `release` (or the process ends)."""
+#: errno values of `flock` that mean "this file system has no locks": proceed unlocked.
+_NO_LOCKS = frozenset({errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EBADF, errno.EINVAL})
+#: How long a save waits for the lock of a parent directory (held only for renames, a
+#: listing and an fsync) before it gives up with a write conflict.
+LOCK_WAIT_SECONDS = 120.0
+#: The locks this process holds: a child forked meanwhile closes its copies (`_forked`), or
+#: it would hold them for its whole life (a flock belongs to the open file, which fork shares).
+_HELD: weakref.WeakSet[_Lock] = weakref.WeakSet()
 
-    __slots__ = ("fd",)
+
+class _Lock:
+    """An exclusive ``flock`` on a directory, held until `release`, until the object is
+    collected, or until the process ends."""
+
+    __slots__ = ("fd", "__weakref__")
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
+        _HELD.add(self)
 
     @classmethod
-    def take(cls, path: str, *, wait: bool) -> _Lock | None:
-        """The lock of `path`; None when another holder has it (and not `wait`), when `path`
-        is no directory, or where locks are not supported."""
+    def take(cls, path: str, *, wait: bool, follow: bool = False) -> _Lock | None:
+        """The lock of the directory `path` (its last component a link only if `follow`).
+        None when another holder has it (and not `wait`); `UNLOCKED` where this system or
+        file system has no locks. Any other failure raises OSError: a save must not run
+        unlocked where others lock."""
         if fcntl is None:
-            return None
-        try:
-            flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_DIRECTORY", 0)
-            fd = os.open(path, flags)
-        except OSError:
-            return None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-        except OSError:  # held by another (EWOULDBLOCK), or no locks on this file system
-            os.close(fd)
-            return None
-        return cls(fd)
+            return UNLOCKED
+        flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_DIRECTORY", 0)
+        fd = os.open(path, flags if follow else flags | os.O_NOFOLLOW)
+        deadline = time.monotonic() + LOCK_WAIT_SECONDS
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return cls(fd)
+            except BlockingIOError:
+                if not wait or time.monotonic() > deadline:
+                    os.close(fd)
+                    if wait:
+                        raise WriteConflictError(
+                            f"another save has held this directory's lock for more than "
+                            f"{LOCK_WAIT_SECONDS:.0f} s",
+                            rule="DIR-008",
+                            file=path,
+                        ) from None
+                    return None
+                time.sleep(0.005)
+            except OSError as e:
+                os.close(fd)
+                if e.errno in _NO_LOCKS:
+                    return UNLOCKED
+                raise
+
+    @property
+    def held(self) -> bool:
+        return self.fd >= 0
 
     def release(self) -> None:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
 
+    def __del__(self) -> None:
+        self.release()
+
+
+#: No lock, where the file system has none: a save proceeds, and claims no one else's directory.
+UNLOCKED = _Lock(-1)
+
+
+def _forked() -> None:
+    """In a forked child: close the copies of the parent's locks, leaving them to the parent."""
+    for lock in list(_HELD):
+        if lock.fd >= 0:
+            try:
+                os.close(lock.fd)
+            except OSError:
+                pass
+            lock.fd = -1
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
+
 
 @contextlib.contextmanager
 def _locked(directory: str) -> Iterator[None]:
-    """Hold the lock of `directory` (the parent of a checkpoint) for a short critical section;
-    without lock support, proceed unlocked."""
-    lock = _Lock.take(directory, wait=True)
+    """Hold the lock of `directory` (the parent of a checkpoint, a link followed) for a short
+    critical section; without lock support, proceed unlocked."""
+    try:
+        lock = _Lock.take(directory, wait=True, follow=True)
+    except FileNotFoundError:
+        lock = UNLOCKED  # no parent yet: nothing next to the path to protect
     try:
         yield
     finally:
@@ -236,7 +294,11 @@ def begin(
                 rule="DIR-001",
                 file=final,
             ) from e
-        lock = _Lock.take(tmp, wait=True)
+        try:
+            lock = _Lock.take(tmp, wait=True)
+        except OSError:  # unlocked where others lock, they could take it for a leftover
+            remove_path(tmp)
+            raise
         ended = _claim_ended(parent, os.path.basename(final))  # this save's own lock is held
     _remove_claimed(ended)
     return Pending(final=final, tmp=tmp, overwrite=overwrite, lock=lock)
@@ -253,10 +315,21 @@ def _claim_ended(parent: str, name: str) -> list[tuple[str, _Lock | None]]:
         if match is None or match["name"] != name:
             continue
         path = os.path.join(parent, entry)
-        lock = _Lock.take(path, wait=False)
+        lock = _claim(path)
         if lock is not None:
             claimed.append((path, lock))
     return claimed
+
+
+def _claim(path: str) -> _Lock | None:
+    """The lock of a directory of ockpt's own form, when it can be taken now (its save has
+    ended, or it is this save's to remove); None when another process holds it, when there are
+    no locks here (no one can tell then), or when it is gone or no directory."""
+    try:
+        lock = _Lock.take(path, wait=False)
+    except OSError:
+        return None
+    return lock if lock is not None and lock.held else None
 
 
 def _remove_claimed(claimed: list[tuple[str, _Lock | None]]) -> None:
@@ -325,7 +398,7 @@ def finish(pending: Pending, *, marker: bool = True) -> None:
     _fsync_tree(pending.tmp)
     with _locked(os.path.dirname(pending.final)):
         doomed = _commit(pending)
-        claimed = [(path, _Lock.take(path, wait=False)) for path in doomed]
+        claimed = [(path, _claim(path)) for path in doomed]
     if pending.lock is not None:
         pending.lock.release()
     _remove_claimed(claimed)
@@ -437,9 +510,11 @@ def remove_committed(path: str) -> bool:
             os.rename(path, doomed)
         except FileNotFoundError:
             return False
+        # a stale -replaced copy would come back as the step by DIR-007: it goes too
+        stale = _set_aside_stale(path)
         fsync_dir(parent)
-        lock = _Lock.take(doomed, wait=False)
-    _remove_claimed([(doomed, lock)])
+        claimed = [(p, _claim(p)) for p in (doomed, *stale)]
+    _remove_claimed(claimed)
     return True
 
 
@@ -463,9 +538,13 @@ def remove_leftovers(paths: list[str]) -> list[str]:
                         continue
                     if not os.path.lexists(final):
                         continue  # could not be renamed back: never remove the only copy
+                    for aside in _set_aside_stale(final):  # never removed in place (DIR-006)
+                        claimed.append((aside, _claim(aside)))
+                    handled.append(path)
+                    continue
                 lock = None
                 if OWN_TMP_NAME.fullmatch(os.path.basename(path)) and os.path.isdir(path):
-                    lock = _Lock.take(path, wait=False)
+                    lock = _claim(path)
                     if lock is None:
                         continue  # a save still running (or no locks here: cannot tell)
                 claimed.append((path, lock))

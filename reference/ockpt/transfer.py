@@ -59,7 +59,11 @@ def copy(src: Any, dst: Any, *, overwrite: bool = False, progress: bool = True) 
     pending = None
     if d.local is not None:
         pending = commit.begin(d.local, overwrite=overwrite)
-        target = _kvstore(Location.of(pending.tmp), context)
+        try:
+            target = _kvstore(Location.of(pending.tmp), context)
+        except BaseException:
+            commit.abort(pending)
+            raise
     else:
         target = _kvstore(d, context)
         existing = target.list().result()
@@ -104,12 +108,12 @@ def copy(src: Any, dst: Any, *, overwrite: bool = False, progress: bool = True) 
                     data = commit.commit_text(final).encode()
                 target.write(key, data).result()
                 bar.update(1)
+        if pending is not None:
+            commit.finish(pending, marker=False)
     except BaseException:
         if pending is not None:
             commit.abort(pending)
         raise
-    if pending is not None:
-        commit.finish(pending, marker=False)
     return total
 
 
