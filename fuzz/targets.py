@@ -285,8 +285,7 @@ def _check_streamed(meta: ArrayV2Metadata | ArrayV3Metadata, payload: bytes) -> 
     if not stream.streamable(meta.pipeline):
         return False
     nbytes = int(np.prod(meta.chunk_shape)) * meta.numpy_dtype.itemsize
-    stream.check_chunk(meta.pipeline, io.BytesIO(payload), nbytes, file="fuzz", pointer=None)
-    return True
+    return stream.check_chunk(meta.pipeline, io.BytesIO(payload), nbytes, file="fuzz", pointer=None)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -42,7 +42,7 @@ OPENS_ALLOWED = {
     ("convert.py", "open_source"): "lists the user's path to tell its format (no open)",
     ("transfer.py", "put_file"): "uploads a local file the user names, not a checkpoint's",
     ("schema.py", "_load"): "the package's own JSON Schemas",
-    ("limits.py", "memory_available"): "the system's /proc memory figures",
+    ("limits.py", "_system_file"): "the system's /proc and cgroup memory figures",
     ("conformance/cli.py", "run_command"): "the suite's report file",
     ("conformance/runner.py", "_Runner._spawn"): "the suite's own pipes to its worker",
     ("conformance/runner.py", "_Runner.start_bad_corpus"): "the fixtures' expected.json",

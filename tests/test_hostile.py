@@ -340,3 +340,49 @@ def test_no_pickle_eval_or_dynamic_import_in_the_package():
                 path.name == "adapters.py" and word == "importlib.import_module"
             )  # the conformance adapter the *command line* names, never a checkpoint's text
             assert not hits or allowed, (path, word, hits[:3])
+
+
+def test_limit_006_memory_available_counts_the_control_group(monkeypatch):
+    """LIMIT-006: the memory a reader may use is the least of the system's available memory
+    and what a control group's limit leaves (a container, a batch job), v2 or v1; no limit
+    (v2 ``max``, v1's 2^63) counts as none."""
+    from ockpt import limits
+
+    def system(files):  # type: ignore[no-untyped-def]
+        return lambda path: files.get(path)
+
+    meminfo = {"/proc/meminfo": "MemTotal: 999 kB\nMemAvailable:   8388608 kB\n"}
+    v2 = {
+        "/sys/fs/cgroup/memory.max": "3221225472\n",
+        "/sys/fs/cgroup/memory.current": "1073741824\n",
+    }
+    v1 = {
+        "/sys/fs/cgroup/memory/memory.limit_in_bytes": "2147483648\n",
+        "/sys/fs/cgroup/memory/memory.usage_in_bytes": "536870912\n",
+    }
+    none = {"/sys/fs/cgroup/memory.max": "max\n", "/sys/fs/cgroup/memory.current": "5\n"}
+    cases = [({}, 8 << 30), (v2, 2 << 30), (v1, 3 << 29), (none, 8 << 30)]
+    for files, want in cases:
+        monkeypatch.setattr(limits, "_system_file", system({**meminfo, **files}))
+        assert limits.memory_available() == want, files
+    monkeypatch.setattr(limits, "_system_file", system(v2))  # no MemAvailable: the group's
+    assert limits.memory_available() == 2 << 30
+    monkeypatch.setattr(limits, "_system_file", system({}))
+    assert limits.memory_available() is None or limits.memory_available() > 0
+
+
+def test_limit_006_counts_what_a_load_holds_at_once(tmp_path, monkeypatch):
+    """LIMIT-006 counts what a load holds at once: an array read as stored and then cast
+    holds both copies (int64 read, int8 returned: 9 bytes an element, not 1)."""
+    from ockpt import limits
+
+    ockpt.save_pytree(tmp_path / "c", {"a": np.arange(1000, dtype=np.int64)})
+    monkeypatch.setattr(limits, "CHECKED_ALLOCATION_BYTES", 0)
+    monkeypatch.setattr(limits, "memory_available", lambda: 5000)
+    target = {"a": np.zeros(1000, np.int8)}
+    with pytest.raises(ockpt.MemoryLimitError) as e:  # 1000 x (8 + 1) bytes
+        ockpt.load_pytree(tmp_path / "c", target, cast="lossy", backend="python")
+    assert e.value.rule == "LIMIT-006" and "'a'" in str(e.value)
+    monkeypatch.setattr(limits, "memory_available", lambda: 9000)
+    got = ockpt.load_pytree(tmp_path / "c", target, cast="lossy", backend="python")
+    assert got["a"].dtype == np.int8

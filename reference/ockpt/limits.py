@@ -60,28 +60,54 @@ LIMITS = Limits()
 
 
 def memory_available() -> int | None:
-    """Bytes this process may still allocate: the smaller of the system's available memory
-    (``MemAvailable``) and what its address-space limit leaves; None where neither is known."""
+    """Bytes this process may still allocate: the least of the system's available memory
+    (``MemAvailable``), what its control group's limit leaves (cgroup v2 ``memory.max``, v1
+    ``memory.limit_in_bytes``: a container's or a batch job's), and what its address-space
+    limit leaves; None where none is known."""
     bounds = []
-    try:
-        with open("/proc/meminfo", "rb") as f:  # not a checkpoint's file
-            for line in f:
-                if line.startswith(b"MemAvailable:"):
-                    bounds.append(int(line.split()[1]) * 1024)
-                    break
-    except (OSError, ValueError, IndexError):
-        pass
+    meminfo = _system_file("/proc/meminfo")
+    for line in (meminfo or "").splitlines():
+        if line.startswith("MemAvailable:"):
+            bounds.append(int(line.split()[1]) * 1024)
+            break
+    for limit, usage in (
+        ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+        (
+            "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+            "/sys/fs/cgroup/memory/memory.usage_in_bytes",
+        ),
+    ):
+        cap, used = _number(_system_file(limit)), _number(_system_file(usage))
+        if cap is not None and used is not None and cap < 1 << 60:  # v1: 2^63 for no limit
+            bounds.append(max(0, cap - used))
+            break
     try:
         import resource
 
         soft, _ = resource.getrlimit(resource.RLIMIT_AS)
-        if soft != resource.RLIM_INFINITY:
-            with open("/proc/self/statm", "rb") as f:
-                used = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-            bounds.append(max(0, soft - used))
-    except (ImportError, OSError, ValueError, IndexError):
+        statm = _number((_system_file("/proc/self/statm") or "").split(" ")[0])
+        if soft != resource.RLIM_INFINITY and statm is not None:
+            bounds.append(max(0, soft - statm * os.sysconf("SC_PAGE_SIZE")))
+    except (ImportError, OSError, ValueError):
         pass
     return min(bounds) if bounds else None
+
+
+def _system_file(path: str) -> str | None:
+    """The text of a small file of the system (``/proc``, ``/sys``), or None."""
+    try:
+        with open(path, "rb") as f:  # not a checkpoint's file
+            return f.read(1 << 16).decode("ascii", "replace")
+    except OSError:
+        return None
+
+
+def _number(text: str | None) -> int | None:
+    """The integer `text` holds (``max``, the cgroup v2 word for no limit, is None)."""
+    try:
+        return int(text.strip()) if text is not None else None
+    except ValueError:
+        return None
 
 
 #: Allocations smaller than this are not checked (a declared-size bomb is one large array;

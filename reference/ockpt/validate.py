@@ -43,6 +43,7 @@ from .errors import (
     OckptError,
     PathNotFoundError,
     UnsupportedError,
+    ZarrFormatError,
 )
 from .findings import Finding
 from .kv import Location, files
@@ -878,14 +879,21 @@ class _ItemCheck:
         if value is None:
             raise missing_chunk(f"{file}: chunk")  # removed since it was listed
         with src if src is not None else contextlib.nullcontext():
+            if len(value) > LIMITS.max_chunk_bytes:  # the bound a read of it has (ZARR-003)
+                raise ZarrFormatError(
+                    "stored value larger than the limit",
+                    rule="ZARR-003",
+                    file=file,
+                    expected=f"<= {LIMITS.max_chunk_bytes} bytes",
+                    got=len(value),
+                )
             if getattr(meta, "sharding", None) is not None:
                 return stream.check_shard(meta, value, file=file, missing="error")
             if not stream.streamable(meta.pipeline):
                 return False
             nbytes = math.prod(meta.chunk_shape) * meta.numpy_dtype.itemsize
             source = src if src is not None else io.BytesIO(value)
-            stream.check_chunk(meta.pipeline, source, nbytes, file=file, pointer=None)
-        return True
+            return stream.check_chunk(meta.pipeline, source, nbytes, file=file, pointer=None)
 
     @property
     def tree_known(self) -> bool:

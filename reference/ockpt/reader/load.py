@@ -334,22 +334,19 @@ class _Loader:
             check(job, array.shape, array.dtype)  # as saved: sets the job's shape and dtype
             read_dtype = job.dtype if self.cast == "exact" or job.dtype == array.dtype else None
             assert job.shape is not None and job.dtype is not None
-            check_allocation(
-                math.prod(job.shape) * job.dtype.itemsize,
-                what=f"param {job.leaf.param_name!r}",
-                file=array.file,
-            )
-            if job.want == "jax":
+            by_box: dict[Any, list[Any] | None] = {_box_of(job.shape): None}
+            if job.want == "jax":  # this process's shards only, each read once
                 boxes = _jax.shard_boxes(job.shape, job.sharding)
                 pending[index] = {"count": len(boxes), "arrays": {}}
-                by_box: dict[Any, list[Any]] = {}
+                by_box = {}
                 for device, box in boxes.items():
-                    by_box.setdefault(box, []).append(device)
-                for box, devices in by_box.items():
-                    yield self._request(array, box, read_dtype, (index, box, devices))
-            else:
-                box = _box_of(job.shape)
-                yield self._request(array, box, read_dtype, (index, box, None))
+                    by_box.setdefault(box, []).append(device)  # type: ignore[union-attr]
+            # read as stored then cast: both copies are held at once
+            item = job.dtype.itemsize + (array.dtype.itemsize if read_dtype is None else 0)
+            cells = sum(math.prod(b - a for a, b in box) for box in by_box)
+            check_allocation(cells * item, what=f"param {job.leaf.param_name!r}", file=array.file)
+            for box, devices in by_box.items():
+                yield self._request(array, box, read_dtype, (index, box, devices))
 
     def _request(self, array, box, dtype, tag) -> engines.ReadRequest:  # type: ignore[no-untyped-def]
         return engines.ReadRequest(array, _clip(box, array.shape), dtype, tag)

@@ -14,6 +14,15 @@ from ..limits import LIMITS
 
 #: bound on the bytes of one decoded chunk (and one shard), checked before decoding
 MAX_CHUNK_BYTES = LIMITS.max_chunk_bytes
+
+
+def intermediate_bound(final_size: int) -> int:
+    """The most a codec of a chunk's chain other than the last one undone may decode to (its
+    output is the encoded form of the chunk's `final_size` bytes: no codec expands data that
+    much): twice the chunk plus 1 MiB, within `MAX_CHUNK_BYTES` (ZARR-003, limits §2)."""
+    return min(2 * final_size + (1 << 20), MAX_CHUNK_BYTES)
+
+
 #: bound on an array's rank
 MAX_RANK = LIMITS.max_zarr_ndim
 #: bound on a zarr metadata document

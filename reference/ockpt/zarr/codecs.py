@@ -25,7 +25,7 @@ import numpy as np
 from ..errors import ZarrFormatError
 from ..limits import check_allocation
 from ..ocdbt.format import crc32c, zstd_decompress
-from ._common import MAX_CHUNK_BYTES, fail
+from ._common import fail, intermediate_bound
 
 __all__ = [
     "BytesCodec",
@@ -205,10 +205,11 @@ class CodecPipeline:
     def decode_bytes(self, data: bytes, final_size: int, *, file: object, pointer) -> bytes:
         """Undo the bytes -> bytes codecs; `final_size` bounds the innermost output. A chunk
         too large for the memory left is refused before it is decoded (LIMIT-006)."""
-        check_allocation(final_size, what="the decoded chunk", file=file)
         n = len(self.bytes_to_bytes)
+        largest = final_size if n <= 1 else intermediate_bound(final_size)
+        check_allocation(largest, what="the decoded chunk", file=file)
         for i, codec in enumerate(reversed(self.bytes_to_bytes)):
-            bound = final_size if i == n - 1 else MAX_CHUNK_BYTES
+            bound = final_size if i == n - 1 else intermediate_bound(final_size)
             data = codec.decode(data, max_size=bound, file=file, pointer=pointer)
         return data
 

@@ -2,11 +2,11 @@
 
 A deep validator decodes every chunk. One whose decoded size is more than the memory the
 process may use (LIMIT-006) is checked here instead: its stored bytes are read in pieces and
-every bytes -> bytes codec is undone as a stream (zstd block by block, gzip with a bounded
-output, crc32c compared at the end), the decoded bytes counted against the chunk's size and
-dropped. Each stage is a reader with ``read(n)``, chained from the stored bytes outward in;
-no stage holds more than a piece (a zstd block decodes to at most 128 KiB, whatever its
-ratio), so a 4 GiB chunk is checked in a few MiB.
+every bytes -> bytes codec is undone as a stream (zstd fed a KiB at a time, gzip with a
+bounded output, crc32c compared at the end), the decoded bytes counted against the chunk's
+size and dropped. Each stage is a reader with ``read(n)``, chained from the stored bytes
+outward in; no stage holds more than a piece (a KiB of zstd decodes to at most 32 MiB,
+whatever its ratio), so a 4 GiB chunk is checked in tens of MiB.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import google_crc32c
 import zstandard
 
 from ..kv import ByteRange
-from ._common import MAX_CHUNK_BYTES, fail
+from ._common import MAX_CHUNK_BYTES, fail, intermediate_bound
 from .array import missing_chunk
 from .codecs import BytesCodec, CodecPipeline, Crc32cCodec, GzipCodec, ZstdCodec
 
@@ -29,8 +29,16 @@ __all__ = ["check_chunk", "check_shard", "streamable"]
 
 #: Bytes read from a source, or asked of a stage, at a time.
 STEP = 1 << 20
+#: Bytes of a zstd frame given to its decoder at a time (`_Zstd`).
+FEED = 1 << 10
+#: The largest zstd window the stream decoder takes (zstd's default limit, 2^27); a frame
+#: with a larger one is decoded in memory only (whole, it needs no window).
+WINDOW_MAX = 1 << 27
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
-_ZSTD_BLOCK_MAX = 1 << 17  # RFC 8878 3.1.1.2.3: no block is larger, nor decodes to more
+
+
+class NotStreamable(Exception):
+    """A chunk this module cannot check as a stream (no fault of the chunk's)."""
 
 
 class Reader(Protocol):
@@ -47,13 +55,24 @@ def streamable(pipeline: CodecPipeline) -> bool:
 
 def check_chunk(
     pipeline: CodecPipeline, source: Reader, nbytes: int, *, file: object, pointer: str | None
-) -> None:
+) -> bool:
     """Decode the stored chunk `source` as a stream and check it gives exactly `nbytes`
-    bytes; raise the codec's rule (ZARR-003, ZARR-016) at the first fault."""
+    bytes; raise the codec's rule (ZARR-003, ZARR-016) at the first fault. False when it
+    cannot be checked so (`NotStreamable`)."""
+    try:
+        _check_chunk(pipeline, source, nbytes, file=file, pointer=pointer)
+    except NotStreamable:
+        return False
+    return True
+
+
+def _check_chunk(
+    pipeline: CodecPipeline, source: Reader, nbytes: int, *, file: object, pointer: str | None
+) -> None:
     reader = source
     codecs = list(reversed(pipeline.bytes_to_bytes))
     for i, codec in enumerate(codecs):
-        bound = nbytes if i == len(codecs) - 1 else MAX_CHUNK_BYTES
+        bound = nbytes if i == len(codecs) - 1 else intermediate_bound(nbytes)
         reader = _stage(codec, reader, bound, file=file, pointer=pointer)
     total = 0
     while piece := reader.read(STEP):
@@ -92,7 +111,8 @@ def check_shard(meta: Any, shard: Any, *, file: object, missing: str) -> bool:
             source: Reader = shard.part(offset, stored)
         else:
             source = io.BytesIO(shard[offset : offset + stored])
-        check_chunk(sharding.codecs, source, nbytes, file=file, pointer=pointer)
+        if not check_chunk(sharding.codecs, source, nbytes, file=file, pointer=pointer):
+            return False
     return True
 
 
@@ -160,8 +180,10 @@ class _Stage:
 
 
 class _Zstd(_Stage):
-    """One zstd frame, fed to the decoder block by block (RFC 8878 3.1.1): no input piece
-    decodes to more than 128 KiB, so memory does not depend on the frame's ratio."""
+    """One zstd frame, decoded by zstd's own stream decoder fed at most `FEED` bytes at a
+    time: a byte of a frame decodes to at most 32 KiB (an RLE block: 4 bytes, 128 KiB), so
+    no feed gives more than 32 MiB, whatever the frame's ratio, and a frame of any number of
+    blocks costs one call per KiB."""
 
     name = "zstd"
 
@@ -169,10 +191,10 @@ class _Zstd(_Stage):
         super().__init__(upstream, bound, file=file, pointer=pointer)
         self.dobj = zstandard.ZstdDecompressor().decompressobj()
         self.started = False
-        self.checksum = False
+        self.pending = memoryview(b"")
         self.size: int | None = None
 
-    def feed(self, data: bytes) -> bytes:
+    def feed(self, data: bytes | memoryview) -> bytes:
         try:
             return self.dobj.decompress(data)
         except zstandard.ZstdError as e:
@@ -188,17 +210,20 @@ class _Zstd(_Stage):
             raise self.fail("not a zstd frame: reserved bit set")
         rest = (0 if single else 1) + (0, 1, 2, 4)[did] + (1 if single else 0, 2, 4, 8)[fcs]
         head += self.exact(rest, "frame header")
-        self.checksum = bool((fhd >> 2) & 1)
         try:
-            size = zstandard.get_frame_parameters(head).content_size
+            params = zstandard.get_frame_parameters(head)
         except zstandard.ZstdError as e:
             raise self.fail(f"corrupt zstd frame: {e}") from None
+        size = params.content_size
         if size not in (zstandard.CONTENTSIZE_UNKNOWN, zstandard.CONTENTSIZE_ERROR):
             if size > self.bound:
                 raise self.fail(
                     "zstd content size exceeds the chunk size", expected=self.bound, got=size
                 )
             self.size = size
+        if params.window_size > WINDOW_MAX:
+            # a window decoding in memory does without, streaming needs: not checked here
+            raise NotStreamable(f"a zstd window of {params.window_size} bytes")
         return self.feed(head)
 
     def more(self, n: int) -> bytes:
@@ -206,21 +231,20 @@ class _Zstd(_Stage):
         if not self.started:
             self.started = True
             out = self.header()
-        raw = self.exact(3, "block header")
-        header = int.from_bytes(raw, "little")
-        last, kind, size = header & 1, (header >> 1) & 3, header >> 3
-        if kind == 3 or size > _ZSTD_BLOCK_MAX:
-            raise self.fail("corrupt zstd frame: bad block header")
-        out += self.feed(raw + self.exact(1 if kind == 1 else size, "block"))
-        if last:
-            if self.checksum:
-                out += self.feed(self.exact(4, "checksum"))
-            if not self.dobj.eof:
-                raise self.fail("truncated zstd frame")
-            self.no_trailing()
-            self.done = True
-            if self.size is not None and self.produced + len(self.out) + len(out) != self.size:
-                raise self.fail("zstd frame decodes to a size other than its content size")
+        while not out and not self.done:
+            if not self.pending:
+                self.pending = memoryview(self.upstream.read(STEP))
+                if not self.pending:
+                    raise self.fail("truncated zstd frame")
+            piece, self.pending = self.pending[:FEED], self.pending[FEED:]
+            out = self.feed(piece)
+            if self.dobj.eof:
+                if self.dobj.unused_data or self.pending:
+                    raise self.fail("bytes after the zstd frame")
+                self.no_trailing()
+                self.done = True
+                if self.size is not None and self.produced + len(self.out) + len(out) != self.size:
+                    raise self.fail("zstd frame decodes to a size other than its content size")
         return out
 
 
@@ -241,7 +265,7 @@ class _Gzip(_Stage):
             if not self.pending:
                 raise self.fail(f"truncated or trailing {self.name} stream")
         try:
-            out = self.dobj.decompress(self.pending, n)
+            out = self.dobj.decompress(self.pending, max(n, STEP))
         except zlib.error as e:
             raise self.fail(f"corrupt {self.name} stream: {e}") from None
         self.pending = self.dobj.unconsumed_tail

@@ -44,7 +44,14 @@ from ...limits import check_allocation
 from ...names import ZARR2_METADATA, ZARR3_METADATA
 from ...paths import array_prefix
 from ...zarr._common import check_extent
-from ..contract import TILE_BYTES, ImmediateFuture, ReadRequest, array_file, tiles
+from ..contract import (
+    DEFAULT_MAX_IN_FLIGHT,
+    TILE_BYTES,
+    ImmediateFuture,
+    ReadRequest,
+    array_file,
+    tiles,
+)
 from .stage import Stage, StagedArray
 
 if TYPE_CHECKING:
@@ -111,10 +118,17 @@ class StoredArray:
         return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
 
     def _check_chunk_memory(self) -> None:
-        """Refuse (LIMIT-006) to read an array one of whose chunks, which tensorstore decodes
-        whole, is larger than the memory left: tensorstore would abort the process."""
+        """Refuse (LIMIT-006) to read an array whose chunks, which tensorstore decodes whole,
+        are larger than the memory left, as many at once as reads are in flight: tensorstore
+        would abort the process."""
         chunk = math.prod(self.chunk_shape) * self.dtype.itemsize
-        check_allocation(chunk, what=f"a chunk of param {self.param_name!r}", file=self.file)
+        cells = zip(self.shape, self.chunk_shape, strict=True)
+        grid = math.prod(-(-n // max(c, 1)) for n, c in cells)
+        check_allocation(
+            chunk * min(DEFAULT_MAX_IN_FLIGHT, grid),
+            what=f"the chunks of param {self.param_name!r} read at once",
+            file=self.file,
+        )
 
     def view(self, index: Any) -> ts.TensorStore:
         """A lazy tensorstore view of `index` (numpy basic indexing), no bytes read."""
