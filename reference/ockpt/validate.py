@@ -853,24 +853,20 @@ class _ItemCheck:
         from .zarr import read_region
 
         size = tuple(b - a for a, b in box)
-        try:  # the whole chunk is decoded, also where the array ends within it
-            check_allocation(
-                math.prod(meta.chunk_shape) * meta.numpy_dtype.itemsize, what="the chunk", file=file
-            )
+        nbytes = math.prod(meta.chunk_shape) * meta.numpy_dtype.itemsize  # decoded whole
+        try:
+            check_allocation(nbytes, what="the chunk", file=file)
         except MemoryLimitError as e:
-            return (
-                None
-                if self.check_streamed(meta, prefix + meta.chunk_key(index), file)
-                else e.message
-            )
+            streamed = self.check_streamed(meta, prefix + meta.chunk_key(index), nbytes, file)
+            return None if streamed else e.message
         out = np.empty(size, dtype=meta.numpy_dtype)
         read_region(meta, self.store.get, out, box, prefix=prefix, missing="error", file=where)
         return None
 
-    def check_streamed(self, meta: Any, key: str, file: str) -> bool:
-        """Check a chunk or shard read in pieces from its file (or from memory: a value stored
-        inline in an OCDBT node is small), holding none of it decoded; False where a codec
-        cannot be streamed."""
+    def check_streamed(self, meta: Any, key: str, nbytes: int, file: str) -> bool:
+        """Check a chunk or shard of `nbytes` decoded, read in pieces from its file (or from
+        memory: a value stored inline in an OCDBT node is small), holding none of it decoded;
+        False where a codec cannot be streamed."""
         from .zarr import stream
         from .zarr.array import missing_chunk
 
@@ -891,7 +887,6 @@ class _ItemCheck:
                 return stream.check_shard(meta, value, file=file, missing="error")
             if not stream.streamable(meta.pipeline):
                 return False
-            nbytes = math.prod(meta.chunk_shape) * meta.numpy_dtype.itemsize
             source = src if src is not None else io.BytesIO(value)
             return stream.check_chunk(meta.pipeline, source, nbytes, file=file, pointer=None)
 
