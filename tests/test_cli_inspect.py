@@ -103,7 +103,11 @@ def test_ls_manager_root_text_and_json():
     path = str(CASES / "manager" / "checkpoint")
     out = ok("ls", path)
     assert "manager_root, 3 step(s)" in out
-    assert "params: pytree_item (ocdbt), committed, commit_success.txt" in out
+    assert (
+        "params: pytree_item (StandardCheckpointHandler, ocdbt), committed, commit_success.txt"
+        in out
+    )
+    assert "meta: json_item (JsonCheckpointHandler), committed, commit_success.txt" in out
     data = json.loads(ok("ls", "--json", path))
     steps = data["children"]
     assert [s["step"] for s in steps] == [0, 1, 2]

@@ -56,12 +56,12 @@ def _run(*argv: str) -> tuple[int, str, str]:
 
 
 def _names(tree: object, key: tuple[str, ...] = ()) -> list[str]:
-    """The key path of every leaf and every empty container or None, joined with '/'."""
+    """The leaf name of every leaf and every empty container or None (key-paths §7)."""
     if isinstance(tree, dict) and tree:
         return sorted(n for k, v in tree.items() for n in _names(v, (*key, str(k))))
     if isinstance(tree, (list, tuple)) and tree:
         return sorted(n for i, v in enumerate(tree) for n in _names(v, (*key, str(i))))
-    return ["/".join(key)]
+    return [ockpt.leaf_name(key)]
 
 
 def test_fixture_paths_cover_every_kind():
@@ -69,6 +69,8 @@ def test_fixture_paths_cover_every_kind():
     assert {
         Kind.PYTREE_ITEM,
         Kind.JSON_ITEM,
+        Kind.RANDOM_KEY_ITEM,
+        Kind.PROTO_ITEM,
         Kind.STEP,
         Kind.V1_CHECKPOINT,
         Kind.MANAGER_ROOT,
@@ -89,6 +91,10 @@ def test_every_reader_agrees(path: Path, tmp_path: Path):
     except ockpt.NotACheckpointError as e:
         target, refused = None, e.rule
         assert refused and refused.startswith("LOAD-05"), e
+    item = None  # an item that is no pytree, which inspect and cat show whole (HANDLER-004)
+    if refused == "LOAD-050" and detect(path).kind is not Kind.NOT_A_CHECKPOINT:
+        item = resolve(path, what="item").target
+        assert item.kind is not Kind.PYTREE_ITEM
 
     # the Python API
     for read in (ockpt.load_pytree, ockpt.pytree_metadata, ockpt.open):
@@ -107,7 +113,14 @@ def test_every_reader_agrees(path: Path, tmp_path: Path):
 
     # the commands that read one item
     code, out, err = _run("inspect", "--json", str(path))
-    if refused:
+    if item is not None:
+        assert code == 0, err
+        assert json.loads(out)["item_kind"] == item.kind.value
+        code, _, err = _run("cat", str(path))
+        unread = item.kind in (Kind.PROTO_ITEM, Kind.UNKNOWN_ITEM)
+        assert code == (1 if unread else 0), err
+        assert not unread or "[HANDLER-004]" in err, err
+    elif refused:
         assert code == 1 and f"[{refused}]" in err, err
     else:
         assert code == 0, err
@@ -117,6 +130,8 @@ def test_every_reader_agrees(path: Path, tmp_path: Path):
     leaf = (
         next((r["name"] for r in json.loads(out)["leaves"] if "nbytes" in r), None)
         if not refused
+        else None
+        if item is not None
         else "x"
     )
     if leaf is not None:

@@ -35,7 +35,7 @@ VALIDATE = ["validate", "validate:deep"]
 COMMANDS = ["cli:inspect", "cli:cat", "cli:tree", "cli:convert", "cli:diff", "cli:validate"]
 ANSWER_ONLY = ["cli:ls", "cli:detect"]
 EVERYTHING = API + VALIDATE + COMMANDS
-#: Reads every file but `_METADATA`-only `tree`.
+#: Reads every file but `tree`, which reads the saved tree only (`_METADATA`, a msgpack file).
 ALL_BUT_TREE = [e for e in EVERYTHING if e != "cli:tree"]
 
 
@@ -64,7 +64,7 @@ FILES = {
         "cli:convert",
         "cli:diff",
     ],
-    (MSGPACK, "checkpoint"): ALL_BUT_TREE,
+    (MSGPACK, "checkpoint"): EVERYTHING,
 }
 
 

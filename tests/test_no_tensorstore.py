@@ -115,8 +115,8 @@ def test_python_backend_loads_fixtures_without_tensorstore(tmp_path):
         assert meta == ockpt.pytree_metadata(
             case / "checkpoint", backend="tensorstore", **load_kwargs(case, rel)
         )
-        for leaf in _leaf_metadata(meta):  # open()[param] reads the same values as load_pytree
-            got = reads[leaf.param_name]
+        for leaf in _leaf_metadata(meta):  # open()[name] reads the same values as load_pytree
+            got = reads[ockpt.leaf_name(leaf.path)]
             want = _at(tree, leaf.path)
             if isinstance(want, str):
                 assert got == want, leaf.param_name

@@ -39,6 +39,18 @@ def _bits(x) -> bytes:
     return np.asarray(x).tobytes()
 
 
+def _key_parts(got) -> tuple[str | None, np.ndarray]:
+    """(implementation, key data) of a loaded typed key: a jax key array or an ockpt.RandomKey
+    (no jax); (None, the array) for anything else."""
+    if isinstance(got, ockpt.RandomKey):
+        return got.impl, got.data
+    jax = sys.modules.get("jax")
+    if jax is not None and isinstance(got, jax.Array):
+        if jax.dtypes.issubdtype(got.dtype, jax.dtypes.prng_key):
+            return str(jax.random.key_impl(got)), np.asarray(jax.random.key_data(got))
+    return None, np.asarray(got)
+
+
 def assert_same(got, exp, where: str = "", *, strict: bool = False) -> None:
     """`got` equals the record value `exp` bit for bit and dtype for dtype.
 
@@ -46,6 +58,12 @@ def assert_same(got, exp, where: str = "", *, strict: bool = False) -> None:
     NamedTuples may come back as lists and dicts, Python scalars as numpy scalars of the
     stored dtype. Strict: types must be the record's exactly.
     """
+    if type(exp).__name__ in ("PrngKey", "RandomKey"):  # a typed key (LOAD-025)
+        impl, data = _key_parts(got)
+        assert impl == exp.impl, f"{where}: a {impl} key, not {exp.impl}"
+        assert data.dtype == exp.data.dtype and data.shape == exp.data.shape, where
+        assert _bits(data) == _bits(exp.data), f"{where}: key data differ"
+        return
     if isinstance(exp, tuple) and hasattr(type(exp), "_fields"):
         if strict or not isinstance(got, dict):
             assert type(got) is type(exp) or type(got).__name__ == type(exp).__name__, where
@@ -95,14 +113,24 @@ def assert_same(got, exp, where: str = "", *, strict: bool = False) -> None:
 
 def expected_items(case: Path, *, target: bool = False) -> dict[str, object]:
     """Item path -> the recorded tree as the checkpoint can give it back (`_record.as_restored`:
-    less what the release loses), without a target or, with `target`, into the record's tree."""
-    from _record import as_restored, decode_tree, load_expected
+    less what the release loses), without a target or, with `target`, into the record's tree.
+    With `target` a typed key is an `ockpt.RandomKey`, so that the tree is a load target too
+    (assert_same compares it with the record's `_record.PrngKey` all the same)."""
+    from _record import PrngKey, as_restored, decode_tree, load_expected
+
+    def keys_as_targets(tree):  # type: ignore[no-untyped-def]
+        if isinstance(tree, PrngKey):
+            return ockpt.RandomKey(tree.impl, tree.data)
+        if isinstance(tree, dict):
+            return type(tree)({k: keys_as_targets(v) for k, v in tree.items()})
+        return tree
 
     record = load_expected(case)
-    return {
+    out = {
         rel: decode_tree(as_restored(record, rel, case, target=target), case)
         for rel in record["items"]
     }
+    return {rel: keys_as_targets(tree) for rel, tree in out.items()} if target else out
 
 
 def load_kwargs(case: Path, rel: str) -> dict:
@@ -730,8 +758,9 @@ def test_slice_read_errors():
         xy[0, 0, 0]
     with pytest.raises(TypeError, match="basic indexing"):
         xy[np.array([0, 1])]
-    with pytest.raises(MissingDataError, match="no leaf"):
+    with pytest.raises(ockpt.LeafNameError, match="no leaf") as info:
         ockpt.open(_case("0.12.8", "sharded") / "checkpoint")["nope"]
+    assert info.value.rule == "PATH-007" and isinstance(info.value, KeyError)
 
 
 def test_lazy_scalars_strings_and_inline_values():

@@ -22,6 +22,7 @@ SPEC_VERSION = "1.0.0"
 CHAPTERS = (
     "overview.md",
     "directories.md",
+    "checkpointables.md",
     "json-documents.md",
     "key-paths.md",
     "msgpack.md",

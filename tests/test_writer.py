@@ -580,7 +580,6 @@ BAD_TREES = {
     "collision-slash": ({"a": np.ones(1), "a/b": "s"}, "PATH-001", "a/b"),
     "tilde-string": ({"x~y": "s"}, "PATH-002", "x~y"),
     "dotdot": ({"..": np.ones(1)}, "WRITE-004", ".."),
-    "prng-key": ({"k": jax.random.key(0)}, "WRITE-001", "k"),
     # in the dtype table, but tensorstore cannot write them: refused before anything is written
     "uint4": ({"u": np.zeros(3, ml_dtypes.uint4)}, "WRITE-001", "u"),
     "float6": ({"f": np.zeros(3, ml_dtypes.float6_e2m3fn)}, "WRITE-001", "f"),

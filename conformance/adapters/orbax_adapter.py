@@ -41,6 +41,7 @@ class OrbaxAdapter:
                 "releases": ["0.4", "0.5", "0.10", "0.11", "0.12", major_minor],
                 "options": ["partial", "placeholder", "cast:lossy", "jax"],
                 "multiprocess": True,
+                "typed_keys": True,
             },
             "writes": {
                 "layouts": ["item", "v1"],

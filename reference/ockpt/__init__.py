@@ -3,6 +3,7 @@
 Importing ockpt never imports jax or orbax.
 """
 
+from .checkpointables import load_checkpointables
 from .documents import (
     ArrayMetadatas,
     CheckpointMetadata,
@@ -14,6 +15,7 @@ from .documents import (
 from .errors import (
     DocumentError,
     FormatError,
+    LeafNameError,
     MemoryLimitError,
     MissingDataError,
     MsgpackError,
@@ -29,7 +31,17 @@ from .errors import (
 )
 from .layout import Kind, Layout, detect
 from .manager import CheckpointManager
-from .reader import Checkpoint, LazyArray, LeafMetadata, load_pytree, open, pytree_metadata
+from .paths import leaf_name, parse_leaf_name
+from .random_keys import RandomKey
+from .reader import (
+    Checkpoint,
+    LazyArray,
+    LeafMetadata,
+    Subtree,
+    load_pytree,
+    open,
+    pytree_metadata,
+)
 from .save_options import SaveOptions
 from .validate import Report, validate
 from .writer import (
@@ -72,13 +84,19 @@ __all__ = [
     "WriteConflictError",
     "TargetError",
     "MemoryLimitError",
+    "LeafNameError",
     "OckptWarning",
     "load_pytree",
+    "load_checkpointables",
     "pytree_metadata",
     "open",
     "Checkpoint",
+    "Subtree",
     "LazyArray",
     "LeafMetadata",
+    "RandomKey",
+    "leaf_name",
+    "parse_leaf_name",
     "validate",
     "Report",
 ]

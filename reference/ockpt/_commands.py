@@ -27,14 +27,20 @@ def _dump(data: Any) -> None:
 
 
 def _guard(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """Bad input (a malformed slice, size or key) is a usage error: message, exit 2."""
+    """Bad input (a malformed slice, size, key or leaf name) is a usage error: message,
+    exit 2."""
 
     @functools.wraps(func)
     def run(args: argparse.Namespace) -> int:
-        from .errors import OckptError
+        from .errors import LeafNameError, OckptError
 
         try:
             return func(args)
+        except LeafNameError as e:
+            if e.rule != "PATH-006":  # a name that names nothing: a checkpoint problem
+                raise
+            print(f"ockpt {args.command}: {e}", file=sys.stderr)
+            return EXIT_USAGE
         except OckptError:
             raise
         except (ValueError, IndexError) as e:
@@ -50,7 +56,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
     report = inspect(args.path, step=args.step, item=args.item)
     if args.json:
-        for row in report["leaves"]:
+        for row in report.get("leaves", []):
             row.pop("sharding_text", None)
         _dump(report)
     else:
@@ -66,7 +72,8 @@ def _print_entry(entry: Any, indent: str = "") -> None:
         print(f"{indent}{entry.path}: manager_root, {len(entry.children)} step(s)")
     else:
         label = f"step {entry.step}" if entry.step is not None else entry.name or entry.path
-        extra = f" ({entry.storage})" if entry.storage else ""
+        extra = ", ".join(x for x in (entry.handler, entry.storage) if x)
+        extra = f" ({extra})" if extra else ""
         marker = ", commit_success.txt" if entry.has_commit_file else ""
         when = f"  {format_time(entry.commit_time_ns)}" if entry.commit_time_ns else ""
         print(f"{indent}{label}: {entry.kind}{extra}, {state}{marker}{when}")
@@ -88,8 +95,13 @@ def _cmd_ls(args: argparse.Namespace) -> int:
 
 @_guard
 def _cmd_cat(args: argparse.Namespace) -> int:
-    from .inspection import cat, parse_slice, to_json_value
+    from .inspection import cat, cat_item, parse_slice, to_json_value
 
+    whole = cat_item(args.path, step=args.step, item=args.item)
+    if whole is not None:  # an item that is no pytree (JSON, random key): its whole value
+        return _print_item(args, *whole)
+    if args.leaf is None:
+        raise ValueError("name a leaf of the pytree item (see `ockpt inspect`)")
     index = parse_slice(args.slice) if args.slice else None
     name, value = cat(args.path, args.leaf, index=index, step=args.step, item=args.item)
     if args.json:
@@ -104,6 +116,17 @@ def _cmd_cat(args: argparse.Namespace) -> int:
         opts: dict[str, Any] = {"threshold": sys.maxsize} if args.full else {}
         with np.printoptions(**opts):
             print(np.asarray(value))
+    return EXIT_OK
+
+
+def _print_item(args: argparse.Namespace, name: str, kind: str, value: Any) -> int:
+    """`cat` of an item that is no pytree: its value as JSON (NaN as the file writes it)."""
+    if args.leaf is not None or args.slice:
+        raise ValueError(f"item {name!r} is a {kind}, not a pytree: omit LEAF and --slice")
+    if args.json:
+        _dump({"name": name, "kind": kind, "values": value})
+    else:
+        print(json.dumps(value, indent=2, ensure_ascii=False))
     return EXIT_OK
 
 
@@ -145,17 +168,41 @@ def _cmd_convert(args: argparse.Namespace) -> int:
         layout=args.layout,
         overwrite=args.overwrite,
         progress=not args.no_progress,
+        select=args.select or (),
     )
     if args.json:
         _dump(result.to_json())
     else:
+        if result.select:
+            print(_selection_summary(result), file=sys.stderr)
         for name, why in result.skipped:
             print(f"skipped {name}: {why}", file=sys.stderr)
+        for name, impl in result.random_keys:
+            print(
+                f"{name}: a typed PRNG key ({impl}), written as its uint32 key data",
+                file=sys.stderr,
+            )
         print(
             f"wrote {result.leaves} leaves ({result.bytes} bytes) as {result.format}: "
             + ", ".join(result.files)
         )
     return EXIT_OK
+
+
+def _selection_summary(result: Any) -> str:
+    """What `--select` kept and what it left out, by top-level key."""
+    from collections import Counter
+
+    from .paths import leaf_name, parse_leaf_name
+
+    patterns = " ".join(f"--select {p!r}" for p in result.select)
+    kept = result.leaves + len(result.skipped)
+    text = f"selected {kept} of {kept + len(result.left_out)} leaves with {patterns}"
+    if not result.left_out:
+        return text + "; left out none"
+    tops = Counter(leaf_name(parse_leaf_name(n)[:1]) for n in result.left_out)
+    parts = ", ".join(f"{top or '<root>'} ({count})" for top, count in tops.most_common())
+    return f"{text}; left out {len(result.left_out)}: {parts}"
 
 
 @_guard
@@ -199,9 +246,17 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help=json_help)
     p.set_defaults(func=_cmd_ls)
 
-    p = sub.add_parser("cat", help="values of one leaf (or a slice of it)")
+    p = sub.add_parser(
+        "cat", help="values of one leaf (or a slice of it), or of a JSON or random-key item"
+    )
     p.add_argument("path")
-    p.add_argument("leaf", help="param name (a.b.c) or key path (a/b/c)")
+    p.add_argument(
+        "leaf",
+        nargs="?",
+        help="omitted for a JSON or random-key item (its whole value); a "
+        "leaf name (params/dense/kernel; a '/' or '\\' in a key as \\/ or \\\\) "
+        "or param name (params.dense.kernel)",
+    )
     p.add_argument("--slice", help="numpy basic index, for example 0:4,: or 2,...,::2")
     p.add_argument("--full", action="store_true", help="print every value (no '...')")
     add_where(p)
@@ -243,6 +298,13 @@ def add_parsers(sub: Any) -> None:
         "--skip-unsupported",
         action="store_true",
         help="leave out leaves the output format cannot hold (instead of failing)",
+    )
+    p.add_argument(
+        "--select",
+        action="append",
+        metavar="PATTERN",
+        help="convert only the leaves under this leaf name or matching this glob over leaf "
+        "names (params, 'params/**', '**/kernel'); repeatable",
     )
     add_where(p)
     p.add_argument("--layout", choices=("v1", "item"), default="v1", help="Orbax output layout")

@@ -19,6 +19,10 @@ __all__ = [
     "target_spec",
     "shard_boxes",
     "assemble",
+    "key_target",
+    "key_data_sharding",
+    "wrap_key",
+    "key_parts",
 ]
 
 Box = tuple[tuple[int, int], ...]
@@ -128,3 +132,74 @@ def from_host(host: Any, sharding: Any) -> Any:
     import jax
 
     return jax.device_put(np.asarray(host), sharding)
+
+
+# ---------------------------------------------------------------------------------------------
+# Typed PRNG keys (spec loading §4.3).
+
+#: the short names jax prints in a key dtype (``key<fry>``) -> the implementation's name
+_KEY_TAGS = {"fry": "threefry2x32", "rbg": "rbg", "urbg": "unsafe_rbg"}
+
+
+def _is_key_dtype(dtype: Any) -> bool:
+    import jax
+
+    try:
+        return bool(jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key))
+    except TypeError:
+        return False
+
+
+def _impl_name(dtype: Any) -> str:
+    """The implementation name of a key dtype (``threefry2x32`` for ``key<fry>``)."""
+    impl = getattr(dtype, "_impl", None)  # jax keeps the spec here; the printed tag is shorter
+    name = getattr(impl, "name", None)
+    if isinstance(name, str):
+        return name
+    tag = str(dtype).removeprefix("key<").removesuffix(">")
+    return _KEY_TAGS.get(tag, tag)
+
+
+def key_target(x: Any) -> tuple[tuple[int, ...], str, Any] | None:
+    """(key shape, implementation, sharding) of a typed-key target leaf (a key jax.Array or a
+    ShapeDtypeStruct of a key dtype); None for any other leaf."""
+    if not jax_loaded() or not _is_key_dtype(getattr(x, "dtype", None)):
+        return None
+    import jax
+
+    sharding = getattr(x, "sharding", None)
+    if sharding is None:
+        sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    return tuple(int(n) for n in x.shape), _impl_name(x.dtype), sharding
+
+
+def key_data_sharding(sharding: Any, key_ndim: int, data_ndim: int) -> Any:
+    """The sharding of the key data of a key array placed with `sharding`: the key-data
+    dimensions are never split. None when the sharding is of a kind this cannot extend."""
+    import jax
+
+    if isinstance(sharding, jax.sharding.SingleDeviceSharding):
+        return sharding
+    if isinstance(sharding, jax.sharding.NamedSharding):
+        spec = tuple(sharding.spec) + (None,) * (key_ndim - len(tuple(sharding.spec)))
+        return jax.sharding.NamedSharding(
+            sharding.mesh, jax.sharding.PartitionSpec(*spec, *(None,) * data_ndim)
+        )
+    return None
+
+
+def wrap_key(data: Any, impl: str) -> Any:
+    """The typed key array whose key data is `data` (a jax.Array keeps its placement; jax
+    spells a key array's sharding with one entry per dimension: ``P()`` becomes ``P(None)``)."""
+    import jax
+
+    return jax.random.wrap_key_data(data, impl=impl)
+
+
+def key_parts(value: Any) -> tuple[str, Any] | None:
+    """(implementation, key data as a jax.Array) of a typed key jax.Array; None otherwise."""
+    if not jax_loaded() or not _is_key_dtype(getattr(value, "dtype", None)):
+        return None
+    import jax
+
+    return _impl_name(value.dtype), jax.random.key_data(value)

@@ -10,10 +10,9 @@ from dataclasses import asdict, fields
 from typing import Any
 
 from ._commands import add_where
-from .documents.metadata import MetadataDocument
 from .errors import OckptError, PathNotFoundError
-from .layout import Kind, Layout, detect, resolve
-from .names import METADATA_FILE
+from .layout import Kind, Layout, detect
+from .paths import leaf_name, param_name
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 
@@ -33,6 +32,8 @@ def _layout_json(layout: Layout) -> dict[str, Any]:
 def _print_layout(layout: Layout, indent: str = "") -> None:
     print(f"{indent}{layout.path}: {layout.kind.value}")
     print(f"{indent}  {layout.reason}")
+    if layout.handler:
+        print(f"{indent}  handler: {layout.handler}")
     for problem in layout.problems:
         print(f"{indent}  problem: {problem}")
     for step in layout.steps:
@@ -60,31 +61,33 @@ def _cmd_detect(args: argparse.Namespace) -> int:
 
 
 def _cmd_tree(args: argparse.Namespace) -> int:
-    target = resolve(args.path, step=args.step, item=args.item).target
-    assert target.location is not None and target.item is not None
-    data = target.location.read(METADATA_FILE) if target.item.has_metadata else None
-    if data is None:
-        print(f"ockpt: {target.path}: no {METADATA_FILE} ({target.reason})", file=sys.stderr)
-        return EXIT_INVALID
-    doc = MetadataDocument.from_bytes(data, file=target.location.file(METADATA_FILE))
-    rows = [
-        {
-            "key_path": [e.key for e in entry.path],
-            "param_name": entry.param_name,
-            "value_type": entry.value.value_type,
-            "write_shape": None
-            if entry.value.write_shape is None
-            else list(entry.value.write_shape),
-        }
-        for entry in doc.entries
-    ]
+    from .reader.item import OpenedItem
+    from .saved_tree import Empty, entries
+
+    opened = OpenedItem(args.path, step=args.step, item=args.item, context=None)
+    rows = []
+    for texts, entry in entries(opened.tree):
+        empty = isinstance(entry, Empty)
+        shape = None if empty else entry.write_shape
+        rows.append(
+            {
+                "key_path": list(texts),
+                "leaf_name": leaf_name(texts),
+                "param_name": param_name(texts) if empty else entry.param_name,
+                "value_type": entry.node.value if empty else entry.value_type,
+                "write_shape": None if shape is None else list(shape),
+            }
+        )
     if args.json:
-        json.dump(rows, sys.stdout, indent=2)
+        json.dump(rows, sys.stdout, indent=2, ensure_ascii=False)
         print()
     else:
         for row in rows:
+            name = row["leaf_name"]
             shape = "" if row["write_shape"] is None else f"  write_shape={row['write_shape']}"
-            print(f"{row['param_name'] or '<root>'}: {row['value_type']}{shape}")
+            param = row["param_name"]
+            param = "" if param == name.replace("/", ".") else f"  param_name={param!r}"
+            print(f"{name or '<root>'}: {row['value_type']}{shape}{param}")
     return EXIT_OK
 
 
@@ -134,7 +137,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("paths", nargs="+")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_cmd_detect)
-    p = sub.add_parser("tree", help="list the leaves recorded in an item's _METADATA")
+    p = sub.add_parser(
+        "tree",
+        help="the saved tree of an item (_METADATA, or the legacy msgpack file): leaf names, "
+        "param names, value types",
+        description="List every entry of an item's saved tree by leaf name. PATH may be an "
+        "item, a v1 checkpoint, a step or a manager root (latest committed step unless "
+        "--step), local or an s3:// / gs:// URL.",
+    )
     p.add_argument("path")
     add_where(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -155,7 +165,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .conformance.cli import add_parser as _add_conformance  # ockpt conformance
 
     _add_conformance(sub)
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra and getattr(args, "leaf", "") is None and len(extra) == 1:
+        args.leaf = extra[0]  # `cat PATH --item I LEAF`: an optional positional after an option
+    elif extra:
+        parser.parse_args(argv)  # reports the unrecognized arguments (exit 2)
     try:
         return int(args.func(args))
     except PathNotFoundError as e:  # an I/O error, not a checkpoint problem

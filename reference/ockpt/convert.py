@@ -22,7 +22,9 @@ near one block (at most `BLOCK_BYTES`, or one leaf's row), not the whole checkpo
   writes a checkpoint real Orbax restores.
 
 Keys: the leaf's key path joined with `sep` (``"."``, the default and Orbax's param-name
-separator, or ``"/"``); flat names are split on `sep` back into nested dicts. Two key paths
+separator, or ``"/"``); flat names are split on `sep` back into nested dicts. `select` keeps only
+the leaves that its patterns (leaf names of subtrees, or globs over leaf names: spec
+key-paths §7.4) select, so an export can leave out, say, the optimizer state. Two key paths
 that join to the same name are refused. Strings are kept in .npz (0-d unicode arrays) and .pt
 (Python str); safetensors has only tensors, so string leaves are refused unless skipped. Empty
 containers and None hold no data and are left out of flat formats.
@@ -50,6 +52,7 @@ from .kv import is_url
 from .kv.files import open_regular, read_file
 from .limits import LIMITS
 from .names import CHECKPOINT_METADATA_FILE
+from .paths import leaf_name, select_paths
 
 __all__ = [
     "FORMATS",
@@ -96,6 +99,7 @@ class Leaf:
     shape: tuple[int, ...] = ()
     dtype: np.dtype | None = None
     ref: Any = field(default=None, compare=False, repr=False)  # the source's own handle
+    random_key_impl: str | None = None  # a typed PRNG key: the leaf is its uint32 key data
 
     @property
     def nbytes(self) -> int:
@@ -173,10 +177,19 @@ class OrbaxSource(Source):
         elif node.dtype is None:
             self.leaves.append(Leaf(key, "string", ref=node))
         else:
-            self.leaves.append(Leaf(key, "array", tuple(node.shape), np.dtype(node.dtype), node))
+            self.leaves.append(
+                Leaf(
+                    key,
+                    "array",
+                    tuple(node.shape),
+                    np.dtype(node.dtype),
+                    node,
+                    random_key_impl=node.random_key_impl,
+                )
+            )
 
     def read(self, leaf: Leaf, index: Any = ...) -> Any:
-        value = self.ckpt[leaf.ref.param_name]
+        value = self.ckpt[leaf.key]
         if leaf.kind == "string" or isinstance(value, (str, bytes)):
             return value
         return np.asarray(value[index])
@@ -651,13 +664,17 @@ def _write_orbax(
 
 @dataclass(frozen=True)
 class ConvertResult:
-    """What `convert` wrote: its files (or checkpoint directory) and the leaves it left out."""
+    """What `convert` wrote: its files (or checkpoint directory), the leaves it skipped as
+    unsupported, and, with `select`, its patterns and the leaf names they left out."""
 
     format: str
     files: tuple[str, ...]
     leaves: int
     bytes: int
     skipped: tuple[tuple[str, str], ...]  # (name, why)
+    select: tuple[str, ...] = ()
+    left_out: tuple[str, ...] = ()
+    random_keys: tuple[tuple[str, str], ...] = ()  # (name, implementation): written as key data
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -666,6 +683,9 @@ class ConvertResult:
             "leaves": self.leaves,
             "bytes": self.bytes,
             "skipped": [{"name": n, "reason": r} for n, r in self.skipped],
+            "select": list(self.select),
+            "left_out": list(self.left_out),
+            "random_keys": [{"name": n, "impl": i} for n, i in self.random_keys],
         }
 
 
@@ -683,8 +703,12 @@ def convert(
     layout: str = "v1",
     overwrite: bool = False,
     progress: bool = True,
+    select: Sequence[str] = (),
 ) -> ConvertResult:
     """Convert `src` to `dst`, leaf by leaf (see the module docstring for each format).
+
+    `select`: patterns (spec key-paths §7.4); only the leaves they select are converted, and
+    each must select one (`LeafNameError`, PATH-007).
 
     `dst` may be a kvstore URL (``s3://``, ``gs://``): the output is written to a local
     temporary directory and then uploaded, ``commit_success.txt`` last (`transfer.copy`).
@@ -707,9 +731,16 @@ def convert(
             raise UnsupportedError(
                 "both sides are Orbax checkpoints: copy one with `ockpt cp SRC DST`"
             )
+        selected = source.leaves
+        left_out: list[str] = []
+        select = (select,) if isinstance(select, str) else tuple(select)
+        if select:
+            keep = set(select_paths(select, [leaf.key for leaf in selected], file=source.path))
+            left_out = [leaf_name(x.key) for i, x in enumerate(selected) if i not in keep]
+            selected = [x for i, x in enumerate(selected) if i in keep]
         chosen: list[Leaf] = []
         skipped: list[tuple[str, str]] = []
-        for leaf in source.leaves:
+        for leaf in selected:
             why = None if out_fmt == "orbax" else _why_not(out_fmt, leaf, source)
             if why is not None:
                 if not skip_unsupported:
@@ -754,7 +785,16 @@ def convert(
         finally:
             if work is not None:
                 shutil.rmtree(work, ignore_errors=True)
-    return ConvertResult(out_fmt, tuple(files), len(chosen), total, tuple(skipped))
+    return ConvertResult(
+        out_fmt,
+        tuple(files),
+        len(chosen),
+        total,
+        tuple(skipped),
+        tuple(select),
+        tuple(left_out),
+        tuple((x.name(sep), x.random_key_impl) for x in chosen if x.random_key_impl is not None),
+    )
 
 
 def _upload(

@@ -6,6 +6,7 @@ matched by their key path joined with `sep`. Values are compared block by block 
 near one block per side): exactly by default, with NaN equal to NaN (and -0.0 equal to 0.0);
 with `rtol` / `atol` as ``|a - b| <= atol + rtol * |b|``. Leaves of different dtypes are
 reported and, when their shapes agree, also compared by value in float64 / complex128.
+Differences name leaves by their leaf names (spec/key-paths.md §7).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from .convert import BLOCK_BYTES, Leaf, Source
+from .paths import leaf_name
 
 __all__ = ["Difference", "DiffReport", "diff"]
 
@@ -87,10 +89,6 @@ class DiffReport:
 
 def _keyed(source: Source, by_path: bool, sep: str) -> dict[Any, Leaf]:
     return {(leaf.key if by_path else leaf.name(sep)): leaf for leaf in source.leaves}
-
-
-def _show(key: Any) -> str:
-    return "/".join(key) if isinstance(key, tuple) else key
 
 
 def _first_rows(leaf: Leaf) -> int:
@@ -170,20 +168,20 @@ def diff(
     report = DiffReport(a.path, b.path)
     out = report.differences
     for key in ka.keys() - kb.keys():
-        out.append(Difference("only_in_a", _show(key)))
+        out.append(Difference("only_in_a", leaf_name(ka[key].key)))
     for key in kb.keys() - ka.keys():
-        out.append(Difference("only_in_b", _show(key)))
+        out.append(Difference("only_in_b", leaf_name(kb[key].key)))
     if by_path:  # empty containers and None are part of an Orbax tree's structure
         ea, eb = dict(a.empties), dict(b.empties)
         for key in sorted(ea.keys() | eb.keys()):
             if ea.get(key) != eb.get(key) and key not in ka and key not in kb:
-                out.append(Difference("structure", _show(key), ea.get(key), eb.get(key)))
+                out.append(Difference("structure", leaf_name(key), ea.get(key), eb.get(key)))
     common = [k for k in ka if k in kb]
     total = sum(ka[k].nbytes for k in common)
     with _progress.bar(total, "comparing", enabled=progress) as bar:
         for key in common:
             la, lb = ka[key], kb[key]
-            name = _show(key)
+            name = leaf_name(la.key)
             if la.kind != lb.kind:
                 out.append(Difference("kind", name, la.kind, lb.kind))
                 continue

@@ -23,6 +23,7 @@ __all__ = [
     "WriteConflictError",
     "TargetError",
     "MemoryLimitError",
+    "LeafNameError",
     "OckptWarning",
 ]
 
@@ -149,7 +150,19 @@ class MissingDataError(FormatError, KeyError):
 
 
 class UnsupportedError(OckptError, NotImplementedError):
-    """Valid input that this implementation does not (yet) handle."""
+    """Valid input that this implementation does not (yet) handle.
+
+    Attributes: `rule` (the spec rule id that says so, or None), `file`, `message`.
+    """
+
+    def __init__(self, message: str, *, rule: str | None = None, file: object = None) -> None:
+        self.message = message
+        self.rule = rule
+        self.file = None if file is None else str(file)
+        super().__init__(_where(message, self.file, rule))
+
+    def __str__(self) -> str:
+        return _where(self.message, self.file, self.rule)
 
 
 class WriteConflictError(OckptError):
@@ -202,6 +215,34 @@ class TargetError(OckptError, ValueError):
         if leaf is not None:
             where += f": leaf {leaf!r}"
         super().__init__(_where(message, where, rule))
+
+
+class LeafNameError(OckptError, KeyError, ValueError):
+    """A leaf name or selection pattern that is malformed (`rule` ``PATH-006``) or that names
+    nothing in the checkpoint (``PATH-007``).
+
+    Attributes: `rule`, `file` (the checkpoint or file the name was looked up in, or None),
+    `name` (the text given), `message`, `close` (names of the checkpoint close to it).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        rule: str,
+        name: str,
+        file: object = None,
+        close: tuple[str, ...] = (),
+    ) -> None:
+        self.message = message
+        self.rule = rule
+        self.name = name
+        self.file = None if file is None else str(file)
+        self.close = tuple(close)
+        super().__init__(self.__str__())
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return _where(self.message, self.file, self.rule)
 
 
 class OckptWarning(UserWarning):

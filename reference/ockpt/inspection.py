@@ -7,7 +7,7 @@ committed step unless a step is given (`layout.resolve`).
 
 from __future__ import annotations
 
-import difflib
+import json
 import math
 import re
 from collections import Counter
@@ -15,11 +15,23 @@ from typing import Any
 
 import numpy as np
 
-from . import listing
+from . import _jax, listing
+from .checkpointables import load_item
 from .documents.sharding import NamedShardingSpec, SingleDeviceShardingSpec
-from .errors import MissingDataError
+from .layout import Kind, Layout, Resolved, handler_class, resolve
+from .paths import leaf_name
+from .random_keys import RandomKey
 
-__all__ = ["inspect", "format_inspect", "parse_slice", "cat", "find_leaf", "to_json_value"]
+__all__ = [
+    "inspect",
+    "item_report",
+    "format_inspect",
+    "parse_slice",
+    "cat",
+    "cat_item",
+    "item_json",
+    "to_json_value",
+]
 
 
 def _sharding_json(spec: Any) -> dict[str, Any] | None:
@@ -64,14 +76,17 @@ def _walk(node: Any, key: tuple[str, ...], out: list[tuple[tuple[str, ...], Any]
 
 def _leaf_row(key: tuple[str, ...], meta: Any) -> dict[str, Any]:
     if isinstance(meta, str):  # an empty container or None
-        return {"key": list(key), "name": "/".join(key), "value_type": meta}
+        return {"key": list(key), "name": leaf_name(key), "value_type": meta}
+    impl = meta.random_key_impl  # a typed PRNG key loads as a key, its data stored as uint32
     return {
         "key": list(key),
-        "name": "/".join(key),
+        "name": leaf_name(key),
         "param_name": meta.param_name,
         "value_type": meta.value_type,
         "shape": list(meta.shape),
-        "dtype": None if meta.dtype is None else str(meta.dtype),
+        "dtype": f"key<{impl}>" if impl else None if meta.dtype is None else str(meta.dtype),
+        "random_key_impl": impl,
+        "key_shape": None if meta.key_shape is None else list(meta.key_shape),
         "storage_dtype": None if meta.storage_dtype is None else str(meta.storage_dtype),
         "nbytes": int(meta.nbytes),
         "chunk_shape": None if meta.chunk_shape is None else list(meta.chunk_shape),
@@ -83,9 +98,14 @@ def _leaf_row(key: tuple[str, ...], meta: Any) -> dict[str, Any]:
 
 def inspect(path: Any, *, step: int | None = None, item: str | None = None) -> dict[str, Any]:
     """A JSON-able report: the checkpoint's kind, steps or items, and one row per leaf with
-    shape, dtype (as loaded and as stored), bytes, chunk shape and saved sharding; totals."""
+    shape, dtype (as loaded and as stored), bytes, chunk shape and saved sharding; totals.
+    For an item that is no pytree (a JSON, random-key or proto item): what it is, its handler
+    and, where ockpt reads it, its value (`item_report`)."""
     from .reader import open as open_checkpoint
 
+    chosen = resolve(path, step=step, item=item, what="item")
+    if chosen.target.kind is not Kind.PYTREE_ITEM:
+        return item_report(path, chosen)
     ckpt = open_checkpoint(path, step=step, item=item)
     resolved = ckpt.resolved
     with ckpt:
@@ -105,21 +125,82 @@ def inspect(path: Any, *, step: int | None = None, item: str | None = None) -> d
         "totals": {
             "leaves": len(leaves),
             "arrays": sum(1 for r in leaves if r["dtype"] is not None and r["shape"]),
-            "scalars": sum(1 for r in leaves if r["dtype"] is not None and not r["shape"]),
+            "zero_d_arrays": sum(1 for r in leaves if r["dtype"] is not None and not r["shape"]),
             "strings": sum(1 for r in leaves if r["dtype"] is None),
             "empty_nodes": len(rows) - len(leaves),
             "bytes": sum(r["nbytes"] for r in leaves),
             "bytes_by_dtype": dict(sorted(by_dtype.items())),
         },
     }
+    return _with_context(report, resolved)
+
+
+def _with_context(report: dict[str, Any], resolved: Resolved) -> dict[str, Any]:
+    """`report` with the steps of the manager root and the items of the step or v1 checkpoint
+    the item was chosen from, each item with the handler that wrote it."""
     if resolved.step is not None:
         top = resolved.top
         report["steps"] = [listing.step_entry(top, s).to_json() for s in top.steps]
         report["step"] = resolved.step.step
     if resolved.container is not None:
         items = resolved.container.checkpointables
-        report["items"] = [{"name": n, "kind": c.kind.value} for n, c in items.items()]
+        report["items"] = [
+            {"name": n, "kind": c.kind.value, "handler": handler_class(c.handler)}
+            for n, c in items.items()
+        ]
     return report
+
+
+def item_report(path: Any, resolved: Resolved) -> dict[str, Any]:
+    """The `inspect` report of an item that is no pytree: its kind, handler and why it is that
+    kind; the value of a JSON or random-key item (bounded reads); proto and unknown items are
+    described, not read (HANDLER-004)."""
+    target = resolved.target
+    report: dict[str, Any] = {
+        "path": str(path),
+        "kind": resolved.top.kind.value,
+        "item_path": target.path,
+        "item_kind": target.kind.value,
+        "handler": target.handler,
+        "reason": target.reason,
+    }
+    if target.kind in (Kind.JSON_ITEM, Kind.RANDOM_KEY_ITEM):
+        report["value"] = item_json(load_item(target, name=_item_name(target)))
+    return _with_context(report, resolved)
+
+
+def _item_name(layout: Layout) -> str:
+    return layout.path.rstrip("/").rsplit("/", 1)[-1]
+
+
+def item_json(value: Any) -> Any:
+    """The value of an item that is no pytree as JSON: JSON values as they are, arrays as
+    `to_json_value` gives them, a random key as its implementation and key data."""
+    if isinstance(value, dict):
+        return {str(k): item_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [item_json(v) for v in value]
+    if isinstance(value, RandomKey):
+        return {"random_key_impl": value.impl, "key_data": to_json_value(value.data)}
+    key = _jax.key_parts(value)  # a typed jax key array (jax loaded by the caller)
+    if key is not None:
+        return {"random_key_impl": key[0], "key_data": to_json_value(np.asarray(key[1]))}
+    if isinstance(value, (np.ndarray, np.generic)):
+        return to_json_value(value)
+    return value
+
+
+def cat_item(
+    path: Any, *, step: int | None = None, item: str | None = None
+) -> tuple[str, str, Any] | None:
+    """(item name, kind, value as `item_json`) of the item `path`, `step` and `item` lead to
+    when it is no pytree (a JSON or random-key item; a proto or unknown item raises by name,
+    HANDLER-004); None for a pytree item, whose leaves `cat` reads."""
+    target = resolve(path, step=step, item=item, what="item").target
+    if target.kind is Kind.PYTREE_ITEM:
+        return None
+    name = _item_name(target)
+    return name, target.kind.value, item_json(load_item(target, name=name))
 
 
 def _human(n: int) -> str:
@@ -144,7 +225,17 @@ def format_inspect(report: dict[str, Any]) -> str:
         mark = "  <- shown" if s.get("step") == report.get("step") and s["committed"] else ""
         lines.append(f"  step {s.get('step', s['name'])}: {state}  {when}{mark}")
     for it in report.get("items", []):
-        lines.append(f"  item {it['name']}: {it['kind']}")
+        by = f" ({it['handler']})" if it.get("handler") else ""
+        lines.append(f"  item {it['name']}: {it['kind']}{by}")
+    if "leaves" not in report:  # an item that is no pytree
+        lines.append(f"item {report['item_path']}: {report['item_kind']}")
+        lines.append(f"  {report['reason']}")
+        if report["handler"]:
+            lines.append(f"  handler: {report['handler']}")
+        if "value" in report:
+            text = json.dumps(report["value"], indent=2, ensure_ascii=False)
+            lines += ["  " + line for line in text.splitlines()]
+        return "\n".join(lines)
     lines.append(f"item {report['item_path']}:")
     head = ["leaf", "type", "shape", "dtype", "stored", "bytes", "chunks", "sharding"]
     rows = [head]
@@ -156,7 +247,9 @@ def format_inspect(report: dict[str, Any]) -> str:
             [
                 r["name"] or "<root>",
                 r["value_type"],
-                "string" if r["dtype"] is None else str(tuple(r["shape"])),
+                "string"
+                if r["dtype"] is None
+                else str(tuple(r["key_shape"] if r["key_shape"] is not None else r["shape"])),
                 r["dtype"] or "",
                 r["storage_dtype"] or ("inline" if r["dtype"] else ""),
                 str(r["nbytes"]),
@@ -167,7 +260,7 @@ def format_inspect(report: dict[str, Any]) -> str:
     lines += ["  " + line for line in _table(rows)]
     t = report["totals"]
     lines.append(
-        f"total: {t['leaves']} leaves ({t['arrays']} arrays, {t['scalars']} scalars, "
+        f"total: {t['leaves']} leaves ({t['arrays']} arrays, {t['zero_d_arrays']} 0-d arrays, "
         f"{t['strings']} strings), {t['bytes']} bytes ({_human(t['bytes'])})"
     )
     return "\n".join(lines)
@@ -200,23 +293,6 @@ def parse_slice(text: str) -> tuple[Any, ...]:
     return tuple(out)
 
 
-def find_leaf(ckpt: Any, text: str) -> str:
-    """The param name of the leaf `text` names: a param name or a ``/``-joined key path."""
-    if text in ckpt:
-        return text
-    names: dict[str, str] = {}
-    found: list[tuple[tuple[str, ...], Any]] = []
-    _walk(ckpt.metadata, (), found)
-    for key, meta in found:
-        if not isinstance(meta, str):
-            names["/".join(key)] = meta.param_name
-    if text in names:
-        return names[text]
-    close = difflib.get_close_matches(text, list(ckpt.keys()) + list(names), n=5)
-    hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-    raise MissingDataError(f"{ckpt.path}: no leaf {text!r}{hint} (see `ockpt inspect`)")
-
-
 def cat(
     path: Any,
     leaf: str,
@@ -225,13 +301,22 @@ def cat(
     step: int | None = None,
     item: str | None = None,
 ) -> tuple[str, Any]:
-    """(param name, value) of one leaf, or of the region `index` of it."""
+    """(leaf name, value) of the leaf that `leaf` names (a leaf name, or a param name: spec
+    key-paths §7.3), or of the region `index` of it."""
+    from .reader import Subtree
     from .reader import open as open_checkpoint
 
     ckpt = open_checkpoint(path, step=step, item=item)
     with ckpt:
-        name = find_leaf(ckpt, leaf)
-        value = ckpt[name]
+        name = leaf_name(ckpt.find(leaf))
+        value = ckpt[leaf]
+        if isinstance(value, Subtree):
+            prefix = f"{value.name}/" if value.name else ""
+            shown = ", ".join(repr(prefix + k) for k in value.keys()[:3])
+            more = ", ..." if len(value) > 3 else ""
+            raise ValueError(
+                f"{leaf!r} names a subtree of {len(value)} leaves ({shown}{more}), not one leaf"
+            )
         if isinstance(value, (str, bytes)):
             if index:
                 raise ValueError(f"leaf {name!r} is a string; --slice applies to arrays")

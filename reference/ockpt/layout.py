@@ -14,8 +14,8 @@ import enum
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Literal
 
 from .documents.checkpoint_metadata import CheckpointMetadata
 from .documents.metadata import MetadataDocument
@@ -26,12 +26,17 @@ from .names import (
     CHECKPOINT_METADATA_FILE,
     COMMIT_FILE,
     DEFAULT_ITEM,
+    JAX_RANDOM_KEY_DIR,
+    JAX_RANDOM_KEY_METADATA_DIR,
     JSON_ITEM_FILES,
     MANIFEST_FILE,
     METADATA_FILE,
     MSGPACK_FILE,
+    NP_RANDOM_KEY_DIR,
+    NP_RANDOM_KEY_METADATA_DIR,
     OCDBT_DATA_DIR,
     OCDBT_PROCESS_DIR,
+    PROTO_FILE,
     PYTREE_CHECKPOINTABLES,
     REPLACED_SUFFIX,
     ROOT_METADATA_DIR,
@@ -52,6 +57,13 @@ __all__ = [
     "Step",
     "Layout",
     "Resolved",
+    "PYTREE_HANDLERS",
+    "ARRAY_HANDLER",
+    "JSON_HANDLERS",
+    "RANDOM_KEY_HANDLERS",
+    "PROTO_HANDLERS",
+    "UNREAD_HANDLERS",
+    "handler_class",
     "detect",
     "resolve",
     "select",
@@ -74,17 +86,50 @@ _MAX_ARRAY_PROBES = 64
 #: Levels of nested directories searched for per-leaf zarr arrays (a `/` in a key nests).
 _MAX_ARRAY_DEPTH = 8
 
+# The handlers whose items a reader finds in a step or v1 checkpoint, by the class name that
+# ends their `item_handlers` entry (spec/checkpointables.md §2). Names are data: never imported.
+#: Handlers whose item is a pytree item (directories §2).
+PYTREE_HANDLERS = frozenset(
+    {
+        "PyTreeCheckpointHandler",
+        "StandardCheckpointHandler",
+        "PyTreeHandler",
+        "ArrayCheckpointHandler",
+    }
+)
+#: The handler of one array saved alone: a pytree item of exactly one leaf (HANDLER-002).
+ARRAY_HANDLER = "ArrayCheckpointHandler"
+#: Handlers whose item is a JSON item: one JSON file (HANDLER-001).
+JSON_HANDLERS = frozenset({"JsonCheckpointHandler", "JsonHandler", "MetricsHandler"})
+#: Handlers of random keys -> the item's two parts: data (pytree item), metadata (JSON item).
+RANDOM_KEY_HANDLERS: Mapping[str, tuple[str, str]] = {
+    "JaxRandomKeyCheckpointHandler": (JAX_RANDOM_KEY_DIR, JAX_RANDOM_KEY_METADATA_DIR),
+    "NumpyRandomKeyCheckpointHandler": (NP_RANDOM_KEY_DIR, NP_RANDOM_KEY_METADATA_DIR),
+}
+#: Handlers of one protobuf message in text format (HANDLER-004: not read).
+PROTO_HANDLERS = frozenset({"ProtoCheckpointHandler", "ProtoHandler"})
+#: Handlers whose files only their own code knows (HANDLER-004: not read).
+UNREAD_HANDLERS = frozenset({"StatefulCheckpointableHandler", "ProcessMetadataCheckpointHandler"})
+
+
+def handler_class(handler: str | None) -> str | None:
+    """The class name that ends an `item_handlers` entry (``…json_handler.JsonHandler`` ->
+    ``JsonHandler``); None for None."""
+    return None if handler is None else handler.rsplit(".", 1)[-1]
+
 
 class Kind(str, enum.Enum):
     """What a directory is."""
 
     PYTREE_ITEM = "pytree_item"  # one pytree: _METADATA, OCDBT or per-leaf zarr, or msgpack
     JSON_ITEM = "json_item"  # a JSON checkpointable / item (a `metadata` or `metrics` file)
+    RANDOM_KEY_ITEM = "random_key_item"  # a JAX key or numpy random state: two parts inside
+    PROTO_ITEM = "proto_item"  # a protobuf message in text format (not read by ockpt)
     V1_CHECKPOINT = "v1_checkpoint"  # v1 root: `orbax.checkpoint` marker + checkpointables
     STEP = "step"  # one step of a checkpoint manager: named items
     MANAGER_ROOT = "manager_root"  # step directories (+ metadata/_ROOT_METADATA)
     TEMPORARY = "temporary"  # an uncommitted `*.orbax-checkpoint-tmp*` directory
-    UNKNOWN_ITEM = "unknown_item"  # a named item of a step or v1 checkpoint we cannot type
+    UNKNOWN_ITEM = "unknown_item"  # an item of a step or v1 checkpoint ockpt cannot type or read
     NOT_A_CHECKPOINT = "not_a_checkpoint"
 
 
@@ -146,6 +191,7 @@ class Layout:
     problems: tuple[Problem, ...] = ()  # small documents that failed to parse, and similar
     init_time_ns: int | None = None  # from `_CHECKPOINT_METADATA`, when it has them
     commit_time_ns: int | None = None
+    handler: str | None = None  # the `item_handlers` entry naming what wrote this item
     exists: bool = True  # False: nothing at `path` (an I/O error for the commands)
     location: Location | None = field(default=None, compare=False, repr=False)
 
@@ -254,9 +300,15 @@ def _detect_top(loc: Location, context: ts.Context | None) -> Layout:
 
 
 def _detect_dir(
-    loc: Location, context: ts.Context | None, *, depth: int, scan: _Scan | None = None
+    loc: Location,
+    context: ts.Context | None,
+    *,
+    depth: int,
+    scan: _Scan | None = None,
+    handler: str | None = None,
 ) -> Layout:
-    """What the directory `loc` is (`scan`: its listing, when the caller made it)."""
+    """What the directory `loc` is (`scan`: its listing, when the caller made it; `handler`:
+    the `item_handlers` entry its step or v1 checkpoint gives it)."""
     if is_temporary_name(loc.name):
         return Layout(
             loc.display,
@@ -267,43 +319,133 @@ def _detect_dir(
     scan = scan if scan is not None else _Scan(loc, context)
     if V1_MARKER in scan.files:
         return _detect_composite(scan, depth=depth)
+    own = _Own.of(scan)
+    if handler is None and isinstance(own.handlers, str):  # a single item names its handler
+        handler = own.handlers
+    common = {
+        "has_commit_file": COMMIT_FILE in scan.files,
+        "problems": own.problems,
+        "init_time_ns": own.times[0],
+        "commit_time_ns": own.times[1],
+        "handler": handler,
+        "location": loc,
+    }
+    cls = handler_class(handler)
+    if cls is not None and cls not in PYTREE_HANDLERS:
+        typed = _by_handler(scan, cls, depth=depth, common=common)
+        if typed is not None:
+            return typed
     item = _item_format(scan)
     if item is not None:
         reason, fmt, problems = item
-        times, more = _times(scan)
-        return Layout(
-            loc.display,
-            Kind.PYTREE_ITEM,
-            reason,
-            item=fmt,
-            has_commit_file=COMMIT_FILE in scan.files,
-            problems=problems + more,
-            init_time_ns=times[0],
-            commit_time_ns=times[1],
-            location=loc,
-        )
-    if CHECKPOINT_METADATA_FILE in scan.files or _is_bare_step(scan):
-        return _detect_composite(scan, depth=depth)
+        common["problems"] = problems + own.problems
+        return Layout(loc.display, Kind.PYTREE_ITEM, reason, item=fmt, **common)
+    parts = _random_key_parts(scan)
+    if parts is not None:
+        return _random_key_item(scan, parts, depth=depth, common=common)
     json_file = _json_item_file(scan)
+    single = isinstance(own.handlers, str)
+    if not single and (
+        isinstance(own.handlers, Mapping)
+        or (CHECKPOINT_METADATA_FILE in scan.files and json_file is None)
+        or _is_bare_step(scan)
+    ):
+        return _detect_composite(scan, depth=depth, own=own)
+    if json_file == PROTO_FILE:
+        return Layout(loc.display, Kind.PROTO_ITEM, _proto_reason(cls, json_file), **common)
     # given directly, only a JSON item file name of directories §6 makes a JSON item
-    if json_file is not None and (depth > 0 or json_file in JSON_ITEM_FILES):
-        return Layout(
-            loc.display,
-            Kind.JSON_ITEM,
-            f"holds the JSON file {json_file!r}",
-            has_commit_file=COMMIT_FILE in scan.files,
-            location=loc,
-        )
-    if depth == 0:
+    if json_file is not None and (depth > 0 or single or json_file in JSON_ITEM_FILES):
+        return Layout(loc.display, Kind.JSON_ITEM, f"holds the JSON file {json_file!r}", **common)
+    if depth == 0 and not single:
         root = _detect_manager_root(scan)
         if root is not None:
             return root
-    return Layout(
-        loc.display,
-        Kind.NOT_A_CHECKPOINT,
+    reason = (
         f"no {METADATA_FILE}, {MSGPACK_FILE} file, {MANIFEST_FILE}, per-leaf zarr arrays, "
-        f"{CHECKPOINT_METADATA_FILE}, {V1_MARKER} marker or step directories",
-        location=loc,
+        f"{CHECKPOINT_METADATA_FILE}, {V1_MARKER} marker or step directories"
+    )
+    if cls is not None:
+        reason = f"written by {cls}, but {reason}"
+    return Layout(loc.display, Kind.NOT_A_CHECKPOINT, reason, **common)
+
+
+@dataclass(frozen=True)
+class _Own:
+    """What a directory's own `_CHECKPOINT_METADATA` says: its `item_handlers` (a string for a
+    single item, a map for a step), its times, and the problems of parsing it."""
+
+    handlers: Any = None
+    times: tuple[int | None, int | None] = (None, None)
+    problems: tuple[Problem, ...] = ()
+
+    @classmethod
+    def of(cls, scan: _Scan) -> _Own:
+        if CHECKPOINT_METADATA_FILE not in scan.files:
+            return cls()
+        try:
+            doc = _peek(scan, CHECKPOINT_METADATA_FILE, CheckpointMetadata.from_bytes)
+        except OckptError as e:
+            return cls(problems=(_problem(e),))
+        if doc is None:
+            return cls()
+        handlers = doc.item_handlers if isinstance(doc.item_handlers, (str, Mapping)) else None
+        return cls(handlers, _doc_times(doc))
+
+
+def _by_handler(scan: _Scan, cls: str, *, depth: int, common: dict[str, Any]) -> Layout | None:
+    """The item a handler other than a pytree handler wrote (checkpointables §2), or None
+    when its class is none ockpt knows (the directory is then typed by what it holds)."""
+    display = scan.loc.display
+    kind_if_not = Kind.UNKNOWN_ITEM if depth > 0 else Kind.NOT_A_CHECKPOINT
+    if cls in RANDOM_KEY_HANDLERS:
+        parts = _random_key_parts(scan)
+        if parts is None:
+            want = " and ".join(f"{d}/" for d in RANDOM_KEY_HANDLERS[cls])
+            return Layout(display, kind_if_not, f"written by {cls}, but no {want}", **common)
+        return _random_key_item(scan, parts, depth=depth, common=common)
+    if cls in JSON_HANDLERS or cls in PROTO_HANDLERS:
+        found = _json_item_file(scan)
+        if found is None:
+            reason = f"written by {cls}, but holds no single file"
+            return Layout(display, kind_if_not, reason, **common)
+        if cls in PROTO_HANDLERS:
+            return Layout(display, Kind.PROTO_ITEM, _proto_reason(cls, found), **common)
+        reason = f"JSON item ({cls}): holds the JSON file {found!r}"
+        return Layout(display, Kind.JSON_ITEM, reason, **common)
+    if cls in UNREAD_HANDLERS:
+        reason = f"written by {cls}, whose files ockpt does not read"
+        return Layout(display, kind_if_not, reason, **common)
+    return None
+
+
+def _proto_reason(cls: str | None, file: str) -> str:
+    writer = cls or "a proto handler"
+    return f"protobuf text format in {file!r}, written by {writer}; ockpt does not read it"
+
+
+def _random_key_parts(scan: _Scan) -> tuple[str, str] | None:
+    """The (data, metadata) directory names of a random-key item, if `scan` holds exactly the
+    two parts of one (and no file but its commit marker and `_CHECKPOINT_METADATA`)."""
+    dirs = {d for d in scan.dirs if not is_temporary_name(d)}
+    if scan.files - {COMMIT_FILE, CHECKPOINT_METADATA_FILE}:
+        return None
+    for parts in RANDOM_KEY_HANDLERS.values():
+        if dirs == set(parts):
+            return parts
+    return None
+
+
+def _random_key_item(
+    scan: _Scan, parts: tuple[str, str], *, depth: int, common: dict[str, Any]
+) -> Layout:
+    """A random-key item: its two parts, each detected as an item (checkpointables §4)."""
+    children = {
+        name: _detect_dir(scan.loc.join(name), scan.context, depth=depth + 1) for name in parts
+    }
+    which = "JAX random key" if parts[0] == JAX_RANDOM_KEY_DIR else "numpy random state"
+    reason = f"{which}: data in {parts[0]}/, metadata in {parts[1]}/"
+    return Layout(
+        scan.loc.display, Kind.RANDOM_KEY_ITEM, reason, checkpointables=children, **common
     )
 
 
@@ -329,7 +471,9 @@ def _is_bare_step(scan: _Scan) -> bool:
 
 
 def _json_item_file(scan: _Scan) -> str | None:
-    data = scan.files - {COMMIT_FILE}
+    """The one file of a directory without subdirectories, its commit marker and
+    `_CHECKPOINT_METADATA` aside (a JSON or proto item's); None otherwise."""
+    data = scan.files - {COMMIT_FILE, CHECKPOINT_METADATA_FILE}
     if len(data) == 1 and not scan.dirs:
         return next(iter(data))
     return None
@@ -422,17 +566,6 @@ def _peek(scan: _Scan, name: str, parse: Any) -> Any:
     return parse(data, file=scan.loc.file(name))
 
 
-def _times(scan: _Scan) -> tuple[tuple[int | None, int | None], tuple[Problem, ...]]:
-    """(init, commit) times of `_CHECKPOINT_METADATA` (ns), and its problems."""
-    if CHECKPOINT_METADATA_FILE not in scan.files:
-        return (None, None), ()
-    try:
-        doc = _peek(scan, CHECKPOINT_METADATA_FILE, CheckpointMetadata.from_bytes)
-    except OckptError as e:
-        return (None, None), (_problem(e),)
-    return _doc_times(doc), ()
-
-
 def _doc_times(doc: CheckpointMetadata | None) -> tuple[int | None, int | None]:
     if doc is None:
         return None, None
@@ -441,24 +574,25 @@ def _doc_times(doc: CheckpointMetadata | None) -> tuple[int | None, int | None]:
     return init, done
 
 
-def _detect_composite(scan: _Scan, *, depth: int) -> Layout:
+def _detect_composite(scan: _Scan, *, depth: int, own: _Own | None = None) -> Layout:
     is_v1 = V1_MARKER in scan.files
-    problems: list[Problem] = []
-    names: tuple[str, ...] | None = None
-    times: tuple[int | None, int | None] = (None, None)
-    if CHECKPOINT_METADATA_FILE in scan.files:
-        try:
-            meta = _peek(scan, CHECKPOINT_METADATA_FILE, CheckpointMetadata.from_bytes)
-            names = meta.item_names if meta is not None else None
-            times = _doc_times(meta)
-        except OckptError as e:
-            problems.append(_problem(e))
+    own = own if own is not None else _Own.of(scan)
+    problems = list(own.problems)
+    handlers = own.handlers if isinstance(own.handlers, Mapping) else {}
+    names: tuple[str, ...] | None = tuple(handlers) if handlers else None
+    times = own.times
     temporaries = tuple(sorted(d for d in scan.dirs if is_temporary_name(d)))
     children = {}
     for sub in sorted(d for d in scan.dirs if not is_temporary_name(d)):
-        child = _detect_dir(scan.loc.join(sub), scan.context, depth=depth + 1)
+        handler = handlers.get(sub)
+        child = _detect_dir(
+            scan.loc.join(sub),
+            scan.context,
+            depth=depth + 1,
+            handler=handler if isinstance(handler, str) else None,
+        )
         if child.kind is Kind.NOT_A_CHECKPOINT:
-            child = Layout(child.path, Kind.UNKNOWN_ITEM, child.reason, location=child.location)
+            child = replace(child, kind=Kind.UNKNOWN_ITEM)
         children[sub] = child
     if names is not None:
         missing = sorted(set(names) - set(children))
@@ -662,15 +796,33 @@ def resolve(
     step: int | None = None,
     item: str | None = None,
     context: ts.Context | None = None,
+    what: Literal["pytree", "item", "checkpoint"] = "pytree",
 ) -> Resolved:
     """The pytree item a read of `path` means (spec/loading.md §6): a manager root's latest
     committed step (or `step`), a step's or v1 checkpoint's pytree item (or `item`).
-    Raises `PathNotFoundError` or `NotACheckpointError` naming the rule (LOAD-050..055)."""
-    return _select(Location.of(path), step=step, item=item, context=context, down=True)
+
+    `what` widens it: ``"item"`` accepts an item of any kind (a JSON, random-key, proto or
+    unknown item, `item` named or given directly); ``"checkpoint"`` stops at the step or v1
+    checkpoint (or the item, given directly or named by `item`) whose checkpointables a read of
+    all of them means (spec/checkpointables.md §6). Raises `PathNotFoundError` or
+    `NotACheckpointError` naming the rule (LOAD-050..055)."""
+    return _select(Location.of(path), step=step, item=item, context=context, down=True, what=what)
+
+
+#: The kinds `resolve(..., what="item")` accepts: every item of a step or v1 checkpoint.
+_ITEM_KINDS = frozenset(
+    {Kind.PYTREE_ITEM, Kind.JSON_ITEM, Kind.RANDOM_KEY_ITEM, Kind.PROTO_ITEM, Kind.UNKNOWN_ITEM}
+)
 
 
 def _select(
-    loc: Location, *, step: int | None, item: str | None, context: Any, down: bool
+    loc: Location,
+    *,
+    step: int | None,
+    item: str | None,
+    context: Any,
+    down: bool,
+    what: str = "pytree",
 ) -> Resolved:
     top = _detect_top(loc, context)
     target = top
@@ -690,7 +842,8 @@ def _select(
         )
     if target.kind is Kind.TEMPORARY and (down or item is not None):
         raise _fail(target.path, "an unfinished save (temporary name): never read", "LOAD-054")
-    if target.kind in (Kind.STEP, Kind.V1_CHECKPOINT) and (item is not None or down):
+    pick = item is not None or (down and what != "checkpoint")
+    if target.kind in (Kind.STEP, Kind.V1_CHECKPOINT) and pick:
         container = target
         target = _pick_item(target, item)
     elif item is not None:
@@ -701,6 +854,8 @@ def _select(
         )
     if target.kind is Kind.NOT_A_CHECKPOINT:
         raise _fail(target.path, f"not a checkpoint: {target.reason}", "LOAD-050")
-    if down and (target.kind is not Kind.PYTREE_ITEM or target.item is None):
+    if down and what == "pytree" and (target.kind is not Kind.PYTREE_ITEM or target.item is None):
         raise _fail(target.path, f"not a pytree item: {target.reason}", "LOAD-050")
+    if down and what == "item" and target.kind not in _ITEM_KINDS:
+        raise _fail(target.path, f"not an item: {target.reason}", "LOAD-050")
     return Resolved(top=top, target=target, step=chosen, container=container)

@@ -13,7 +13,7 @@ import datetime
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .layout import Kind, Layout, Step, detect_step, select
+from .layout import Kind, Layout, Step, detect_step, handler_class, select
 
 if TYPE_CHECKING:
     import tensorstore as ts
@@ -34,6 +34,7 @@ class Entry:
     has_commit_file: bool
     step: int | None = None
     storage: str | None = None
+    handler: str | None = None  # the class that wrote an item (`item_handlers`), when named
     init_time_ns: int | None = None
     commit_time_ns: int | None = None
     children: tuple[Entry, ...] = field(default_factory=tuple)
@@ -46,7 +47,7 @@ class Entry:
             "committed": self.committed,
             "has_commit_file": self.has_commit_file,
         }
-        for key in ("step", "storage", "init_time_ns", "commit_time_ns"):
+        for key in ("step", "storage", "handler", "init_time_ns", "commit_time_ns"):
             value = getattr(self, key)
             if value is not None:
                 out[key] = value
@@ -83,6 +84,7 @@ def _entry(
         has_commit_file=layout.has_commit_file,
         step=None if step is None else step.step,
         storage=None if layout.item is None else layout.item.storage.value,
+        handler=handler_class(layout.handler),
         init_time_ns=layout.init_time_ns,
         commit_time_ns=layout.commit_time_ns,
         children=children,

@@ -16,17 +16,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from . import commit
+from .checkpointables import read_json_item
 from .documents import RootMetadata
-from .errors import DocumentError, NotACheckpointError, OckptWarning, WriteConflictError
+from .errors import NotACheckpointError, OckptWarning, WriteConflictError
 from .kv import Location
 from .layout import Kind, detect, is_temporary_name, parse_step_name, scan_steps
-from .limits import LIMITS
 from .names import (
     DEFAULT_ITEM,
     REPLACED_SUFFIX,
     ROOT_METADATA_DIR,
     ROOT_METADATA_FILE,
-    STEP_JSON_FILE,
 )
 from .reader import CastPolicy, load_pytree
 from .save_options import SaveOptions
@@ -274,8 +273,7 @@ class CheckpointManager:
             item = DEFAULT_ITEM if DEFAULT_ITEM in items or len(items) != 1 else next(iter(items))
         chosen = items.get(item)
         if chosen is not None and chosen.kind is Kind.JSON_ITEM:
-            assert chosen.location is not None
-            return _read_json_item(chosen.location)
+            return read_json_item(chosen)
         return load_pytree(
             path,
             target,
@@ -294,18 +292,3 @@ class CheckpointManager:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _read_json_item(item: Location) -> Any:
-    """The value of a JSON item's file (directories §6): user JSON as Orbax writes it with
-    Python's `json`, so `NaN` and `Infinity` are accepted; bounded in size (JSON-003)."""
-    file = item.file(STEP_JSON_FILE)
-    data = item.read(STEP_JSON_FILE, limit=LIMITS.max_json_bytes, rule="JSON-003")
-    if data is None:
-        raise NotACheckpointError("removed meanwhile", rule="LOAD-055", file=file)
-    try:
-        return json.loads(data)
-    except RecursionError:
-        raise DocumentError("JSON nested too deeply", rule="JSON-003", file=file) from None
-    except ValueError as e:  # not UTF-8, or not JSON
-        raise DocumentError(f"malformed JSON: {e}", rule="JSON-001", file=file) from None

@@ -28,6 +28,11 @@ __all__ = [
     "V1_JSON_FILE",
     "STEP_JSON_FILE",
     "JSON_ITEM_FILES",
+    "PROTO_FILE",
+    "JAX_RANDOM_KEY_DIR",
+    "JAX_RANDOM_KEY_METADATA_DIR",
+    "NP_RANDOM_KEY_DIR",
+    "NP_RANDOM_KEY_METADATA_DIR",
     "PYTREE_CHECKPOINTABLES",
     "DEFAULT_ITEM",
     "TMP_MARKER",
@@ -69,6 +74,16 @@ V1_JSON_FILE = "data.json"
 STEP_JSON_FILE = "metadata"
 #: Names of the one file of a JSON item (directories §6).
 JSON_ITEM_FILES = frozenset({STEP_JSON_FILE, "metrics", V1_JSON_FILE})
+#: The protobuf text file of a proto item (its handler's default file name, checkpointables §5).
+PROTO_FILE = "proto.pbtxt"
+#: The two parts of a JAX random-key item: the key data (an array item) and a JSON item
+#: `{"typed": bool}` (checkpointables §4).
+JAX_RANDOM_KEY_DIR = "jax_random_key"
+JAX_RANDOM_KEY_METADATA_DIR = "jax_random_key_metadata"
+#: The two parts of a numpy random-state item: the state (a pytree item) and a JSON item
+#: `{"legacy": bool}`.
+NP_RANDOM_KEY_DIR = "np_random_key"
+NP_RANDOM_KEY_METADATA_DIR = "np_random_key_metadata"
 #: v1 names of the pytree checkpointable, newest first.
 PYTREE_CHECKPOINTABLES = ("state", "pytree")
 #: The item name of a step saved with a single unnamed pytree.

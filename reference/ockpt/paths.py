@@ -10,6 +10,11 @@ derives three names from it:
 * the **string pointer** (`strings_pointer`): ``"/" + param name``, no escaping, in
   `_strings.json`, so a ``/`` inside a key nests objects there.
 
+Users and the tools name a leaf or subtree by its **leaf name** (`leaf_name`,
+`parse_leaf_name`): key texts joined with ``/``, escaped so that every key path has exactly
+one; `resolve_name` finds what a name (or a param name, or a tuple of key texts) denotes and
+`LeafPattern` selects leaves by glob.
+
 Because no escaping is applied, different key paths can produce the same or overlapping names;
 `find_collisions` finds them and writers refuse such trees.
 """
@@ -18,13 +23,14 @@ from __future__ import annotations
 
 import base64
 import binascii
+import difflib
 import enum
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import DocumentError, FormatError
+from .errors import DocumentError, FormatError, LeafNameError
 from .names import METADATA_FILE, SHARDING_FILE
 
 __all__ = [
@@ -45,6 +51,13 @@ __all__ = [
     "unflatten",
     "unsafe_path",
     "check_relative",
+    "leaf_name",
+    "parse_leaf_name",
+    "key_texts",
+    "resolve_name",
+    "name_not_found",
+    "LeafPattern",
+    "select_paths",
 ]
 
 
@@ -222,6 +235,277 @@ def check_param_names(paths: Iterable[KeyPath], *, string_leaves: Iterable[KeyPa
                 rule="PATH-002",
                 pointer=name,
             )
+
+
+# ---------------------------------------------------------------------------------------------
+# Leaf names (spec/key-paths.md §7).
+
+#: The leaf name of the empty key text (a whole key).
+EMPTY_KEY = "\\e"
+
+
+class _Wild(enum.Enum):
+    """What a pattern segment holds besides literal characters."""
+
+    STAR = "*"  # any run of characters within one key
+    ONE = "?"  # one character
+    DEEP = "**"  # a whole segment: any number of keys
+    EMPTY = EMPTY_KEY  # a whole segment: the empty key text
+
+
+def _escape_key(text: str) -> str:
+    if not text:
+        return EMPTY_KEY
+    return text.replace("\\", "\\\\").replace("/", "\\/")
+
+
+def leaf_name(path: KeyPath | Sequence[str]) -> str:
+    """The leaf name of a key path: its key texts joined with ``/``, each ``\\`` and ``/`` in a
+    key text escaped with ``\\``, the empty key text written ``\\e``; the empty path (a tree
+    that is a single leaf) is ``""``."""
+    return "/".join(_escape_key(t) for t in _texts(path))
+
+
+def _malformed(text: str, why: str, *, pattern: bool) -> LeafNameError:
+    what = "selection pattern" if pattern else "leaf name"
+    return LeafNameError(f"malformed {what} {text!r}: {why}", rule="PATH-006", name=text)
+
+
+def _segments(text: str, *, pattern: bool) -> list[list[Any]]:
+    """The segments of a leaf name (or pattern): lists of literal characters and `_Wild`s."""
+    if not text:
+        return []
+    escapes = "\\/*?" if pattern else "\\/"
+    segments: list[list[Any]] = [[]]
+    i = 0
+    while i < len(text):
+        c = text[i]
+        if c == "\\":
+            nxt = text[i + 1 : i + 2]
+            if nxt and nxt in escapes:
+                segments[-1].append(nxt)
+            elif nxt == "e":
+                segments[-1].append(_Wild.EMPTY)
+            else:
+                allowed = ", ".join("\\" + e for e in escapes + "e")
+                bad = repr("\\" + nxt)
+                raise _malformed(
+                    text, f"{bad} at {i} is not an escape ({allowed})", pattern=pattern
+                )
+            i += 2
+            continue
+        if c == "/":
+            segments.append([])
+        elif pattern and c in "*?":
+            segments[-1].append(_Wild.STAR if c == "*" else _Wild.ONE)
+        else:
+            segments[-1].append(c)
+        i += 1
+    for seg in segments:
+        if not seg:
+            raise _malformed(text, "an empty key (write an empty key text as \\e)", pattern=pattern)
+        if _Wild.EMPTY in seg and len(seg) > 1:
+            raise _malformed(text, "\\e stands for a whole key", pattern=pattern)
+    return segments
+
+
+def parse_leaf_name(name: str) -> tuple[str, ...]:
+    """The key texts of a leaf name (the inverse of `leaf_name`). Raises `LeafNameError`
+    (PATH-006) for a ``\\`` other than ``\\\\``, ``\\/`` and a whole key ``\\e``, and for an
+    empty segment (``a//b``, ``a/``)."""
+    return tuple(
+        "" if seg == [_Wild.EMPTY] else "".join(seg) for seg in _segments(name, pattern=False)
+    )
+
+
+def key_texts(keys: Sequence[Any]) -> tuple[str, ...]:
+    """A key path given as a sequence of keys (str, int or `KeyEntry`) as key texts."""
+    out = []
+    for k in keys:
+        if isinstance(k, KeyEntry):
+            out.append(k.key)
+        elif isinstance(k, str):
+            out.append(k)
+        elif isinstance(k, int) and not isinstance(k, bool):
+            out.append(str(k))
+        else:
+            raise TypeError(f"a key path holds str and int keys, not {type(k).__name__}: {k!r}")
+    return tuple(out)
+
+
+#: Above this many names, an unknown name gets no close-match search (it would be slow).
+_MAX_CLOSE_CANDIDATES = 20_000
+
+
+def name_not_found(
+    name: str,
+    names: Iterable[str],
+    *,
+    file: object = None,
+    exists: Callable[[tuple[str, ...]], bool] | None = None,
+    what: str = "no leaf or subtree named",
+) -> LeafNameError:
+    """The error (PATH-007) for a name that denotes nothing, suggesting close names: the leaf
+    name a param name's ``.`` -> ``/`` gives where `exists`, and near spellings."""
+    close: list[str] = []
+    if exists is not None and "." in name:
+        try:
+            guess = parse_leaf_name(name.replace(".", "/"))
+        except LeafNameError:
+            guess = None
+        if guess is not None and exists(guess):
+            close.append(leaf_name(guess))
+    candidates = list(names)
+    if len(candidates) <= _MAX_CLOSE_CANDIDATES:
+        for c in difflib.get_close_matches(name, candidates, n=3):
+            if c not in close:
+                close.append(c)
+    hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+    return LeafNameError(
+        f"{what} {name!r}{hint}", rule="PATH-007", name=name, file=file, close=tuple(close)
+    )
+
+
+def resolve_name(
+    name: str | int | Sequence[Any],
+    *,
+    exists: Callable[[tuple[str, ...]], bool],
+    param_names: Callable[[], Mapping[str, tuple[str, ...]]],
+    names: Callable[[], Iterable[str]],
+    file: object = None,
+) -> tuple[str, ...]:
+    """The key path a name denotes (§7.3): a tuple of keys (or one int key) as given; a
+    string as a leaf name when it is one and `exists`, else as a param name (a key of
+    `param_names()`). Raises `LeafNameError`: PATH-006 when it is neither a leaf name nor a
+    param name, PATH-007 when it names nothing (with close matches from `names()`)."""
+    if not isinstance(name, str):
+        if isinstance(name, (int, KeyEntry)):
+            keys: Sequence[Any] = (name,)
+        elif isinstance(name, (tuple, list)):
+            keys = name
+        else:
+            raise TypeError(f"a name is a str, an int or a tuple of keys, not {name!r}")
+        texts = key_texts(keys)
+        if exists(texts):
+            return texts
+        raise name_not_found(leaf_name(texts), names(), file=file)
+    malformed: LeafNameError | None = None
+    try:
+        texts = parse_leaf_name(name)
+    except LeafNameError as e:
+        malformed = e
+    else:
+        if exists(texts):
+            return texts
+    by_param = param_names()
+    if name in by_param:
+        return by_param[name]
+    if malformed is not None:
+        raise LeafNameError(malformed.message, rule="PATH-006", name=name, file=file)
+    raise name_not_found(name, names(), file=file, exists=exists)
+
+
+@dataclass(frozen=True)
+class LeafPattern:
+    """A selection pattern (§7.4): a leaf name whose keys may hold ``*`` (any characters
+    within one key) and ``?`` (one character), and whose segment ``**`` stands for any number
+    of keys. It selects a leaf when it matches the leaf's key path or a prefix of it (a
+    subtree selects its leaves)."""
+
+    text: str
+    segments: tuple[Any, ...]  # per key: its text, a compiled regex, or _Wild.DEEP
+
+    @classmethod
+    def parse(cls, text: str) -> LeafPattern:
+        """Compile a pattern; `LeafNameError` (PATH-006) when malformed."""
+        out: list[Any] = []
+        for seg in _segments(text, pattern=True):
+            if seg == [_Wild.STAR, _Wild.STAR]:
+                out.append(_Wild.DEEP)
+            elif seg == [_Wild.EMPTY]:
+                out.append("")
+            elif any(isinstance(c, _Wild) for c in seg):
+                regex = "".join(
+                    ".*" if c is _Wild.STAR else "." if c is _Wild.ONE else re.escape(c)
+                    for c in seg
+                )
+                out.append(re.compile(regex, re.DOTALL))
+            else:
+                out.append("".join(seg))
+        return cls(text, tuple(out))
+
+    @property
+    def literal(self) -> tuple[str, ...] | None:
+        """The key path the pattern names when it has no wildcard, else None."""
+        if all(isinstance(s, str) for s in self.segments):
+            return tuple(self.segments)
+        return None
+
+    def matches(self, path: KeyPath | Sequence[str]) -> bool:
+        """Whether the pattern matches the key path `path` or a prefix of it."""
+        end = len(self.segments)
+        states = self._closure({0})
+        for text in _texts(path):
+            if end in states:
+                return True
+            step = set()
+            for i in states:
+                if i == end:
+                    continue
+                seg = self.segments[i]
+                if seg is _Wild.DEEP:
+                    step.add(i)
+                elif (seg == text) if isinstance(seg, str) else seg.fullmatch(text):
+                    step.add(i + 1)
+            if not step:
+                return False
+            states = self._closure(step)
+        return end in states
+
+    def _closure(self, states: set[int]) -> set[int]:
+        """`states` plus the states a ``**`` matching no key reaches."""
+        out = set(states)
+        todo = list(states)
+        while todo:
+            i = todo.pop()
+            if i < len(self.segments) and self.segments[i] is _Wild.DEEP and i + 1 not in out:
+                out.add(i + 1)
+                todo.append(i + 1)
+        return out
+
+
+def select_paths(
+    patterns: Sequence[str], paths: Sequence[Sequence[str]], *, file: object = None
+) -> list[int]:
+    """The indices of the key paths (of leaves) that any of `patterns` selects (§7.4), in
+    order. A pattern that selects nothing but is the param name of a path selects that path.
+    Raises `LeafNameError`: PATH-006 for a malformed pattern, PATH-007 for one that selects
+    nothing (with close matches)."""
+    keys = [tuple(p) for p in paths]
+    chosen: set[int] = set()
+    for text in patterns:
+        malformed: LeafNameError | None = None
+        try:
+            pattern = LeafPattern.parse(text)
+        except LeafNameError as e:
+            malformed, hits = e, []
+        else:
+            hits = [i for i, key in enumerate(keys) if pattern.matches(key)]
+        if not hits:
+            hits = [i for i, key in enumerate(keys) if param_name(key) == text]
+        if not hits and malformed is not None:
+            raise LeafNameError(malformed.message, rule="PATH-006", name=text, file=file)
+        if not hits:
+            nodes = {key[:n] for key in keys for n in range(len(key) + 1)}
+            raise name_not_found(
+                text,
+                (leaf_name(key) for key in keys),
+                file=file,
+                exists=nodes.__contains__,
+                what="no leaf matches the pattern",
+            )
+        chosen.update(hits)
+    return sorted(chosen)
 
 
 # ---------------------------------------------------------------------------------------------

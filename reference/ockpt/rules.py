@@ -59,6 +59,11 @@ _ALL: dict[str, Rule] = {
             "a sharding object must be of a known sharding_type with its fields",
         ),
         ("ARRM-001", "error", "array_metadatas/process_N must hold a list of array_metadata"),
+        (
+            "ARRM-002",
+            "error",
+            "a random_key_impl names a known implementation whose uint32 key data is stored",
+        ),
         ("STR-001", "error", "_strings.json must be an object whose leaves are strings"),
         ("STR-002", "error", "every string leaf must be found at its JSON pointer"),
         ("STR-003", "error", "without _strings.json, look in <param>/_strings.json (up to 0.3.x)"),
@@ -73,6 +78,8 @@ _ALL: dict[str, Rule] = {
             "error",
             "a name used as a path must be relative, without NUL and without '', '.', '..' parts",
         ),
+        ("PATH-006", "error", "a malformed leaf name or selection pattern must be refused"),
+        ("PATH-007", "error", "a name or selection pattern that names nothing must be refused"),
     ),
     **_rules(
         "directories.md",
@@ -92,6 +99,26 @@ _ALL: dict[str, Rule] = {
             "a step-named directory holding only items is a step (up to 0.4.8)",
         ),
         ("LAYOUT-006", "warning", "a reader should name the -replaced sibling of a missing path"),
+    ),
+    **_rules(
+        "checkpointables.md",
+        (
+            "HANDLER-001",
+            "error",
+            "a JSON or proto item must hold exactly one file besides its commit marker",
+        ),
+        ("HANDLER-002", "error", "an ArrayCheckpointHandler item must hold exactly one leaf"),
+        (
+            "HANDLER-003",
+            "error",
+            "a random-key item must hold its data item and its metadata {typed} / {legacy}",
+        ),
+        (
+            "HANDLER-004",
+            "error",
+            "an item whose handler a reader does not read must be refused naming both",
+        ),
+        ("HANDLER-005", "error", "a typed key's implementation must not be guessed"),
     ),
     **_rules(
         "msgpack.md",
@@ -162,6 +189,7 @@ _ALL: dict[str, Rule] = {
         ("LOAD-022", "error", "an exact cast must give every value unchanged"),
         ("LOAD-023", "error", "a load without target gives every leaf in its stored type"),
         ("LOAD-024", "error", "a device-array type the framework would narrow must be refused"),
+        ("LOAD-025", "error", "a typed key loads as a key of its implementation, never bare"),
         ("LOAD-030", "error", "a shape mismatch is refused unless pad/truncate (same rank)"),
         ("LOAD-031", "error", "padding fills zeros; truncation keeps the leading elements"),
         ("LOAD-032", "error", "placement follows the target sharding, never the saved one"),
@@ -271,6 +299,7 @@ _ALL: dict[str, Rule] = {
         ("WRITE-003", "error", "a writer must refuse an array with a zero-size dimension"),
         ("WRITE-004", "error", "an array's param name must have no empty, '.' or '..' segment"),
         ("WRITE-005", "error", "a writer must refuse names its array store cannot hold"),
+        ("WRITE-006", "error", "a typed PRNG key is stored as its uint32 key data, impl recorded"),
         ("WRITE-010", "error", "the chunk shape is the slice shape, or it divided by factors"),
         ("WRITE-011", "error", "a written .zarray must hold the fields and values Orbax writes"),
         ("WRITE-012", "error", "a written zarr.json must use sharding_indexed as Orbax does"),

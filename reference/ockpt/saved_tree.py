@@ -28,6 +28,8 @@ __all__ = [
     "leaves",
     "by_param_name",
     "ordered",
+    "node_at",
+    "entries",
     "lookup",
     "placeholder_names",
 ]
@@ -205,6 +207,26 @@ def ordered(node: Node) -> list[tuple[str, Any]]:
     if node.kind is KeyType.SEQUENCE:
         return sorted(node.children.items(), key=lambda kv: int(kv[0]))
     return list(node.children.items())
+
+
+def node_at(tree: Any, texts: tuple[str, ...]) -> Any:
+    """The node, `Empty` or leaf of a saved tree at the key texts `texts`, or None."""
+    node = tree
+    for t in texts:
+        if not isinstance(node, Node) or t not in node.children:
+            return None
+        node = node.children[t]
+    return node
+
+
+def entries(node: Any, texts: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any]]:
+    """(key texts, leaf or `Empty`) of every entry of a saved tree, in its saved order; the
+    key texts are relative to `node`, prefixed by `texts`."""
+    if isinstance(node, Node):
+        for key, child in ordered(node):
+            yield from entries(child, texts + (key,))
+    else:
+        yield texts, node
 
 
 def lookup(tree: Any, texts: tuple[str, ...]) -> tuple[bool, Any]:

@@ -30,7 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from . import saved_tree
+from . import random_keys, saved_tree
+from .checkpointables import load_item, read_json_item
 from .documents.array_metadatas import ArrayMetadatas, process_index
 from .documents.metadata import MetadataDocument
 from .documents.sharding import ShardingDocument
@@ -256,12 +257,22 @@ class _Validator:
             self.manager_root(layout)
         elif kind is Kind.JSON_ITEM:
             self.json_item(layout)
-        elif kind is Kind.UNKNOWN_ITEM:
+        elif kind is Kind.RANDOM_KEY_ITEM:  # a pytree item and a JSON item (checkpointables §4)
+            for child in layout.checkpointables.values():
+                self.layout(child)
+        elif kind is Kind.UNKNOWN_ITEM and layout.handler is None:  # no handler vouches for it
             self.report(
                 "VAL-008",
                 f"a directory of a step or v1 checkpoint that is no known item: {layout.reason}",
                 file=layout.path,
             )
+        elif kind is Kind.UNKNOWN_ITEM:  # not what its handler writes, or not read (HANDLER-004)
+            try:
+                load_item(layout, name=layout.path.rstrip("/").rsplit("/", 1)[-1])
+            except UnsupportedError:
+                pass  # a handler ockpt does not read: nothing to check
+            except OckptError as e:
+                self.error(e, file=layout.path)
 
     def _problems(self, layout: Layout) -> None:
         for problem in layout.problems:
@@ -325,11 +336,12 @@ class _Validator:
             self.layout(child)
 
     def json_item(self, layout: Layout) -> None:
-        assert layout.location is not None
-        listing = layout.location.listdir()
-        for name in sorted(listing.files | listing.other):
-            if name != COMMIT_FILE:
-                self.plain_json(layout.location, name)
+        """A JSON item: one file of user JSON, NaN and Infinity allowed (HANDLER-001)."""
+        self.checked["documents"] += 1
+        try:
+            read_json_item(layout)
+        except OckptError as e:
+            self.error(e, file=getattr(e, "file", None) or layout.path)
 
     # -- documents --------------------------------------------------------------------------
 
@@ -748,6 +760,7 @@ class _ItemCheck:
         if found is None:
             return
         am_file, am = found
+        self.check_random_key(name, am, meta, am_file)
         am_ws = getattr(am, "write_shape", None)
         am_cs = getattr(am, "chunk_shape", None)
         if am_ws is not None:
@@ -776,6 +789,17 @@ class _ItemCheck:
                 file=am_file,
                 pointer=name,
             )
+
+    def check_random_key(self, name: str, am: Any, meta: Any, file: str) -> None:
+        """A recorded typed PRNG key: the array is that implementation's uint32 key data
+        (ARRM-002; the schema checks that the name is a string). An unknown implementation is
+        not checked: the spec lets a reader read it as plain data."""
+        impl = am.random_key_impl
+        if impl in random_keys.KEY_DATA_SHAPES:
+            try:
+                random_keys.key_shape(impl, tuple(meta.shape), meta.numpy_dtype, leaf=name)
+            except FormatError as e:
+                self.v.report("ARRM-002", f"leaf {name!r}: {e.message}", file=file, pointer=name)
 
     def check_chunks(
         self, name: str, meta: Any, present: list[str], prefix: str, where: str, strict: bool

@@ -38,7 +38,7 @@ from typing import Any, Literal
 import numpy as np
 import zstandard
 
-from . import _ts_write, commit, dtypes, write_limits
+from . import _jax, _ts_write, commit, dtypes, random_keys, write_limits
 from .documents import (
     ArrayMetadata,
     ArrayMetadatas,
@@ -67,6 +67,7 @@ from .names import (
     V1_MARKER,
 )
 from .paths import EmptyNode, KeyEntry, KeyPath, KeyType, check_param_names, flatten, param_name
+from .random_keys import RandomKey
 from .save_options import UNSET, Compression, SaveOptions, StorageDtypes, Unset, from_keywords
 
 __all__ = [
@@ -193,6 +194,7 @@ class _Leaf:
     kind: Literal["jax", "numpy", "scalar", "string", "empty"]
     value: Any = None
     empty: EmptyNode | None = None
+    key_impl: str | None = None  # a typed PRNG key array: `value` is its key data (WRITE-006)
 
     @property
     def name(self) -> str:
@@ -262,11 +264,15 @@ def _classify(path: KeyPath, value: Any) -> _Leaf:
         return _Leaf(path, "empty", empty=value)
     if isinstance(value, str):
         return _Leaf(path, "string", value)
+    if isinstance(value, RandomKey):  # a key loaded without jax goes back as the key it was
+        value = value.to_jax()
     jax_array = _jax_array_type()
     if jax_array is not None and isinstance(value, jax_array):
-        jax = sys.modules["jax"]
-        if jax.dtypes.issubdtype(value.dtype, jax.dtypes.prng_key):
-            raise _refuse(path, "typed PRNG key arrays are not supported; save jax.random.key_data")
+        key = _jax.key_parts(value)
+        if key is not None:  # stored as its key data, the implementation recorded (WRITE-006)
+            impl, data = key
+            random_keys.key_data_shape(impl, leaf=param_name(path))
+            return _Leaf(path, "jax", data, key_impl=impl)
         _check_array(path, value.shape, value.dtype)
         return _Leaf(path, "jax", value)
     if isinstance(value, np.ndarray):
@@ -468,7 +474,8 @@ def _plan_jax(
     arr = leaf.value
     shape = tuple(int(n) for n in arr.shape)
     src = np.dtype(arr.dtype)
-    dtype = _storage_dtype(opts, leaf.name, src)
+    # key data keeps its uint32: another type would no longer be the key (WRITE-006)
+    dtype = src if leaf.key_impl is not None else _storage_dtype(opts, leaf.name, src)
     write_shape = tuple(int(n) for n in arr.sharding.shard_shape(arr.shape))
     chunk = _ts_write.chunk_shape_for(write_shape, dtype.itemsize, opts.chunk_byte_size)
     pieces = []
@@ -543,9 +550,15 @@ def _item_documents(plan: _ItemPlan, opts: _Options) -> dict[str, bytes]:
 def _array_metadatas(plan: _ItemPlan) -> bytes | None:
     if not plan.jax_meta:
         return None
+    impls = {leaf.name: leaf.key_impl for leaf in plan.leaves if leaf.key_impl is not None}
     return ArrayMetadatas(
         arrays=tuple(
-            ArrayMetadata(param_name=name, write_shape=ws, chunk_shape=cs, ext_metadata=None)
+            ArrayMetadata(
+                param_name=name,
+                write_shape=ws,
+                chunk_shape=cs,
+                ext_metadata={"random_key_impl": impls[name]} if name in impls else None,
+            )
             for name, (ws, cs, _) in plan.jax_meta.items()
         )
     ).to_bytes()

@@ -51,6 +51,7 @@ class OckptAdapter:
                 "jax",
             ],
             "multiprocess": True,
+            "typed_keys": True,
             "errors": "ockpt",
         }
         writes: dict[str, Any] = {

@@ -7,10 +7,14 @@ list, a NamedTuple as a dict and an int key as its text; a Python scalar may com
 numpy scalar of its stored dtype (bool, int64, float64). In both modes a numpy scalar may come
 back as a Python scalar of the same value (an API choice of Orbax, not a format matter).
 Arrays compare dtype, shape and bytes; jax.Arrays are compared through their host value.
+A typed PRNG key of the record (an object with `impl` and `data`) must come back as a key of
+that implementation with equal key data: a jax key array, or any object with `impl` and
+`data` (spec loading §4.3).
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy as np
@@ -26,6 +30,22 @@ def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
 
 def _is_array(x: Any) -> bool:
     return hasattr(x, "shape") and hasattr(x, "dtype") and not isinstance(x, np.generic)
+
+
+def _is_key(x: Any) -> bool:
+    """A typed PRNG key as records and host readers hold one: `impl` and `data`."""
+    return isinstance(getattr(x, "impl", None), str) and _is_array(getattr(x, "data", None))
+
+
+def _key_parts(x: Any) -> tuple[str | None, Any]:
+    """(implementation, key data) of a loaded key; (None, x) for anything else."""
+    if _is_key(x):
+        return x.impl, np.asarray(x.data)
+    jax = sys.modules.get("jax")  # a jax key array can only come from a caller that has jax
+    if jax is not None and isinstance(x, jax.Array):
+        if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+            return str(jax.random.key_impl(x)), np.asarray(jax.random.key_data(x))
+    return None, x
 
 
 def _is_namedtuple(x: Any) -> bool:
@@ -54,6 +74,14 @@ def _walk(got: Any, want: Any, strict: bool, where: str, out: list[str], zd: boo
         return
     if zd and isinstance(got, np.ndarray) and got.ndim == 0 and not _is_array(want):
         got = got[()]
+    if _is_key(want):
+        impl, data = _key_parts(got)
+        if impl != want.impl:
+            what = f"a {impl} key" if impl else type(got).__name__
+            return _fail(out, where, f"expected a {want.impl} key, got {what}")
+        if not same_bits(data, np.asarray(want.data)):
+            _fail(out, where, "key data differ")
+        return
     if _is_namedtuple(want):
         if _is_namedtuple(got) and type(got).__name__ == type(want).__name__:
             got = got._asdict()

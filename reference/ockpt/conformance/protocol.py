@@ -15,6 +15,7 @@ Capabilities are plain data::
         "options": ["partial", "placeholder", "pad_or_truncate",
                     "cast:checked", "cast:lossy", "jax"],
         "multiprocess": True,                   # checkpoints saved by several processes
+        "typed_keys": True,                     # typed PRNG keys come back as keys
         "errors": "ockpt",                      # raises ockpt's error classes (bad corpus)
       },
       "writes": {

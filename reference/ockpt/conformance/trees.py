@@ -198,3 +198,26 @@ def tree_dtypes(tree: Any) -> set[str]:
 
     walk(tree)
     return out
+
+
+def leaves(tree: Any) -> list[Any]:
+    """The leaves of nested dicts, lists and tuples (NamedTuples included)."""
+    if isinstance(tree, dict):
+        return [leaf for v in tree.values() for leaf in leaves(v)]
+    if isinstance(tree, (list, tuple)):
+        return [leaf for v in tree for leaf in leaves(v)]
+    return [tree]
+
+
+def keys_as_data(tree: Any) -> Any:
+    """`tree` with each typed PRNG key (an object with `impl` and `data`) replaced by its uint32
+    key data: the target under which every reader gives a key's raw data back."""
+    if isinstance(tree, dict):
+        return type(tree)({k: keys_as_data(v) for k, v in tree.items()})
+    if isinstance(tree, tuple) and hasattr(type(tree), "_fields"):
+        return type(tree)(*(keys_as_data(v) for v in tree))
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(keys_as_data(v) for v in tree)
+    if isinstance(getattr(tree, "impl", None), str) and hasattr(tree, "data"):
+        return np.asarray(tree.data)
+    return tree

@@ -270,9 +270,14 @@ def parse_json(
     pointer: str = "",
     max_bytes: int = MAX_DOCUMENT_BYTES,
     streamed: Mapping[str, Callable[[str, Any], Any]] | None = None,
+    constants: bool = False,
 ) -> Any:
     """Parse one JSON document strictly; every failure is a `DocumentError` naming `file` (and
     `pointer`, for JSON nested as a string inside another document).
+
+    `constants` accepts ``NaN``, ``Infinity`` and ``-Infinity`` (the user JSON of a JSON item,
+    which Python's `json` writes; spec/checkpointables.md §3); it does not combine with
+    `streamed`.
 
     `streamed` maps top-level member names to ``f(key, value)``: each value of such a member
     (when it is an object) is replaced by what `f` returns as soon as it is parsed, so the
@@ -299,7 +304,7 @@ def parse_json(
             value = json.loads(
                 text,
                 object_pairs_hook=_pairs,
-                parse_constant=_no_constant,
+                parse_constant=float if constants else _no_constant,
                 parse_float=_finite_float,
             )
     except _DuplicateKey as e:

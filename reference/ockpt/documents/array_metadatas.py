@@ -1,4 +1,4 @@
-"""`array_metadatas/process_<N>`: per-process records of how each array was written (0.11+)."""
+"""`array_metadatas/process_<N>`: per-process records of how each array was written (0.11.9+)."""
 
 from __future__ import annotations
 
@@ -17,11 +17,16 @@ from ._json import (
     require,
 )
 
-__all__ = ["ArrayMetadata", "ArrayMetadatas", "process_index"]
+__all__ = ["ArrayMetadata", "ArrayMetadatas", "RANDOM_KEY_MARKER", "process_index"]
 
 #: the document's one field, named like its directory
 _LIST_KEY = "array_metadatas"
 _LIST_POINTER = "/" + _LIST_KEY
+
+
+#: the `ext_metadata` key that marks a typed PRNG key array, as bytes: a document without it
+#: records no key and need not be parsed to find one
+RANDOM_KEY_MARKER = b'"random_key_impl"'
 
 
 def process_index(file_name: str) -> int | None:

@@ -16,13 +16,14 @@ The package is divided by job: `item` (one opened item and its saved tree, `save
 `metadata` (`pytree_metadata`), `load` (planning and loading) and `lazy` (`open`).
 """
 
-from .lazy import Checkpoint, LazyArray, open
+from .lazy import Checkpoint, LazyArray, Subtree, open
 from .load import CastPolicy, load_pytree
 from .metadata import LeafMetadata, pytree_metadata
 
 __all__ = [
     "LeafMetadata",
     "Checkpoint",
+    "Subtree",
     "LazyArray",
     "CastPolicy",
     "pytree_metadata",

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from .. import engines
-from ..documents.array_metadatas import ArrayMetadatas, process_index
+from ..documents.array_metadatas import RANDOM_KEY_MARKER, ArrayMetadatas, process_index
 from ..documents.metadata import MetadataDocument
 from ..documents.sharding import ShardingDocument, ShardingSpec
 from ..documents.strings import StringsDocument
@@ -110,6 +110,7 @@ class OpenedItem:
             missing_chunks_are_errors=strict,
         )
         self._arrays: dict[str, engines.StoredArray] = {}
+        self._key_impls: dict[str, str] | None = None
 
     # -- the saved tree --------------------------------------------------------------------
 
@@ -178,7 +179,10 @@ class OpenedItem:
             return {}
         return ShardingDocument.from_bytes(data, file=self.location.file(SHARDING_FILE)).shardings
 
-    def array_metadatas(self) -> dict[str, Any]:
+    def array_metadatas(self, *, marker: bytes | None = None) -> dict[str, Any]:
+        """Param name -> `ArrayMetadata` of `array_metadatas/process_<N>` (the lowest N first).
+        With `marker`, a document whose bytes lack it (and hold no ``\\u`` escape that could
+        spell it) is skipped unparsed."""
         out: dict[str, Any] = {}
         sub = self.location.join(ARRAY_METADATAS_DIR)
         listing = sub.listdir(context=self.context)  # a FIFO or directory is refused when read
@@ -187,11 +191,24 @@ class OpenedItem:
             if process_index(name) is None:
                 continue
             data = sub.read(name, context=self.context)
-            if data is not None:
+            if data is not None and (marker is None or marker in data or b"\\u" in data):
                 doc = ArrayMetadatas.from_bytes(data, file=sub.file(name))
                 for a in doc.arrays:
                     out.setdefault(a.param_name, a)
         return out
+
+    def random_key_impls(self) -> Mapping[str, str]:
+        """Param name -> PRNG implementation of each typed key array (`array_metadatas`'
+        `ext_metadata.random_key_impl`, 0.11.9+); empty for items without `_METADATA`."""
+        if self._key_impls is None:
+            found = {} if self.doc is None else self.array_metadatas(marker=RANDOM_KEY_MARKER)
+            self._key_impls = {
+                name: a.random_key_impl
+                for name, a in found.items()
+                if a.random_key_impl is not None
+                and getattr(self.leaves.get(name), "source", None) == "array"
+            }
+        return self._key_impls
 
     def arrays(self, names: list[str]) -> dict[str, engines.StoredArray]:
         """The named arrays, opened together and kept for the item's lifetime."""

@@ -3,24 +3,25 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .. import engines
-from ..errors import MissingDataError, OckptError
+from .. import _jax, engines, random_keys
+from ..errors import LeafNameError, MissingDataError, OckptError
 from ..layout import Resolved
 from ..limits import check_allocation
+from ..paths import leaf_name, param_name, resolve_name
 
 if TYPE_CHECKING:
     import tensorstore as ts
-from ..saved_tree import SavedLeaf
+from ..saved_tree import EMPTY_VALUES, Empty, SavedLeaf, entries, node_at
 from .item import OpenedItem
 from .load import CastPolicy, load_item
 from .metadata import metadata_tree
 
-__all__ = ["Checkpoint", "LazyArray", "open"]
+__all__ = ["Checkpoint", "Subtree", "LazyArray", "open"]
 
 # ---------------------------------------------------------------------------------------------
 # Lazy access.
@@ -100,12 +101,23 @@ def _normalize_index(index: Any, shape: tuple[int, ...]) -> tuple[tuple[Any, ...
 
 
 class LazyArray:
-    """One stored leaf, read on demand: ``lazy[10:20, :]`` reads only the chunks it touches."""
+    """One stored leaf, read on demand: ``lazy[10:20, :]`` reads only the chunks it touches.
 
-    def __init__(self, leaf: SavedLeaf, array: engines.StoredArray | None, inline: Any = None):
+    A typed PRNG key leaf has `random_key_impl`; its `shape`, `dtype` and slices are those of
+    the stored uint32 key data, and `read()` gives the key as `load_pytree` does.
+    """
+
+    def __init__(
+        self,
+        leaf: SavedLeaf,
+        array: engines.StoredArray | None,
+        inline: Any = None,
+        random_key_impl: str | None = None,
+    ):
         self._leaf = leaf
         self._array = array
         self._inline = None if array is not None else np.asarray(inline)
+        self.random_key_impl = random_key_impl
 
     param_name = property(lambda self: self._leaf.param_name)
     value_type = property(lambda self: self._leaf.value_type)
@@ -172,8 +184,19 @@ class LazyArray:
         return data[()] if data.ndim == 0 else data
 
     def read(self) -> Any:
-        """The whole leaf (a numpy scalar for a saved scalar)."""
+        """The whole leaf (a numpy scalar for a saved scalar; a typed key for a key, LOAD-025)."""
         value = self[...]
+        if self.random_key_impl is not None:
+            assert self._array is not None  # keys are arrays of the store
+            random_keys.key_shape(
+                self.random_key_impl,
+                self.shape,
+                self.dtype,
+                file=self._array.file,
+                leaf=self.param_name,
+            )
+            key = random_keys.RandomKey(self.random_key_impl, np.asarray(value))
+            return key.to_jax() if _jax.jax_loaded() else key
         return value if self.value_type != "scalar" else np.asarray(value)[()]
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
@@ -181,16 +204,160 @@ class LazyArray:
         return data if dtype is None else data.astype(dtype)
 
 
-class Checkpoint:
-    """A lazily read pytree item, from `ockpt.open`.
+class Subtree:
+    """A subtree of a lazily read checkpoint, from ``ckpt[name]`` where `name` names an inner
+    node: a read-only mapping from the leaf names of its leaves, relative to it, to their lazy
+    values. It reads no array bytes until a leaf is sliced or read.
 
-    `keys()` gives the param names of the leaves; ``ckpt[name]`` a `LazyArray` (a str for a
-    string leaf); `metadata` the `pytree_metadata` tree; `load(...)` is `load_pytree`.
+    ``sub[name]`` takes what ``ckpt[name]`` takes, relative to the subtree: a leaf name
+    (``"dense/kernel"``), a param name (``"dense.kernel"``) or a tuple of keys
+    (``("dense", "kernel")``); it gives a `LazyArray` (a str for a string leaf, a value kept
+    in the msgpack file as it is, the empty container or None of an empty node) or, for an
+    inner node, its `Subtree`. `keys()` lists the subtree's leaves (not its empty nodes);
+    ``name in sub`` says whether ``sub[name]`` finds something. `metadata` is the subtree of
+    `pytree_metadata`; `load(...)` is `load_pytree` restricted to the subtree.
+    """
+
+    def __init__(self, checkpoint: Checkpoint, texts: tuple[str, ...], node: Any) -> None:
+        self._checkpoint = checkpoint
+        self._texts = texts
+        self._node = node
+        self._leaves: list[tuple[tuple[str, ...], SavedLeaf]] | None = None
+        self._param_names: dict[str, tuple[str, ...]] | None = None
+
+    @property
+    def name(self) -> str:
+        """The leaf name of the subtree's root (``""`` for the whole checkpoint)."""
+        return leaf_name(self._texts)
+
+    @property
+    def key_path(self) -> tuple[str, ...]:
+        """The key texts from the checkpoint's root to the subtree's root."""
+        return self._texts
+
+    def _saved_leaves(self) -> list[tuple[tuple[str, ...], SavedLeaf]]:
+        if self._leaves is None:
+            self._leaves = [
+                (rel, leaf) for rel, leaf in entries(self._node) if isinstance(leaf, SavedLeaf)
+            ]
+        return self._leaves
+
+    def _by_param_name(self) -> Mapping[str, tuple[str, ...]]:
+        """Relative param names of the leaves; at the root also the param names the leaves
+        are stored under (a legacy placeholder's may differ)."""
+        if self._param_names is None:
+            names = {param_name(rel): rel for rel, _ in self._saved_leaves()}
+            if not self._texts:
+                for rel, leaf in self._saved_leaves():
+                    names.setdefault(leaf.param_name, rel)
+            self._param_names = names
+        return self._param_names
+
+    def find(self, name: str | int | Sequence[Any]) -> tuple[str, ...]:
+        """The key texts, relative to the subtree, of the leaf or node `name` denotes
+        (spec/key-paths.md §7.3); `LeafNameError` when it denotes nothing."""
+        try:
+            return resolve_name(
+                name,
+                exists=lambda rel: node_at(self._node, rel) is not None,
+                param_names=self._by_param_name,
+                names=self.keys,
+                file=self._checkpoint.path,
+            )
+        except LeafNameError as e:
+            if not self._texts:
+                raise
+            raise LeafNameError(
+                f"{e.message} (in the subtree {self.name!r})",
+                rule=e.rule,
+                name=e.name,
+                file=e.file,
+                close=e.close,
+            ) from None
+
+    def keys(self) -> list[str]:
+        """The leaf names of the leaves, relative to the subtree, in the saved order."""
+        return [leaf_name(rel) for rel, _ in self._saved_leaves()]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.keys())
+
+    def __len__(self) -> int:
+        return len(self._saved_leaves())
+
+    def __contains__(self, name: object) -> bool:
+        try:
+            self.find(name)  # type: ignore[arg-type]
+        except (LeafNameError, TypeError):
+            return False
+        return True
+
+    def __getitem__(self, name: str | int | Sequence[Any]) -> Any:
+        rel = self.find(name)
+        return self._checkpoint._value_at(self._texts + rel)
+
+    def get(self, name: str | int | Sequence[Any], default: Any = None) -> Any:
+        """``self[name]``, or `default` when it names nothing."""
+        try:
+            return self[name]
+        except LeafNameError:
+            return default
+
+    def items(self) -> list[tuple[str, Any]]:
+        """(relative leaf name, lazy value) of every leaf."""
+        return [(leaf_name(rel), self[rel]) for rel, _ in self._saved_leaves()]
+
+    def values(self) -> list[Any]:
+        """The lazy value of every leaf."""
+        return [value for _, value in self.items()]
+
+    @property
+    def metadata(self) -> Any:
+        """`pytree_metadata` of the subtree (computed once for the whole checkpoint)."""
+        node = self._checkpoint.metadata
+        for t in self._texts:
+            node = node[int(t)] if isinstance(node, list) else node[t]
+        return node
+
+    def load(
+        self,
+        target: Any = None,
+        *,
+        partial: bool = False,
+        cast: CastPolicy = "exact",
+        pad_or_truncate: bool = False,
+        max_in_flight: int = engines.DEFAULT_MAX_IN_FLIGHT,
+    ) -> Any:
+        """`load_pytree` of the subtree (same options; a target has the subtree's
+        structure)."""
+        return load_item(
+            self._checkpoint._item,
+            target,
+            partial=partial,
+            cast=cast,
+            pad_or_truncate=pad_or_truncate,
+            max_in_flight=max_in_flight,
+            at=self._texts,
+        )
+
+    def __repr__(self) -> str:
+        return f"Subtree({self.name!r}, {len(self)} leaves)"
+
+
+class Checkpoint(Subtree):
+    """A lazily read pytree item, from `ockpt.open`: the `Subtree` of its whole tree.
+
+    `keys()` gives the leaf names of the leaves (spec/key-paths.md §7); ``ckpt[name]`` takes a
+    leaf name (``"params/dense/kernel"``), a param name (``"params.dense.kernel"``) or a tuple
+    of keys (``ckpt["params", "dense", "kernel"]``) and gives a `LazyArray` (a str for a
+    string leaf) or, for an inner node (``ckpt["params"]``), a lazy `Subtree`; `metadata` is
+    the `pytree_metadata` tree; `load(...)` is `load_pytree`.
     """
 
     def __init__(self, item: OpenedItem) -> None:
         self._item = item
         self._metadata: Any = None
+        super().__init__(self, (), item.tree)
 
     @property
     def path(self) -> str:
@@ -203,57 +370,35 @@ class Checkpoint:
 
     @property
     def metadata(self) -> Any:
+        """`pytree_metadata` of the checkpoint (computed on first use)."""
         if self._metadata is None:
             self._metadata = metadata_tree(self._item)
         return self._metadata
 
-    def keys(self) -> list[str]:
-        return list(self._item.leaves)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.keys())
-
-    def __len__(self) -> int:
-        return len(self._item.leaves)
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._item.leaves
-
-    def __getitem__(self, name: str) -> Any:
-        leaf = self._item.leaves.get(name)
-        if leaf is None:
-            raise MissingDataError(
-                f"no leaf with param name {name!r}", rule="LOAD-001", file=self._item.metadata_file
-            )
-        if leaf.source == "string":
-            return self._item.strings(leaf)
-        if leaf.source == "inline":
-            if isinstance(leaf.inline, (str, bytes)):
-                return leaf.inline
-            return LazyArray(leaf, None, leaf.inline)
-        return LazyArray(leaf, self._item.arrays([name])[name])
-
-    def load(
-        self,
-        target: Any = None,
-        *,
-        partial: bool = False,
-        cast: CastPolicy = "exact",
-        pad_or_truncate: bool = False,
-        max_in_flight: int = engines.DEFAULT_MAX_IN_FLIGHT,
-    ) -> Any:
-        """`load_pytree` of this checkpoint (same options)."""
-        return load_item(
-            self._item,
-            target,
-            partial=partial,
-            cast=cast,
-            pad_or_truncate=pad_or_truncate,
-            max_in_flight=max_in_flight,
-        )
+    def _value_at(self, texts: tuple[str, ...]) -> Any:
+        """The lazy value at the key texts `texts` (which exist): a `LazyArray`, a str, an
+        inline value, an empty container or None, or a `Subtree`."""
+        node = node_at(self._item.tree, texts)
+        assert node is not None, texts
+        if isinstance(node, Empty):
+            return EMPTY_VALUES[node.node]()
+        if not isinstance(node, SavedLeaf):
+            return Subtree(self, texts, node)
+        if node.source == "string":
+            return self._item.strings(node)
+        if node.source == "inline":
+            if isinstance(node.inline, (str, bytes)):
+                return node.inline
+            return LazyArray(node, None, node.inline)
+        name = node.param_name
+        impl = self._item.random_key_impls().get(name)
+        return LazyArray(node, self._item.arrays([name])[name], random_key_impl=impl)
 
     def close(self) -> None:
         self._item._arrays.clear()
+
+    def __repr__(self) -> str:
+        return f"Checkpoint({self.path!r}, {len(self)} leaves)"
 
     def __enter__(self) -> Checkpoint:
         return self

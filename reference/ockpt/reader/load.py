@@ -12,14 +12,14 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from .. import _jax, dtypes, engines
+from .. import _jax, dtypes, engines, random_keys
 from ..errors import TargetError
 from ..limits import check_allocation
 from ..paths import EmptyNode, KeyType, param_name
 
 if TYPE_CHECKING:
     import tensorstore as ts
-from ..saved_tree import EMPTY_VALUES, Empty, Node, SavedLeaf, leaves, ordered
+from ..saved_tree import EMPTY_VALUES, Empty, Node, SavedLeaf, leaves, node_at, ordered
 from .item import OpenedItem
 
 __all__ = ["CastPolicy", "CAST_POLICIES", "load_pytree", "load_item"]
@@ -43,6 +43,7 @@ class _Job:
     dtype: np.dtype | None = None
     sharding: Any = None
     pytype: type | None = None
+    key_impl: str | None = None  # a typed PRNG key of this implementation (LOAD-025)
 
 
 def _const(value: Any) -> _Builder:
@@ -80,7 +81,8 @@ class _Planner:
 
     def as_saved(self, saved: Any) -> _Builder:
         if isinstance(saved, SavedLeaf):
-            return self._job(_Job(saved, "as_saved"))
+            impl = self.item.random_key_impls().get(saved.param_name)
+            return self._job(_Job(saved, "as_saved", key_impl=impl))
         if isinstance(saved, Empty):
             make = EMPTY_VALUES[saved.node]
             return lambda results: make()
@@ -133,6 +135,33 @@ class _Planner:
             )
         return self._job(self._leaf_job(target, saved))
 
+    def _key_job(self, leaf: SavedLeaf, shape: tuple[int, ...], impl: str, sharding: Any) -> _Job:
+        """A typed-key target: its key data, placed so that no key is split (LOAD-025)."""
+        file = self.item.metadata_file
+        self._check_key_impl(leaf, impl)
+        data = random_keys.key_data_shape(impl, file=file, leaf=leaf.param_name)
+        placed = _jax.key_data_sharding(sharding, len(shape), len(data))
+        if placed is None:
+            raise TargetError(
+                f"a typed-key target placed with {type(sharding).__name__} (use a NamedSharding "
+                "or a single device)",
+                rule="LOAD-025",
+                file=file,
+                leaf=leaf.param_name,
+            )
+        return _Job(leaf, "jax", shape + data, random_keys.KEY_DTYPE, placed, key_impl=impl)
+
+    def _check_key_impl(self, leaf: SavedLeaf, impl: str) -> None:
+        """A key target of another implementation than the one recorded is refused."""
+        saved = self.item.random_key_impls().get(leaf.param_name)
+        if saved is not None and saved != impl:
+            raise TargetError(
+                f"the checkpoint holds {saved} keys; the target asks for {impl} keys",
+                rule="LOAD-025",
+                file=self.item.metadata_file,
+                leaf=leaf.param_name,
+            )
+
     def _shape_error(self, saved: SavedLeaf, what: str) -> None:
         raise TargetError(
             f"the target has {what} where the checkpoint has a leaf",
@@ -183,6 +212,13 @@ class _Planner:
             return _Job(leaf, "np_scalar", (), target.dtype)
         if type(target) in _PY_SCALARS:
             return _Job(leaf, "py_scalar", (), _PY_SCALARS[type(target)], pytype=type(target))
+        if isinstance(target, random_keys.RandomKey):  # a key as host data (LOAD-025)
+            self._check_key_impl(leaf, target.impl)
+            shape = tuple(target.data.shape)
+            return _Job(leaf, "numpy", shape, random_keys.KEY_DTYPE, key_impl=target.impl)
+        key = _jax.key_target(target)
+        if key is not None:
+            return self._key_job(leaf, *key)
         if _jax.is_array_target(target):
             shape, dtype, sharding = _jax.target_spec(target)
             return _Job(leaf, "jax", shape, dtype, sharding)
@@ -248,6 +284,10 @@ def _check_job(
 
 
 def _final(job: _Job, value: Any) -> Any:
+    if job.key_impl is not None:  # LOAD-025: a typed key where jax is loaded, else RandomKey
+        if job.want == "jax" or (job.want == "as_saved" and _jax.jax_loaded()):
+            return _jax.wrap_key(value, job.key_impl)
+        return random_keys.RandomKey(job.key_impl, value)
     if job.want == "as_saved":
         # a msgpack placeholder without _METADATA (value_type "array") stays a 0-d array: nothing
         # says it was a scalar (LOAD-044)
@@ -303,7 +343,8 @@ class _Loader:
                 placed[device] = _jax.to_device(host, device)
             del host, data
             if len(placed) == pending[index]["count"]:
-                self.results[index] = _jax.assemble(job.shape, job.sharding, placed)
+                whole = _jax.assemble(job.shape, job.sharding, placed)
+                self.results[index] = _final(job, whole)
                 del pending[index]
         return self.results
 
@@ -332,6 +373,14 @@ class _Loader:
                 continue
             array = open_array(job.leaf.param_name)
             check(job, array.shape, array.dtype)  # as saved: sets the job's shape and dtype
+            if job.key_impl is not None:  # the stored array must be this key's data (ARRM-002)
+                random_keys.key_shape(
+                    job.key_impl,
+                    array.shape,
+                    array.dtype,
+                    file=array.file,
+                    leaf=job.leaf.param_name,
+                )
             read_dtype = job.dtype if self.cast == "exact" or job.dtype == array.dtype else None
             assert job.shape is not None and job.dtype is not None
             by_box: dict[Any, list[Any] | None] = {_box_of(job.shape): None}
@@ -447,14 +496,17 @@ def load_item(
     cast: str,
     pad_or_truncate: bool,
     max_in_flight: int,
+    at: tuple[str, ...] = (),
 ) -> Any:
+    """Load the item, or only its subtree at the key texts `at` (the caller checks it exists)."""
     if cast not in CAST_POLICIES:
         raise ValueError(f"cast must be one of {CAST_POLICIES}, got {cast!r}")
     planner = _Planner(item, partial=partial)
+    saved = node_at(item.tree, at)
     if target is None:
-        build = planner.as_saved(item.tree)
+        build = planner.as_saved(saved)
     else:
-        build = planner.plan(target, item.tree, ())
+        build = planner.plan(target, saved, at)
         _check_structure(planner, item)
     results = _Loader(
         item,
@@ -489,6 +541,12 @@ def load_pytree(
     dtype), a numpy or Python scalar, str, jax.ShapeDtypeStruct (optionally with a sharding)
     or jax.Array (built shard by shard on the target's sharding, reading only what each
     addressable shard needs), or ``...`` to skip the leaf (no bytes read).
+
+    Typed PRNG keys (spec loading §4.3): without a target a key leaf comes back as a jax key
+    array of its recorded implementation where jax is imported, else as a `RandomKey`
+    (implementation and uint32 key data); a typed-key target (``jax.eval_shape`` gives one)
+    loads on its sharding, a `RandomKey` target as a `RandomKey`, a uint32 array target as
+    the raw key data.
 
     Options: `partial` allows a target holding a subset of the saved leaves; `cast` is
     ``"exact"`` (only casts that keep every value), ``"checked"`` (lossy casts allowed when

@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .. import random_keys
 from ..documents.sharding import ShardingSpec
-from ..errors import OckptError
+from ..errors import OckptError, UnsupportedError
 from ..paths import KeyType
 
 if TYPE_CHECKING:
@@ -32,6 +33,10 @@ class LeafMetadata:
     msgpack file). `dtype` is what `load_pytree` gives without a target; `storage_dtype` the
     element type of the stored zarr array. `chunk_shape` is the zarr chunk grid (None for
     strings and inline values). `sharding` is the saved `_sharding` entry, as data.
+    A typed PRNG key array has `random_key_impl` (``threefry2x32``, ``rbg``, ``unsafe_rbg``)
+    and `key_shape`, the key array's shape; `shape` and `dtype` are those of its stored
+    ``uint32`` key data (LOAD-025). `key_shape` is None for an implementation ockpt does
+    not know.
     """
 
     path: tuple[str, ...]
@@ -44,6 +49,8 @@ class LeafMetadata:
     nbytes: int
     sharding: ShardingSpec | None = None
     write_shape: tuple[int, ...] | None = None
+    random_key_impl: str | None = None
+    key_shape: tuple[int, ...] | None = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -61,6 +68,15 @@ def _leaf_metadata(
     ws = getattr(written.get(leaf.param_name), "write_shape", None)
     if leaf.source == "array":
         a = open_array(leaf.param_name)
+        impl = item.random_key_impls().get(leaf.param_name)
+        key = None
+        if impl is not None:
+            try:
+                key = random_keys.key_shape(
+                    impl, a.shape, a.dtype, file=a.file, leaf=leaf.param_name
+                )
+            except UnsupportedError:
+                pass  # an implementation outside the table: named, its key shape unknown
         return LeafMetadata(
             leaf.path,
             leaf.param_name,
@@ -72,6 +88,8 @@ def _leaf_metadata(
             a.nbytes,
             sharding,
             ws,
+            impl,
+            key,
         )
     if leaf.source == "string":
         text = item.strings(leaf)
