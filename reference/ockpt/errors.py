@@ -45,11 +45,8 @@ def _where(message: str, file: str | None, rule: str | None) -> str:
     return f"{text} [{rule}]" if rule else text
 
 
-class NotACheckpointError(OckptError, FileNotFoundError):
-    """The path does not hold an Orbax checkpoint (or the part of one that was asked for).
-
-    Attributes: `rule` (spec rule id, e.g. ``LOAD-053``), `file` (the path), `message`.
-    """
+class _FileError(OckptError):
+    """An error about one file or path as a whole: `message`, `rule`, `file`."""
 
     def __init__(self, message: str, *, rule: str | None = None, file: object = None) -> None:
         self.message = message
@@ -59,6 +56,13 @@ class NotACheckpointError(OckptError, FileNotFoundError):
 
     def __str__(self) -> str:
         return _where(self.message, self.file, self.rule)
+
+
+class NotACheckpointError(_FileError, FileNotFoundError):
+    """The path does not hold an Orbax checkpoint (or the part of one that was asked for).
+
+    Attributes: `rule` (spec rule id, e.g. ``LOAD-053``), `file` (the path), `message`.
+    """
 
 
 class PathNotFoundError(NotACheckpointError):
@@ -149,20 +153,11 @@ class MissingDataError(FormatError, KeyError):
         return self._render()
 
 
-class UnsupportedError(OckptError, NotImplementedError):
+class UnsupportedError(_FileError, NotImplementedError):
     """Valid input that this implementation does not (yet) handle.
 
     Attributes: `rule` (the spec rule id that says so, or None), `file`, `message`.
     """
-
-    def __init__(self, message: str, *, rule: str | None = None, file: object = None) -> None:
-        self.message = message
-        self.rule = rule
-        self.file = None if file is None else str(file)
-        super().__init__(_where(message, self.file, rule))
-
-    def __str__(self) -> str:
-        return _where(self.message, self.file, self.rule)
 
 
 class WriteConflictError(OckptError):
