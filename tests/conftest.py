@@ -31,6 +31,19 @@ def fixture_cases(release: str | None = None) -> list[Path]:
     return sorted(p.parent for s in sets for p in FIXTURES.glob(f"{s}/*/expected.json"))
 
 
+#: Bare OCDBT database fixture sets, written by tensorstore's ocdbt driver (no checkpoint around
+#: them, so not in FIXTURE_SETS): `<set>/<case>/database/` and `expected-ocdbt.json`
+#: (fixtures/_record_ocdbt.py, fixtures/generate_ocdbt.py).
+DATABASE_SETS = ("tensorstore-*",)
+
+
+def database_cases() -> list[Path]:
+    """Every bare OCDBT database case directory (`fixtures/tensorstore-<version>/<case>/`)."""
+    return sorted(
+        p.parent for s in DATABASE_SETS for p in FIXTURES.glob(f"{s}/*/expected-ocdbt.json")
+    )
+
+
 def flat_leaves(tree, path=()):  # type: ignore[no-untyped-def]
     """(key path, leaf) for every leaf of nested dicts, lists and tuples."""
     if isinstance(tree, dict):
@@ -54,14 +67,14 @@ def _host(value):  # type: ignore[no-untyped-def]
     return np.asarray(value)
 
 
-def assert_backends_agree(checkpoint: Path) -> None:
+def assert_backends_agree(checkpoint: Path, **kw) -> None:  # type: ignore[no-untyped-def]
     """`load_pytree` with backend="python" returns what backend="tensorstore" does: the same
-    leaves, types, dtypes, shapes and bytes."""
+    leaves, types, dtypes, shapes and bytes. `kw`: more arguments of both loads (`item=`)."""
 
     import ockpt
 
-    a = dict(flat_leaves(ockpt.load_pytree(checkpoint, backend="tensorstore")))
-    b = dict(flat_leaves(ockpt.load_pytree(checkpoint, backend="python")))
+    a = dict(flat_leaves(ockpt.load_pytree(checkpoint, backend="tensorstore", **kw)))
+    b = dict(flat_leaves(ockpt.load_pytree(checkpoint, backend="python", **kw)))
     assert a.keys() == b.keys()
     for k in a:
         x, y = _host(a[k]), _host(b[k])
@@ -103,3 +116,17 @@ def tmp_copy(tmp_path: Path):
         return dst
 
     return copy
+
+
+def assert_case_backends_agree(case: Path) -> None:
+    """`assert_backends_agree` on a golden case: on each pytree item of a v1 checkpoint that
+    has no state/ or pytree/ to choose without a name (LOAD-051), else on the checkpoint."""
+    from _record import load_expected
+
+    record = load_expected(case)
+    items = set(record["items"])
+    if record["layout"]["kind"] == "v1" and not items & {"state", "pytree"} and len(items) > 1:
+        for name in sorted(items):
+            assert_backends_agree(case / "checkpoint", item=name)
+    else:
+        assert_backends_agree(case / "checkpoint")

@@ -45,7 +45,12 @@ OPENS_ALLOWED = {
     ("limits.py", "_system_file"): "the system's /proc and cgroup memory figures",
     ("conformance/cli.py", "run_command"): "the suite's report file",
     ("conformance/runner.py", "_Runner._spawn"): "the suite's own pipes to its worker",
-    ("conformance/runner.py", "_Runner.start_bad_corpus"): "the fixtures' expected.json",
+    ("conformance/fixture_cases.py", "bad_cases"): "the fixtures' bad/expected.json",
+    ("conformance/command.py", "output_schema"): "the package's own JSON Schema",
+    ("conformance/command.py", "CommandAdapter.from_spec"): "the user's capabilities file",
+    ("conformance/command.py", "CommandAdapter._json"): "what a command reader wrote into {out}",
+    ("conformance/export.py", "_schema_text"): "the package's own JSON Schemas",
+    ("conformance/export.py", "spec_version"): "the spec's README, for its version",
     ("convert.py", "_memmap"): "maps a file opened through kv.files (`_open`)",
 }
 

@@ -236,6 +236,44 @@ def test_placeholders_fixture():
     json.dumps(view, allow_nan=False)
 
 
+@pytest.mark.parametrize(
+    ("release", "case", "expected"),
+    [
+        ("0.3.5", "nested", (b"\x80", b"\x90", b"\xc0")),
+        ("0.4.8", "nested", (b"\x80", b"\x90", b"\xc0")),
+        ("0.5.15", "msgpack_placeholders", (b"\xb8", b"\xb8", b"\xb2")),
+    ],
+)
+def test_empty_containers_and_none_by_release(release, case, expected):
+    """msgpack §2: 0.3.5 and 0.4.8 write an empty dict as an empty map, an empty list as an
+    empty array and None as nil; 0.5.15 writes placeholders for all three; the empty tuple is
+    nil in every release. A reader gives {}, [] and None back."""
+    import ockpt
+
+    case_dir = ROOT / "fixtures" / f"orbax-{release}" / case
+    raw = (case_dir / "checkpoint" / "checkpoint").read_bytes()
+    for key, first_byte in zip(("empty_dict", "empty_list", "none"), expected, strict=True):
+        text = key.encode()
+        at = raw.index(bytes([0xA0 | len(text)]) + text) + 1 + len(text)
+        assert raw[at : at + 1] == first_byte, key  # 80 / 90 / c0, or a str8 / fixstr
+    tree = read_checkpoint_file(case_dir / "checkpoint" / "checkpoint")
+    assert tree["empty_tuple"] is None
+    if release == "0.5.15":
+        assert {tree[k].param_name for k in ("empty_dict", "empty_list", "none")} == {
+            "empty_dict",
+            "empty_list",
+            "none",
+        }
+    else:
+        assert tree["empty_dict"] == {} and isinstance(tree["empty_dict"], dict)
+        assert tree["empty_list"] == [] and isinstance(tree["empty_list"], list)
+        assert tree["none"] is None
+    got = ockpt.load_pytree(case_dir / "checkpoint")
+    assert got["empty_dict"] == {} and type(got["empty_dict"]) is dict
+    assert got["empty_list"] == [] and type(got["empty_list"]) is list
+    assert got["none"] is None and got["empty_tuple"] is None
+
+
 def test_aggregated_fixture():
     case = _case("msgpack_aggregated")
     record = _record.load_expected(case)

@@ -61,29 +61,64 @@ def test_fixture_database_matches_tensorstore(path):
     assert config.compression is not None  # Orbax writes zstd nodes
 
 
+#: Releases whose merged root database carries tensorstore's defaults (ocdbt §9 note 7).
+DEFAULT_CONFIG_ROOTS = ("orbax-0.4.8", "orbax-0.5.15")
+
+
 @pytest.mark.parametrize(
     "path", [p for p in DATABASES if (p / "ocdbt.process_0").is_dir()], ids=short
 )
 def test_merged_root_points_into_process_databases(path):
-    """The root database of an item is a merge. Since 0.12 (Orbax's own config: 1024 inline
-    bytes, 100 MB nodes) out-of-line values resolve through base paths into ocdbt.process_N/;
-    0.5.x used tensorstore's defaults and copied values into the root's d/."""
+    """ocdbt §9 note 7, §10: the root database of an item is a merge. Its out-of-line values
+    larger than the process's max_inline_value_bytes (1024) resolve through base paths into
+    ocdbt.process_N/ in every release; roots of 0.4.8 and 0.5.15 carry tensorstore's defaults
+    (100 inline bytes, 8388608-byte nodes) and write the values of 101 to 1024 bytes, inline in
+    the process, into their own d/; from 0.10.3 (and ockpt) roots carry 1024 and 100000000."""
     db = Database(path)
-    modern = "orbax-0.12" in str(path) or "ockpt-" in str(path)  # ockpt writes 0.12's config
-    if modern:
-        assert db.config.max_inline_value_bytes == 1024
-        assert db.config.max_decoded_node_bytes == 100_000_000
-    bases = set()
+    process = Database(path / "ocdbt.process_0")
+    assert (process.config.max_inline_value_bytes, process.config.max_decoded_node_bytes) == (
+        1024,
+        100_000_000,
+    )
+    old = any(release in str(path) for release in DEFAULT_CONFIG_ROOTS)
+    want = (100, 8_388_608) if old else (1024, 100_000_000)
+    assert (db.config.max_inline_value_bytes, db.config.max_decoded_node_bytes) == want
     for _, entry in db.entries():
         if isinstance(entry.value, fmt.IndirectDataReference):
-            bases.add(entry.value.file_id.base_path)
+            base = entry.value.file_id.base_path
             assert entry.value_length > db.config.max_inline_value_bytes
+            if entry.value_length > process.config.max_inline_value_bytes:
+                assert base.startswith(b"ocdbt.process_") and base.endswith(b"/")
+            else:  # inline in the process, too long for the root: copied into the root's d/
+                assert old and base == b""
         else:
             assert len(entry.value) <= db.config.max_inline_value_bytes
-    if modern:
-        assert all(b.startswith(b"ocdbt.process_") and b.endswith(b"/") for b in bases)
-    else:
-        assert bases <= {b""}
+
+
+@pytest.mark.parametrize("release", ["0.4.8", "0.5.15", "0.10.3", "0.12.8"])
+def test_root_value_placement_by_release(release):
+    """Fixture ocdbt_values (about 25, 520 and 15 000-byte chunks) of four releases: where the
+    root keeps each value (ocdbt §10)."""
+    from conftest import FIXTURES
+
+    path = FIXTURES / f"orbax-{release}" / "ocdbt_values" / "checkpoint"
+    db = Database(path)
+    where = {}
+    for key, entry in db.entries():
+        name = key.split(b"/")[0].decode()
+        if key.endswith(b".zarray"):
+            continue
+        if isinstance(entry.value, fmt.IndirectDataReference):
+            base = entry.value.file_id.base_path.decode()
+            where[name] = base or "d/"
+        else:
+            where[name] = "inline"
+    old = release in ("0.4.8", "0.5.15")
+    assert where == {
+        "small": "inline",
+        "mid": "d/" if old else "inline",
+        "big": "ocdbt.process_0/",
+    }
 
 
 @pytest.mark.parametrize("path", DATABASES[:4], ids=short)

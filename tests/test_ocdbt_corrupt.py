@@ -481,6 +481,47 @@ def test_ocdbt_033_no_root_reads_as_empty(tmp_path):
     assert db.list() == [] and db.get(b"k") is None
 
 
+@pytest.mark.parametrize("path", [b"", b"../outside", b"/abs"])
+def test_ocdbt_023_not_checked_for_an_entry_only_an_empty_tree_names(tmp_path, path):
+    """OCDBT-023 applies to the files a reader opens: the table entry of a generation with an
+    empty tree (OCDBT-033) names none, whatever its path (tensorstore writes it empty)."""
+    config = fmt._config_bytes(_config())
+    table = fmt._encode_table((fmt.DataFileId(b"", path),), b"")
+    body = _one_version(1, offset=2**64 - 1, length=2**64 - 1)
+    (tmp_path / "manifest.ocdbt").write_bytes(_manifest_body(config, table + body))
+    db = Database(tmp_path)
+    assert db.manifest.data_file_table[0].path == path
+    assert db.list() == [] and db.get(b"k") is None
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "orbax-0.3.5/ocdbt/checkpoint",
+        "orbax-0.4.8/aggregated/checkpoint",
+        "orbax-0.4.8/aggregated/checkpoint/ocdbt.process_0",
+        "orbax-0.5.15/msgpack_placeholders/checkpoint/ocdbt.process_0",
+        "ockpt-0.1.0/compression_none/checkpoint/ocdbt.process_0",
+    ],
+)
+def test_ocdbt_023_real_empty_generation_entries(case):
+    """Real databases whose empty generation 1 names a table entry with an empty path, beside
+    `d/...` entries: every key reads (a reader checking every entry as it parses the table
+    would refuse these checkpoints)."""
+    from conftest import FIXTURES
+
+    path = FIXTURES / case
+    m = fmt.decode_manifest((path / "manifest.ocdbt").read_bytes())
+    assert m.data_file_table[0].path == b""
+    assert all(f.path.startswith(b"d/") for f in m.data_file_table[1:])
+    first = m.versions[0]
+    assert first.generation_number == 1 and first.root.location is None
+    assert len(m.versions) >= 2 and m.versions[-1].root.location is not None
+    db = Database(path)
+    keys = db.list()
+    assert keys and all(db.get(k) is not None for k in keys)
+
+
 def _versioned_database(tmp_path):
     from ocdbt_support import write_database
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from jsonschema import Draft202012Validator
 
-from conftest import assert_backends_agree
+from conftest import assert_case_backends_agree
 from ocdbt_support import fixture_items, short
 from ockpt.engines import python as pb
 from ockpt.layout import Storage, detect
@@ -143,7 +143,7 @@ def _loadable_cases():
 
 @pytest.mark.parametrize("case", _loadable_cases(), ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_load_pytree_backend_python_equals_tensorstore(case):
-    assert_backends_agree(case / "checkpoint")
+    assert_case_backends_agree(case)
 
 
 def test_lazy_checkpoint_backend_python():

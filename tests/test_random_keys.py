@@ -257,3 +257,17 @@ def test_convert_names_the_keys_it_writes_as_data(tmp_path: Path) -> None:
     )
     assert out.returncode == 0, out.stderr
     assert "rngs.unsafe_rbg: a typed PRNG key (unsafe_rbg)" in out.stderr
+
+
+def test_a_key_target_over_other_data_is_a_target_error() -> None:
+    """LOAD-025: a typed-key target where the checkpoint holds no key data is the target's
+    fault (a float leaf, an inline msgpack-era leaf), never a cast hint or ARRM-002."""
+    key = jax.eval_shape(lambda: jax.random.key(0))
+    with pytest.raises(ockpt.TargetError) as e:
+        ockpt.load_pytree(FIXTURE, {"params": {"b": key}}, partial=True)
+    assert e.value.rule == "LOAD-025" and "float32" in str(e.value)
+    inline = ROOT / "fixtures" / "orbax-0.5.15" / "msgpack_aggregated" / "checkpoint"
+    two = jax.eval_shape(lambda: jax.random.split(jax.random.key(0), 2))
+    with pytest.raises(ockpt.TargetError) as e:
+        ockpt.load_pytree(inline, {"bfloat16": two}, partial=True, cast="lossy")
+    assert e.value.rule == "LOAD-025"

@@ -407,6 +407,33 @@ def test_v1_older_pytree_name(tmp_path):
     assert_same(ockpt.load_pytree(root), expected_items(case)["state"])
 
 
+def test_v1_without_state_names_its_checkpointables():
+    """LOAD-051: no state/ nor pytree/ and two pytree checkpointables: refused, naming every
+    checkpointable (Orbax 0.12.8 takes `opt_state`, the first by name); each loads by name, all
+    through load_checkpointables."""
+    case = _case("0.12.8", "v1_no_state")
+    ckpt = case / "checkpoint"
+    items = expected_items(case)
+    held = r"\['opt_state', 'params'\]; it holds \['meta', 'opt_state', 'params'\]"
+    with pytest.raises(NotACheckpointError, match=held + r".*load_checkpointables.*LOAD-051"):
+        ockpt.load_pytree(ckpt)
+    for name in ("params", "opt_state"):
+        assert_same(ockpt.load_pytree(ckpt, item=name), items[name])
+    got = ockpt.load_checkpointables(ckpt)
+    assert sorted(got) == ["meta", "opt_state", "params"]
+    assert_same(got["params"], items["params"])
+    assert_same(got["opt_state"], items["opt_state"])
+    from _record import load_expected
+
+    assert got["meta"] == load_expected(case)["json_items"]["meta"]
+
+
+def test_v1_only_pytree_checkpointable():
+    """LOAD-051: one pytree checkpointable (beside a JSON one) is the pytree, as for a step."""
+    case = _case("0.12.8", "v1_one_pytree")
+    assert_same(ockpt.load_pytree(case / "checkpoint"), expected_items(case)["params"])
+
+
 def test_v1_checkpointables_choose_item(tmp_path):
     case = _case("0.12.8", "v1_checkpointables")
     items = expected_items(case)
@@ -426,6 +453,27 @@ def test_msgpack_placeholders_resolve_by_param_name():
     ck = ockpt.open(case / "checkpoint")
     assert "params.w" in ck.keys() or any(k.startswith("params") for k in ck.keys())
     assert_same(ockpt.load_pytree(case / "checkpoint"), expected_items(case)[""])
+
+
+def test_flat_strings_document_in_tree_order(tmp_path):
+    """STR-003, LOAD-043: 0.3.5 writes the flat strings document into the directory of the
+    first string leaf in tree order (a.z; by code point of the whole param names a-b comes
+    first), members in that order; placeholders resolve to strings through it. A reader tries
+    the string leaves in tree order: a second document in a-b/ is never read."""
+    case = _case("0.3.5", "strings_order")
+    ckpt = case / "checkpoint"
+    found = sorted(p.relative_to(ckpt).as_posix() for p in ckpt.rglob("_strings.json"))
+    assert found == ["a.z/_strings.json"]
+    members = list(json.loads((ckpt / "a.z" / "_strings.json").read_text(encoding="utf-8")))
+    assert members == ["a.z", "a-b", "x.0", "x.1", "x.", "\uff5e", "\U0001f600"]
+    assert sorted(members)[0] == "a-b" != members[0]
+    want = expected_items(case)[""]
+    assert_same(ockpt.load_pytree(ckpt), want)
+    root = _copy(case, tmp_path)
+    (root / "a-b").mkdir(exist_ok=True)  # an empty directory: a clone of the fixtures lacks it
+    (root / "a-b" / "_strings.json").write_text(json.dumps(dict.fromkeys(members, "decoy")))
+    got = ockpt.load_pytree(root)
+    assert got["a-b"] == want["a-b"] and got["a"]["z"] == want["a"]["z"]
 
 
 def test_msgpack_without_metadata(tmp_path):

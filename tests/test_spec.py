@@ -16,7 +16,7 @@ from ockpt.rules import RULES
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = ROOT / "spec"
 TESTS = Path(__file__).resolve().parent
-SPEC_VERSION = "1.0.0"
+SPEC_VERSION = "1.1.0"
 
 #: Chapters spec/README.md must link, in reading order.
 CHAPTERS = (

@@ -11,14 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-pytest.importorskip("flax")
-pytest.importorskip("optax")
-
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 import orbax.checkpoint as ocp  # noqa: E402
+import pytest
 
 import _training_run as tr  # noqa: E402  (tests/ is on sys.path under pytest)
 import ockpt  # noqa: E402

@@ -232,13 +232,18 @@ def test_chunk_byte_size_splits_chunks(tmp_path):
 
 
 def test_chunk_shape_for():
-    """WRITE-010: the largest dimension first, by its smallest prime factor."""
+    """WRITE-010: the largest dimension first (the sharded ones before the others), to the
+    next smaller divisor of the slice (tests/test_chunk_subdivision.py: against Orbax)."""
     assert _ts_write.chunk_shape_for((8, 4), 4, None) == (8, 4)
     assert _ts_write.chunk_shape_for((8, 4), 4, 1 << 20) == (8, 4)
     assert _ts_write.chunk_shape_for((8, 4), 4, 32) == (2, 4)
     assert _ts_write.chunk_shape_for((9, 4), 4, 16) == (1, 2)
-    assert _ts_write.chunk_shape_for((7,), 8, 1) == (1,)
-    assert _ts_write.chunk_shape_for((), 8, 1) == ()
+    assert _ts_write.chunk_shape_for((12,), 4, 16) == (4,)
+    assert _ts_write.chunk_shape_for((4, 6), 4, 32, array_shape=(16, 6)) == (1, 6)
+    assert _ts_write.chunk_shape_for((7,), 8, 8) == (1,)
+    assert _ts_write.chunk_shape_for((), 8, 8) == ()
+    with pytest.raises(ValueError, match="WRITE-010"):
+        _ts_write.chunk_shape_for((7,), 8, 1)  # below one element: Orbax refuses it too
 
 
 def test_default_chunk_limit():

@@ -84,51 +84,79 @@ MIN_DEFAULT_CHUNK_BYTES = 1 << 20
 
 
 def chunk_shape_for(
-    write_shape: Sequence[int], itemsize: int, chunk_byte_size: int | None
+    write_shape: Sequence[int],
+    itemsize: int,
+    chunk_byte_size: int | None,
+    *,
+    array_shape: Sequence[int] | None = None,
 ) -> tuple[int, ...]:
-    """The chunk shape of an array written in slices of `write_shape` (WRITE-010).
+    """The chunk shape of an array of `array_shape` written in slices of `write_shape`
+    (WRITE-010), as Orbax 0.12.8 chooses it.
 
-    With a byte limit, dimensions are divided (the largest first, by its smallest prime
-    factor) until a chunk holds at most `chunk_byte_size` bytes or every dimension is 1, so
-    chunk edges stay on slice edges. Without one, the chunk is the write shape, divided the
-    same way to `DEFAULT_MAX_CHUNK_BYTES` when that keeps chunks of a useful size (WRITE-016).
+    With a byte limit, the chunk starts as the slice and, while it holds more than
+    `chunk_byte_size` bytes, one dimension is lowered to the next smaller divisor of the slice's
+    size in that dimension: the largest dimension among those in which the slice is smaller
+    than the array (the sharded ones) while any of them is above 1, then the largest of all;
+    the lowest index on ties. Chunk edges so stay on slice edges. A limit below one element
+    is refused, as Orbax refuses it. Without a limit, the chunk is the slice, divided the same
+    way to `DEFAULT_MAX_CHUNK_BYTES` when that keeps chunks of a useful size (WRITE-016).
+    `array_shape` None: the slice is the whole array (no sharded dimension).
     """
+    whole = tuple(int(n) for n in write_shape)
+    full = whole if array_shape is None else tuple(int(n) for n in array_shape)
     if chunk_byte_size is None:
-        whole = tuple(int(n) for n in write_shape)
         if math.prod(whole) * itemsize <= DEFAULT_MAX_CHUNK_BYTES:
             return whole
-        divided = _divide(whole, itemsize, DEFAULT_MAX_CHUNK_BYTES)
+        divided = _divide(whole, full, itemsize, DEFAULT_MAX_CHUNK_BYTES)
         return divided if math.prod(divided) * itemsize >= MIN_DEFAULT_CHUNK_BYTES else whole
-    return _divide(write_shape, itemsize, chunk_byte_size)
+    if chunk_byte_size < itemsize:
+        raise ValueError(
+            f"chunk_byte_size={chunk_byte_size} is smaller than one {itemsize}-byte element: "
+            "no chunk can hold it (WRITE-010)"
+        )
+    return _divide(whole, full, itemsize, chunk_byte_size)
 
 
 def shard_shape_for(
     write_shape: Sequence[int], chunk_shape: Sequence[int], chunk_byte_size: int | None
 ) -> tuple[int, ...]:
     """The zarr v3 outer chunk (shard) of an array written in slices of `write_shape`: the
-    slice, or, where WRITE-016 divided the slice without a caller's limit, the chunk itself,
-    so that no stored value exceeds `DEFAULT_MAX_CHUNK_BYTES` (zarr v2 ignores it)."""
-    if chunk_byte_size is None:
-        return tuple(int(n) for n in chunk_shape)
-    return tuple(int(n) for n in write_shape)
+    chunk itself, one inner chunk per shard, as Orbax 0.12.8 writes it with and without
+    `chunk_byte_size` (WRITE-010), so that no stored value exceeds a caller's limit or
+    `DEFAULT_MAX_CHUNK_BYTES` (WRITE-016). zarr v2 ignores it."""
+    del write_shape, chunk_byte_size  # the chunk already lies on slice edges
+    return tuple(int(n) for n in chunk_shape)
 
 
-def _divide(write_shape: Sequence[int], itemsize: int, limit: int) -> tuple[int, ...]:
-    chunk = [max(1, int(n)) for n in write_shape]
+def _divisors(n: int) -> list[int]:
+    """The divisors of n (n >= 1), ascending."""
+    low, high = [], []
+    for d in range(1, math.isqrt(n) + 1):
+        if n % d == 0:
+            low.append(d)
+            if d != n // d:
+                high.append(n // d)
+    return low + high[::-1]
+
+
+def _divide(
+    write_shape: Sequence[int], array_shape: Sequence[int], itemsize: int, limit: int
+) -> tuple[int, ...]:
+    slice_shape = [max(1, int(n)) for n in write_shape]
+    chunk = list(slice_shape)
+    pairs = zip(write_shape, array_shape, strict=True)
+    sharded = [i for i, (w, a) in enumerate(pairs) if int(w) < int(a)]
+    options = [_divisors(n) for n in slice_shape]  # each ends with the slice's own size
     while math.prod(chunk) * itemsize > limit:
-        splittable = [i for i, n in enumerate(chunk) if n > 1]
+        splittable = [i for i in sharded if chunk[i] > 1] or [
+            i for i, n in enumerate(chunk) if n > 1
+        ]
         if not splittable:
             break
         i = max(splittable, key=lambda j: (chunk[j], -j))
-        chunk[i] //= _smallest_prime_factor(chunk[i])
+        options[i].pop()
+        chunk[i] = options[i][-1]
     return tuple(chunk)
-
-
-def _smallest_prime_factor(n: int) -> int:
-    for p in range(2, math.isqrt(n) + 1):
-        if n % p == 0:
-            return p
-    return n
 
 
 def zarr_metadata(

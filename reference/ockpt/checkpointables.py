@@ -283,7 +283,9 @@ def _random_key(layout: Layout, name: str, **options: Any) -> Any:
     if not jax_key:
         state = _python_scalars(saved)
         return tuple(state) if meta[flag] else state
-    data = np.asarray(saved[_only_key(data_part, saved)])
+    data = saved[_only_key(data_part, saved)]
+    parts = _jax.key_parts(data)  # array_metadatas may record the key (a typed key already)
+    data = np.asarray(data.data if isinstance(data, RandomKey) else parts[1] if parts else data)
     if not meta[flag]:
         return data
     impl = _KEY_IMPL_BY_DATA.get(data.shape[-1] if data.ndim else 0)

@@ -6,6 +6,10 @@ that tensorstore writes) and zarr v3 ``data_type`` names (``"float32"``, ``"bool
 ``"bfloat16"``). `from_zarr` maps both to numpy dtypes (ml_dtypes for the extension types);
 `to_zarr_v2` / `to_zarr_v3` map back.
 
+`FLOAT_LAYOUTS` and `SUB_BYTE_BITS` are the bit layouts of spec/arrays.md §7.1 and §7.2 as data,
+and `decode_bits` turns raw bit patterns into values from them alone (numpy, no ml_dtypes): the
+tests check both against the spec's table and against ml_dtypes, pattern by pattern.
+
 `cast_kind(src, dst)` is the spec's cast table (spec/loading.md §4.2, LOAD-020..LOAD-022): a cast is
 ``"exact"`` when every value of `src` has the same value in `dst` (NaN stays NaN, -0.0 stays
 -0.0), else ``"lossy"``. It depends on the two dtypes only. `lossy_values` is the value-dependent
@@ -36,6 +40,10 @@ __all__ = [
     "SUPPORTED",
     "EXTENSION_NAMES",
     "NOT_WRITABLE",
+    "FloatLayout",
+    "FLOAT_LAYOUTS",
+    "SUB_BYTE_BITS",
+    "decode_bits",
 ]
 
 CastKind = Literal["exact", "lossy"]
@@ -91,6 +99,110 @@ SUPPORTED: dict[str, np.dtype] = {
 #: Names in the table that tensorstore (the writer's array engine) cannot write: a writer
 #: built on it refuses them before writing anything (spec/arrays.md §7).
 NOT_WRITABLE = frozenset({"float8_e4m3", "float6_e2m3fn", "float6_e3m2fn", "uint2", "uint4"})
+
+# ---------------------------------------------------------------------------------------------
+# Bit layouts (spec/arrays.md §7.1, §7.2).
+
+LayoutClass = Literal["ieee", "fn", "fnuz", "finite", "e8m0"]
+
+
+@dataclass(frozen=True)
+class FloatLayout:
+    """A floating type's bits, most significant first: sign, exponent, mantissa.
+
+    `kind` names its special patterns: ``ieee`` (exponent all ones: infinity with a zero
+    mantissa, NaN otherwise), ``fn`` (no infinity; exponent and mantissa all ones: NaN),
+    ``fnuz`` (no infinity, no negative zero; sign 1 with the rest zero: the only NaN),
+    ``finite`` (none), ``e8m0`` (no sign, no mantissa: 2**(E - bias), all ones: NaN).
+    """
+
+    bits: int
+    sign: int
+    exponent: int
+    mantissa: int
+    bias: int
+    kind: LayoutClass
+
+
+#: name -> layout of every floating type of the dtype table (spec/arrays.md §7.1).
+FLOAT_LAYOUTS: dict[str, FloatLayout] = {
+    "float16": FloatLayout(16, 1, 5, 10, 15, "ieee"),
+    "bfloat16": FloatLayout(16, 1, 8, 7, 127, "ieee"),
+    "float32": FloatLayout(32, 1, 8, 23, 127, "ieee"),
+    "float64": FloatLayout(64, 1, 11, 52, 1023, "ieee"),
+    "float8_e5m2": FloatLayout(8, 1, 5, 2, 15, "ieee"),
+    "float8_e4m3": FloatLayout(8, 1, 4, 3, 7, "ieee"),
+    "float8_e3m4": FloatLayout(8, 1, 3, 4, 3, "ieee"),
+    "float8_e4m3fn": FloatLayout(8, 1, 4, 3, 7, "fn"),
+    "float8_e4m3fnuz": FloatLayout(8, 1, 4, 3, 8, "fnuz"),
+    "float8_e5m2fnuz": FloatLayout(8, 1, 5, 2, 16, "fnuz"),
+    "float8_e4m3b11fnuz": FloatLayout(8, 1, 4, 3, 11, "fnuz"),
+    "float8_e8m0fnu": FloatLayout(8, 0, 8, 0, 127, "e8m0"),
+    "float4_e2m1fn": FloatLayout(4, 1, 2, 1, 1, "finite"),
+    "float6_e2m3fn": FloatLayout(6, 1, 2, 3, 1, "finite"),
+    "float6_e3m2fn": FloatLayout(6, 1, 3, 2, 3, "finite"),
+}
+
+#: Types narrower than a byte -> their width in bits: one element per byte, in the low bits,
+#: the bits above zero (no sign extension); int2/int4 in two's complement (spec/arrays.md §7.2).
+SUB_BYTE_BITS: dict[str, int] = {
+    "int2": 2,
+    "int4": 4,
+    "uint2": 2,
+    "uint4": 4,
+    "float4_e2m1fn": 4,
+    "float6_e2m3fn": 6,
+    "float6_e3m2fn": 6,
+}
+
+
+def decode_bits(name: str, patterns: object) -> np.ndarray:
+    """The values of raw bit patterns of type `name`, from the layout tables alone.
+
+    Floating types give float64 (exact for every type of the table: NaN where the pattern is
+    a NaN, the sign of zero kept); int2/int4/uint2/uint4 give int64. A pattern with bits set
+    above the type's width is no value of the type (ValueError).
+    """
+    p = np.asarray(patterns)
+    if p.dtype.kind not in "ui":
+        raise TypeError(f"bit patterns must be integers, not {p.dtype}")
+    p = p.astype(np.uint64)
+    if name in ("int2", "int4", "uint2", "uint4"):
+        bits = SUB_BYTE_BITS[name]
+        if np.any(p >> np.uint64(bits)):
+            raise ValueError(f"a {name} pattern has bits set above its {bits} bits")
+        v = p.astype(np.int64)
+        return v - (v >> (bits - 1)) * (1 << bits) if name.startswith("int") else v
+    lay = FLOAT_LAYOUTS[name]
+    if lay.bits < 64 and np.any(p >> np.uint64(lay.bits)):
+        raise ValueError(f"a {name} pattern has bits set above its {lay.bits} bits")
+    m, e = lay.mantissa, lay.exponent
+    man = (p & np.uint64((1 << m) - 1)).astype(np.float64)
+    exp = ((p >> np.uint64(m)) & np.uint64((1 << e) - 1)).astype(np.int64)
+    neg = np.zeros(p.shape, bool)
+    if lay.sign:
+        neg = ((p >> np.uint64(m + e)) & np.uint64(1)).astype(bool)
+    e_max, m_max = (1 << e) - 1, (1 << m) - 1
+    with np.errstate(over="ignore"):  # exponent all ones overflows; replaced below
+        if lay.kind == "e8m0":
+            out = np.ldexp(1.0, exp - lay.bias)
+        else:
+            significand = man + np.where(exp > 0, float(1 << m), 0.0)  # exact: <= 53 bits
+            out = np.ldexp(significand, np.maximum(exp, 1) - lay.bias - m)
+    out = np.where(neg, -out, out)
+    nan = np.zeros(p.shape, bool)
+    if lay.kind == "ieee":
+        top = exp == e_max
+        out = np.where(top & (man == 0), np.where(neg, -np.inf, np.inf), out)
+        nan = top & (man != 0)
+    elif lay.kind == "fn":
+        nan = (exp == e_max) & (man == m_max)
+    elif lay.kind == "fnuz":
+        nan = neg & (exp == 0) & (man == 0)
+    elif lay.kind == "e8m0":
+        nan = exp == e_max
+    return np.where(nan, np.nan, out)
+
 
 #: zarr v2 typestr (little-endian or byte-order-free) -> name.
 _V2_TYPESTR = {

@@ -201,14 +201,19 @@ class Layout:
 
     @property
     def pytree(self) -> Layout | None:
-        """The pytree item itself, or the pytree checkpointable of a v1 checkpoint."""
+        """The pytree item itself, or the pytree checkpointable of a v1 checkpoint: `state`,
+        `pytree`, else the only one; None when it has several (or none) of other names
+        (LOAD-051)."""
         if self.kind is Kind.PYTREE_ITEM:
             return self
         if self.kind is Kind.V1_CHECKPOINT:
+            pytrees = [c for c in self.checkpointables.values() if c.kind is Kind.PYTREE_ITEM]
             for name in PYTREE_CHECKPOINTABLES:
                 found = self.checkpointables.get(name)
                 if found is not None and found.kind is Kind.PYTREE_ITEM:
                     return found
+            if len(pytrees) == 1:
+                return pytrees[0]
         return None
 
     @property
@@ -299,6 +304,11 @@ def _detect_top(loc: Location, context: ts.Context | None) -> Layout:
     return _detect_dir(loc, context, depth=0, scan=scan)
 
 
+#: How deep checkpoints nest: a step (0) holds items (1), a random-key item its two parts (2);
+#: one level more is allowed, and nothing below it is detected.
+_MAX_ITEM_DEPTH = 3
+
+
 def _detect_dir(
     loc: Location,
     context: ts.Context | None,
@@ -314,6 +324,13 @@ def _detect_dir(
             loc.display,
             Kind.TEMPORARY,
             f"name contains {TMP_MARKER!r}: an unfinished save",
+            location=loc,
+        )
+    if depth > _MAX_ITEM_DEPTH:  # directories linked into themselves must not recurse on
+        return Layout(
+            loc.display,
+            Kind.UNKNOWN_ITEM,
+            f"nested more than {_MAX_ITEM_DEPTH} checkpoint levels deep",
             location=loc,
         )
     scan = scan if scan is not None else _Scan(loc, context)
@@ -734,7 +751,9 @@ def _fail(path: str, reason: str, rule: str) -> NotACheckpointError:
 
 def _pick_item(layout: Layout, item: str | None) -> Layout:
     """The item `item` of a step or v1 checkpoint, else its pytree item: ``default``, then
-    ``state`` / ``pytree``, then the only one (LOAD-051, LOAD-052)."""
+    ``state`` / ``pytree``, then the only one (LOAD-051, LOAD-052). A v1 checkpoint with
+    several pytree checkpointables (or none) and no name is refused, naming what it holds:
+    Orbax 0.12.8 would take the one whose name sorts first (`opt_state` before `params`)."""
     items = layout.checkpointables
     if item is not None:
         if item not in items:
@@ -744,13 +763,14 @@ def _pick_item(layout: Layout, item: str | None) -> Layout:
     for name in (DEFAULT_ITEM, *PYTREE_CHECKPOINTABLES):
         if name in pytrees:
             return pytrees[name]
-    if len(pytrees) == 1 and layout.kind is Kind.STEP:
+    if len(pytrees) == 1:
         return next(iter(pytrees.values()))
     if layout.kind is Kind.V1_CHECKPOINT:
         raise _fail(
             layout.path,
-            f"v1 checkpoint without a state/ or pytree/ item; it holds {sorted(items)}: "
-            "pick one with item= (--item)",
+            f"v1 checkpoint without a state/ or pytree/ checkpointable, with "
+            f"{len(pytrees)} pytree checkpointables {sorted(pytrees)}; it holds {sorted(items)}: "
+            "pick one with item= (--item), or load them all with load_checkpointables",
             "LOAD-051",
         )
     raise _fail(

@@ -406,6 +406,33 @@ def resolve_name(
 
 
 @dataclass(frozen=True)
+class _Glob:
+    """One key of a pattern with ``*`` and ``?`` (characters and `_Wild` tokens). Matching
+    backtracks only to the last ``*`` seen, so it takes at most len(text) x len(tokens) steps
+    (a regular expression backtracks without bound on a hostile 64 KiB key)."""
+
+    tokens: tuple[Any, ...]
+
+    def fullmatch(self, text: str) -> bool:
+        t = p = 0
+        star = -1  # the token index after the last `*`, and where in `text` it began
+        mark = 0
+        n = len(self.tokens)
+        while t < len(text):
+            tok = self.tokens[p] if p < n else None
+            if tok is _Wild.STAR:
+                star, mark, p = p + 1, t, p + 1
+            elif tok is _Wild.ONE or (tok is not None and tok == text[t]):
+                t, p = t + 1, p + 1
+            elif star >= 0:  # let the last `*` take one more character
+                mark += 1
+                t, p = mark, star
+            else:
+                return False
+        return all(tok is _Wild.STAR for tok in self.tokens[p:])
+
+
+@dataclass(frozen=True)
 class LeafPattern:
     """A selection pattern (§7.4): a leaf name whose keys may hold ``*`` (any characters
     within one key) and ``?`` (one character), and whose segment ``**`` stands for any number
@@ -413,7 +440,7 @@ class LeafPattern:
     subtree selects its leaves)."""
 
     text: str
-    segments: tuple[Any, ...]  # per key: its text, a compiled regex, or _Wild.DEEP
+    segments: tuple[Any, ...]  # per key: its text, a `_Glob`, or _Wild.DEEP
 
     @classmethod
     def parse(cls, text: str) -> LeafPattern:
@@ -425,11 +452,7 @@ class LeafPattern:
             elif seg == [_Wild.EMPTY]:
                 out.append("")
             elif any(isinstance(c, _Wild) for c in seg):
-                regex = "".join(
-                    ".*" if c is _Wild.STAR else "." if c is _Wild.ONE else re.escape(c)
-                    for c in seg
-                )
-                out.append(re.compile(regex, re.DOTALL))
+                out.append(_Glob(tuple(seg)))
             else:
                 out.append("".join(seg))
         return cls(text, tuple(out))

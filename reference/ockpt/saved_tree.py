@@ -243,13 +243,14 @@ def lookup(tree: Any, texts: tuple[str, ...]) -> tuple[bool, Any]:
 
 
 def placeholder_names(node: Any) -> Iterator[str]:
-    """The param names of every placeholder in a decoded msgpack tree."""
+    """The param names of every placeholder in a decoded msgpack tree, in the tree's order
+    (the file's: map entries as written, which is JAX's sorted-key order; items by index)."""
     stack = [node]
     while stack:
         node = stack.pop()
         if isinstance(node, Placeholder):
             yield node.param_name
         elif isinstance(node, dict):
-            stack.extend(node.values())
+            stack.extend(reversed(list(node.values())))
         elif isinstance(node, (list, tuple)):
-            stack.extend(node)
+            stack.extend(reversed(node))

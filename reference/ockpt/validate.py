@@ -809,6 +809,8 @@ class _ItemCheck:
         follows the keys present, never the number of chunks the metadata declares."""
         v = self.v
         shape, chunk = tuple(meta.shape), tuple(meta.chunk_shape)
+        # A zero-size array's grid has no chunk (ZARR-009): nothing can be missing, and every
+        # key stored for it is outside the grid (VAL-003).
         grid = tuple(-(-s // c) if c else 0 for s, c in zip(shape, chunk, strict=False))
         found: dict[str, tuple[int, ...]] = {}
         extra: list[str] = []

@@ -25,6 +25,7 @@ it.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import math
 import os
@@ -265,6 +266,12 @@ def _classify(path: KeyPath, value: Any) -> _Leaf:
     if isinstance(value, str):
         return _Leaf(path, "string", value)
     if isinstance(value, RandomKey):  # a key loaded without jax goes back as the key it was
+        if importlib.util.find_spec("jax") is None:
+            raise UnsupportedError(
+                f"leaf {param_name(path)!r}: saving a RandomKey ({value.impl}) needs jax "
+                "installed; save its key data (RandomKey.data) to store it as plain uint32",
+                rule="WRITE-006",
+            )
         value = value.to_jax()
     jax_array = _jax_array_type()
     if jax_array is not None and isinstance(value, jax_array):
@@ -477,7 +484,9 @@ def _plan_jax(
     # key data keeps its uint32: another type would no longer be the key (WRITE-006)
     dtype = src if leaf.key_impl is not None else _storage_dtype(opts, leaf.name, src)
     write_shape = tuple(int(n) for n in arr.sharding.shard_shape(arr.shape))
-    chunk = _ts_write.chunk_shape_for(write_shape, dtype.itemsize, opts.chunk_byte_size)
+    chunk = _ts_write.chunk_shape_for(
+        write_shape, dtype.itemsize, opts.chunk_byte_size, array_shape=shape
+    )
     pieces = []
     seen: set[tuple[int, ...]] = set()
     for shard in arr.addressable_shards:

@@ -45,6 +45,7 @@ def _bad(task: dict[str, Any]) -> None:
                 "name": name,
                 "outcome": "raised",
                 "classes": [c.__name__ for c in type(e).__mro__],
+                "rule": getattr(e, "rule", None),
                 "message": " ".join(str(e).replace(strip, "fixtures").split())[:200],
             }
         finally:

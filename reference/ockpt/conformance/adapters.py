@@ -6,6 +6,10 @@ Spec strings (``--impl`` on the command line, ``adapters=`` of `run`):
   writer is the same for both, so only ``ockpt-tensorstore`` declares writes);
 - ``orbax``: real Orbax, whatever release is installed: `conformance/adapters/orbax_adapter.py`
   of the ockpt repository (it imports orbax, so it lives outside the package);
+- ``cmd:PROGRAM {checkpoint} {out}`` or ``cmd(capabilities.json):PROGRAM ...``: any
+  executable, through the command protocol (`command.py`, conformance/README.md);
+- ``c-example``: the example C reader of the repository (`conformance/examples/c_reader/`),
+  built with the local C compiler and libzstd;
 - ``path/to/module.py`` or ``package.module``, optionally ``:name``: an adapter from
   anywhere. ``name`` is an attribute that is an adapter or a callable returning one; without
   it the module's ``make_adapter()`` or ``ADAPTER`` is used.
@@ -52,6 +56,7 @@ class OckptAdapter:
             ],
             "multiprocess": True,
             "typed_keys": True,
+            "databases": True,
             "errors": "ockpt",
         }
         writes: dict[str, Any] = {
@@ -89,12 +94,34 @@ class OckptAdapter:
 
         return load_pytree(path, target, backend=self.backend, **options)
 
+    def read_database(self, path: Path) -> dict[bytes, dict[str, Any]]:
+        """Key -> value length and sha256 digest of the latest generation of a bare OCDBT database:
+        ockpt's decoder (python) or tensorstore's ``ocdbt`` driver (tensorstore)."""
+        import hashlib
+
+        def entry(value: bytes) -> dict[str, Any]:
+            return {"value_length": len(value), "sha256": hashlib.sha256(value).hexdigest()}
+
+        if self.backend == "python":
+            from ..ocdbt import Database
+
+            with Database(path) as db:
+                return {k: entry(v) for k, v in db.items()}
+        import tensorstore as ts
+
+        kv = ts.KvStore.open(
+            {"driver": "ocdbt", "base": f"file://{Path(path).resolve()}/"}
+        ).result()
+        return {bytes(k): entry(bytes(kv.read(k).result().value)) for k in kv.list().result()}
+
 
 BUILTIN = {
     "ockpt-tensorstore": lambda: OckptAdapter("tensorstore"),
     "ockpt-python": lambda: OckptAdapter("python"),
 }
 ALIASES = {"orbax": "conformance/adapters/orbax_adapter.py"}
+#: the example C reader: built from the repository's source with the local toolchain
+C_EXAMPLE = "conformance/examples/c_reader/build.py"
 
 
 def find_repo_file(rel: str, *hints: Path) -> Path | None:
@@ -119,8 +146,33 @@ def _from_module(module: Any, attr: str | None, spec: str) -> Adapter:
     return adapter
 
 
+def _c_example(repo: Path | None) -> Adapter:
+    """The example C reader of the repository, built here (RuntimeError: no toolchain)."""
+    from .command import CommandAdapter
+
+    found = find_repo_file(C_EXAMPLE, *([repo] if repo else []))
+    if found is None:
+        raise FileNotFoundError(f"adapter 'c-example': {C_EXAMPLE} not found (run from the repo)")
+    mspec = importlib.util.spec_from_file_location("_ockpt_c_example_build", found)
+    if mspec is None or mspec.loader is None:
+        raise ImportError(f"cannot load {found}")
+    module = importlib.util.module_from_spec(mspec)
+    mspec.loader.exec_module(module)
+    try:
+        exe = module.build()
+    except module.Unavailable as e:
+        raise RuntimeError(f"adapter 'c-example' is not available here: {e}") from None
+    return CommandAdapter.from_spec(module.spec(exe))
+
+
 def load_adapter(spec: str, *, repo: Path | None = None) -> Adapter:
     """The adapter a spec string names (see the module docstring)."""
+    if spec.startswith(("cmd:", "cmd(")):
+        from .command import CommandAdapter
+
+        return CommandAdapter.from_spec(spec)
+    if spec == "c-example":
+        return _c_example(repo)
     if spec in BUILTIN:
         return BUILTIN[spec]()
     if spec in ALIASES:

@@ -19,6 +19,8 @@ __all__ = [
     "READ_CASES",
     "CHECKED_PAIRS",
     "TOPOLOGY_DEVICES",
+    "READER_RULES",
+    "FEATURES",
 ]
 
 #: group name -> what it checks (report headings).
@@ -29,6 +31,42 @@ GROUPS = {
     "casts": "the full saved x target dtype table: exact casts give every value, lossy refused",
     "topology": "saved on a (4, 2) mesh or by 2 processes; loaded on 1, 2, 4, 8 devices",
     "bad_corpus": "damaged checkpoints (fixtures/bad): a clean refusal where the damage is read",
+    "databases": "bare OCDBT databases (interior nodes, version trees): their latest keys",
+}
+
+#: features of a case: what it asks of a reader beyond arrays in nested dicts. A reader that
+#: declares ``features`` in its reads capabilities runs only the cases whose features it lists
+#: (`leaves.tree_features` and `fixture_cases` compute them).
+FEATURES: dict[str, str] = {
+    "scalars": "scalar leaves (Python or numpy scalars)",
+    "strings": "string leaves (_strings.json, or the msgpack file in old releases)",
+    "none": "None leaves",
+    "empty": "empty containers ({}, [], ())",
+    "sequences": "lists, tuples or NamedTuples (integer path elements)",
+    "typed_keys": "typed PRNG keys (array_metadatas ext_metadata random_key_impl)",
+    "odd_keys": "dict keys that are not identifiers (dots, slashes, spaces, non-ASCII, empty)",
+    "ml_dtypes": "arrays of types numpy lacks (bfloat16, float8_*, int4, ...)",
+    "zero_size": "arrays without elements (no chunk keys)",
+    "multiprocess": "saved by several processes (ocdbt.process_<N>/, per-process array_metadatas)",
+    "aggregated": "values stored inline in the legacy msgpack `checkpoint` file",
+    "msgpack": "the item has the legacy msgpack `checkpoint` file (structure, placeholders)",
+    "no_metadata": "the item has no _METADATA: its tree is in the msgpack file only",
+    "btree_interior_nodes": "an OCDBT B+tree of height > 0",
+    "version_tree_nodes": "an OCDBT manifest with version tree nodes (more generations than arity)",
+    "uncompressed_nodes": "OCDBT manifest and nodes stored without compression",
+}
+
+#: bad corpus: rules a reader's refusal may name for damage a validator reports under the key
+#: (the same damage seen from the loading side, spec/loading.md §6 and §2). A reader scored by
+#: rule id (capability ``errors: "rules"``) passes a variant when its refusal names the
+#: validator's rule, one of the validator's ``also`` rules, or one of these.
+READER_RULES: dict[str, tuple[str, ...]] = {
+    "VAL-004": ("LOAD-040",),  # a leaf without its array: the array is missing
+    "VAL-005": ("LOAD-040",),  # the zarr version disagrees: the named array is not found
+    "ZARR-008": ("LOAD-041",),  # a missing chunk
+    "OCDBT-022": ("LOAD-040", "LOAD-041"),  # a missing data file: the array or chunk is missing
+    "LAYOUT-001": ("LOAD-052", "LOAD-054"),  # a temporary item or step is not chosen
+    "LAYOUT-003": ("LOAD-051",),  # a v1 checkpoint without its pytree checkpointable
 }
 
 #: save options of the round trips: (name, layout, zarr, ocdbt, extra options).

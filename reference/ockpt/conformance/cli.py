@@ -15,8 +15,10 @@ def add_parser(subparsers: object) -> None:
         help="run the conformance suite against implementations (producer x consumer x case)",
         description=(
             "Run the conformance suite. --impl names an adapter: ockpt-tensorstore, "
-            "ockpt-python, orbax (conformance/adapters/orbax_adapter.py of the repository) or "
-            "path/to/module.py[:name] / package.module[:name] for your own."
+            "ockpt-python, orbax (conformance/adapters/orbax_adapter.py of the repository), "
+            "c-example (the example C reader, built here), path/to/module.py[:name] / "
+            "package.module[:name] for your own, or 'cmd[(CAPABILITIES.json)]:PROGRAM "
+            "{checkpoint} {out}' for any executable (conformance/README.md, Command readers)."
         ),
     )
     p.add_argument("--impl", action="append", help="an adapter (repeat); default: both ockpt")
@@ -27,9 +29,46 @@ def add_parser(subparsers: object) -> None:
     p.add_argument("--workdir", help="keep what the producers wrote here")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=run_command)
+    sub = p.add_subparsers(dest="conformance_command", metavar="{export,read}")
+    e = sub.add_parser(
+        "export",
+        help="write the golden fixtures, the bad-data tier and a versioned manifest to DIR",
+        description=(
+            "Write every golden fixture (checkpoints byte for byte), the bad-data tier and the "
+            "bare OCDBT databases into DIR, with manifest.json (cases, what each exercises, the "
+            "expected leaves as .npy + JSON or the expected refusal) and its JSON Schema."
+        ),
+    )
+    e.add_argument("dir", help="output directory (must not exist or be empty)")
+    e.add_argument(
+        "--fixtures", dest="export_fixtures", help="golden fixtures (default: ./fixtures)"
+    )
+    e.add_argument(
+        "--group",
+        dest="export_groups",
+        action="append",
+        choices=["fixtures", "bad_corpus", "databases"],
+        help="export only these groups (repeat)",
+    )
+    r = sub.add_parser(
+        "read",
+        help="ockpt as a program of the command protocol: read CHECKPOINT, write OUT",
+        description="Load CHECKPOINT with ockpt and write result.json + .npy files (or "
+        "error.json) into OUT, as a command reader does (conformance/README.md).",
+    )
+    from .cmd_reader import add_arguments
+
+    add_arguments(r)
 
 
 def run_command(args: argparse.Namespace) -> int:
+    action = getattr(args, "conformance_command", None)
+    if action == "export":
+        return export_command(args)
+    if action == "read":
+        from .cmd_reader import run
+
+        return run(args)
     if "jax" not in sys.modules:  # the (4, 2) mesh cases need 8 devices in this process
         flags = os.environ.get("XLA_FLAGS", "")
         if "device_count" not in flags:
@@ -70,3 +109,24 @@ def run_command(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return 1 if undocumented else 0
+
+
+def export_command(args: argparse.Namespace) -> int:
+    from .export import EXPORT_GROUPS, MANIFEST_FILE, export
+    from .runner import find_fixtures
+
+    fixtures = find_fixtures(args.export_fixtures)
+    if fixtures is None or not fixtures.is_dir():
+        print("ockpt conformance export: no fixtures directory (use --fixtures)", file=sys.stderr)
+        return 2
+    try:
+        manifest = export(args.dir, fixtures, groups=args.export_groups or EXPORT_GROUPS)
+    except FileExistsError as e:
+        print(f"ockpt conformance export: {e}", file=sys.stderr)
+        return 2
+    counts: dict[str, int] = {}
+    for case in manifest["cases"]:
+        counts[case["group"]] = counts.get(case["group"], 0) + 1
+    summary = ", ".join(f"{n} {g}" for g, n in counts.items())
+    print(f"wrote {os.path.join(args.dir, MANIFEST_FILE)}: {summary}")
+    return 0

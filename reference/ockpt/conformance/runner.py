@@ -29,12 +29,14 @@ from typing import Any
 import numpy as np
 
 from ..dtypes import SUPPORTED
-from ..names import METADATA_FILE
 from . import cases as C
 from . import casts as K
 from . import trees
 from .adapters import find_repo_file, load_adapter
+from .command import CommandFailure, CommandUnsupported
 from .compare import differences
+from .fixture_cases import BadCase, bad_cases, database_cases, golden_cases
+from .leaves import tree_features
 from .protocol import Adapter, WriteCase, supports
 
 __all__ = ["Result", "Run", "run", "find_fixtures"]
@@ -93,6 +95,21 @@ def _short(text: str, n: int = 160) -> str:
     return text if len(text) <= n else text[: n - 3] + "..."
 
 
+def _takes_targets(adapter: Adapter) -> bool:
+    """Whether the adapter loads into a target (capability ``targets``, default true; the
+    command protocol passes none)."""
+    return (adapter.capabilities.get("reads") or {}).get("targets", True) is not False
+
+
+def _reads_support(adapter: Adapter, needs: dict[str, Any], features: list[str]) -> str | None:
+    """`supports` on the reads side; a reader that declares ``features`` must declare every
+    feature of the case (one that declares none is taken to handle all)."""
+    reads = adapter.capabilities.get("reads")
+    if reads and "features" in reads:
+        needs = {**needs, "features": features}
+    return supports(reads, needs)
+
+
 def _exc(e: BaseException) -> str:
     rule = getattr(e, "rule", None)
     return _short(f"{type(e).__name__}{f' [{rule}]' if rule else ''}: {e}")
@@ -117,7 +134,8 @@ class _Runner:
         self.results: list[Result] = []
         self.jax_ok = self._jax_devices() >= 8
         self._written: dict[str, dict[tuple[str, str], Path]] = {}
-        self.bad: dict[str, Any] = {}
+        self.bad: list[BadCase] = []
+        self._golden: list[Any] | None = None
 
     # -- helpers -------------------------------------------------------------------------
 
@@ -209,8 +227,9 @@ class _Runner:
                     rneeds: dict[str, Any] = {"layouts": layout, "zarr": zarr, "ocdbt": ocdbt}
                     if tree_name == "sharded":
                         rneeds["options"] = ["jax"]
+                    features = tree_features(tree)
                     for consumer in self.readers():
-                        why = supports(consumer.capabilities.get("reads"), rneeds)
+                        why = _reads_support(consumer, rneeds, features)
                         if why:
                             self.add(
                                 "round_trip",
@@ -235,16 +254,22 @@ class _Runner:
         try:
             got = consumer.read(path, None, item=item)
             problems += [f"no target: {d}" for d in differences(got, tree, strict=False)]
+        except CommandUnsupported as e:
+            return self.add(
+                "round_trip", case, producer.name, consumer, "n/a", reason=f"unsupported: {e}"
+            )
         except Exception as e:  # noqa: BLE001
             problems.append(f"no target: raised {_exc(e)}")
         rule = "LOAD-023" if problems else None
-        try:
-            got = consumer.read(path, tree, item=item)
-            diffs = differences(got, tree, strict=True)
-            problems += [f"target: {d}" for d in diffs]
-        except Exception as e:  # noqa: BLE001
-            diffs = [str(e)]
-            problems.append(f"target: raised {_exc(e)}")
+        diffs = []
+        if _takes_targets(consumer):
+            try:
+                got = consumer.read(path, tree, item=item)
+                diffs = differences(got, tree, strict=True)
+                problems += [f"target: {d}" for d in diffs]
+            except Exception as e:  # noqa: BLE001
+                diffs = [str(e)]
+                problems.append(f"target: raised {_exc(e)}")
         if diffs and rule is None:
             rule = "LOAD-022"
         self.add(
@@ -262,65 +287,25 @@ class _Runner:
     def fixture_reads(self) -> None:
         if self.fixtures is None:
             return
-        sys.path.insert(0, str(self.fixtures))
-        import _record  # the fixtures' record reader (numpy + ml_dtypes only)
-
-        # Written by Orbax releases (orbax-<version>) and by ockpt's writer (ockpt-<version>).
-        records = [
-            p for s in ("orbax-*", "ockpt-*") for p in self.fixtures.glob(f"{s}/*/expected.json")
-        ]
-        for case_dir in sorted(records):
-            case_dir = case_dir.parent
-            record = _record.load_expected(case_dir)
-            versions = record["versions"]
-            writer = versions.get("writer", "orbax")
-            # The Orbax release whose format the case holds (ockpt's: versions.orbax_format).
-            era = ".".join(map(str, _record.release_of(record)[:2]))
-            fixture_set = case_dir.parent.name.removeprefix("orbax-")
-            source = f"{writer} {versions['orbax-checkpoint' if writer == 'orbax' else writer]}"
-            lay = record.get("layout", {})
-            for rel in record["items"]:
-                case = f"{fixture_set}/{case_dir.name}" + (f"/{rel}" if rel else "")
-                self.progress(f"fixture {case}")
-                # what the checkpoint can give back (a key saved before its implementation
-                # was recorded is its key data)
-                tree = _record.decode_tree(_record.as_restored(record, rel, case_dir), case_dir)
-                for name in record.get("restored_as_none", []):
-                    if isinstance(tree, dict):
-                        tree[name] = None
-                kwargs: dict[str, Any] = {}
-                if "/" in rel:
-                    step_dir, item = rel.split("/", 1)
-                    digits = "".join(ch for ch in step_dir.split("_")[-1] if ch.isdigit())
-                    kwargs = {"step": int(digits), "item": item}
-                elif rel:
-                    kwargs = {"item": rel}
-                needs: dict[str, Any] = {
-                    "layouts": lay.get("kind", "item"),
-                    "releases": era,
-                    "ocdbt": bool(lay.get("ocdbt", False)),
-                }
-                if lay.get("zarr_version"):
-                    needs["zarr"] = lay["zarr_version"]
-                if "devices" in record.get("options", {}):
-                    needs["multiprocess"] = True
-                if any(isinstance(x, _record.PrngKey) for x in trees.leaves(tree)):
-                    needs["typed_keys"] = True
-                for consumer in self.readers():
-                    why = supports(consumer.capabilities.get("reads"), needs)
-                    if why:
-                        self.add("fixtures", case, source, consumer, "n/a", reason=why)
-                        continue
-                    self._fixture_read(
-                        case,
-                        source,
-                        consumer,
-                        case_dir / "checkpoint",
-                        tree,
-                        kwargs,
-                        needs.get("multiprocess", False),
-                        not (case_dir / "checkpoint" / rel / METADATA_FILE).exists(),
-                    )
+        # Every pytree item of every golden set: written by Orbax releases (orbax-<version>),
+        # by ockpt's writer (ockpt-<version>) and any other set holding expected.json records.
+        for fc in self.golden():
+            self.progress(f"fixture {fc.id}")
+            for consumer in self.readers():
+                why = _reads_support(consumer, fc.needs, fc.features)
+                if why:
+                    self.add("fixtures", fc.id, fc.source, consumer, "n/a", reason=why)
+                    continue
+                self._fixture_read(
+                    fc.id,
+                    fc.source,
+                    consumer,
+                    fc.checkpoint,
+                    fc.tree,
+                    fc.kwargs,
+                    fc.multiprocess,
+                    fc.no_metadata,
+                )
 
     def _fixture_read(
         self,
@@ -338,17 +323,21 @@ class _Runner:
             got = consumer.read(path, None, **kwargs)
             diffs = differences(got, tree, strict=False, scalars_0d=no_metadata)
             problems += [f"no target: {d}" for d in diffs]
+        except CommandUnsupported as e:
+            return self.add("fixtures", case, source, consumer, "n/a", reason=f"unsupported: {e}")
         except Exception as e:  # noqa: BLE001
             problems.append(f"no target: raised {_exc(e)}")
         if problems:
             rule = "LOAD-032" if multiprocess else "LOAD-023"
-        # a key target is its uint32 key data, which every reader can ask for (LOAD-025)
-        target = trees.keys_as_data(tree)
-        try:
-            got = consumer.read(path, target, **kwargs)
-            diffs = [f"target: {d}" for d in differences(got, target, strict=True)]
-        except Exception as e:  # noqa: BLE001
-            diffs = [f"target: raised {_exc(e)}"]
+        diffs = []
+        if _takes_targets(consumer):
+            # a key target is its uint32 key data, which every reader can ask for (LOAD-025)
+            target = trees.keys_as_data(tree)
+            try:
+                got = consumer.read(path, target, **kwargs)
+                diffs = [f"target: {d}" for d in differences(got, target, strict=True)]
+            except Exception as e:  # noqa: BLE001
+                diffs = [f"target: raised {_exc(e)}"]
         if diffs and rule is None:
             rule = "LOAD-022"
         problems += diffs
@@ -359,6 +348,56 @@ class _Runner:
             consumer,
             "fail" if problems else "pass",
             rule,
+            "; ".join(problems[:2]),
+        )
+
+    # -- bare OCDBT databases ------------------------------------------------------------
+
+    def databases(self) -> None:
+        """The keys (and value lengths and digests) of the latest generation of every bare
+        OCDBT database fixture, for readers that declare ``databases``."""
+        if self.fixtures is None:
+            return
+        for dc in database_cases(self.fixtures):
+            self.progress(f"database {dc.id}")
+            for consumer in self.readers():
+                reads = consumer.capabilities.get("reads") or {}
+                why = None if reads.get("databases") else "databases not declared"
+                if why is None and "features" in reads:
+                    why = supports(reads, {"features": dc.features})
+                if why or not hasattr(consumer, "read_database"):
+                    self.add("databases", dc.id, dc.fixture_set, consumer, "n/a", reason=why or "")
+                    continue
+                self._database_read(dc, consumer)
+
+    def _database_read(self, dc: Any, consumer: Adapter) -> None:
+        try:
+            got = consumer.read_database(dc.database)  # type: ignore[attr-defined]
+        except Exception as e:  # noqa: BLE001
+            rule = getattr(e, "rule", None) or "OCDBT-040"
+            return self.add(
+                "databases", dc.id, dc.fixture_set, consumer, "fail", rule, f"raised {_exc(e)}"
+            )
+        want = {k.encode("utf-8"): v for k, v in dc.keys.items()}
+        problems = []
+        missing, extra = sorted(set(want) - set(got)), sorted(set(got) - set(want))
+        if missing:
+            problems.append(f"{len(missing)} keys missing, first {missing[0]!r}")
+        if extra:
+            problems.append(f"{len(extra)} keys not in the database, first {extra[0]!r}")
+        for key in sorted(set(want) & set(got)):
+            length, digest = want[key]
+            g = got[key]
+            if g.get("value_length") != length or g.get("sha256") not in (None, digest):
+                problems.append(f"value of {key!r} differs ({g.get('value_length')} bytes)")
+                break
+        self.add(
+            "databases",
+            dc.id,
+            dc.fixture_set,
+            consumer,
+            "fail" if problems else "pass",
+            "OCDBT-041" if problems else None,
             "; ".join(problems[:2]),
         )
 
@@ -408,6 +447,8 @@ class _Runner:
                         consumer.capabilities.get("reads"),
                         {"layouts": "item", "zarr": 2, "ocdbt": False, **case["needs"]},
                     )
+                    if not why and not _takes_targets(consumer):
+                        why = "loads into a target not declared (targets: false)"
                     if why:
                         self.add("reads", case["name"], producer.name, consumer, "n/a", reason=why)
                         continue
@@ -682,18 +723,27 @@ class _Runner:
         ]
         return procs, out, producers
 
-    def start_bad_corpus(self) -> list[tuple[Adapter, subprocess.Popen[str]]]:
-        if self.fixtures is None or not (self.fixtures / "bad" / "expected.json").is_file():
+    def golden(self) -> list[Any]:
+        """The golden fixture cases (computed once)."""
+        if self._golden is None:
+            self._golden = golden_cases(self.fixtures) if self.fixtures is not None else []
+        return self._golden
+
+    def start_bad_corpus(self) -> list[tuple[Adapter, subprocess.Popen[str] | None]]:
+        if self.fixtures is None:
             return []
-        expected = json.loads((self.fixtures / "bad" / "expected.json").read_text("utf-8"))
-        self.bad = expected["variants"]
-        jobs = [
-            [n, str(self.fixtures / "bad" / n / e["path"])] for n, e in sorted(self.bad.items())
-        ]
-        return [
-            (
-                r,
-                self._spawn(
+        self.bad = bad_cases(self.fixtures, self.golden())
+        running: list[tuple[Adapter, subprocess.Popen[str] | None]] = []
+        for r in self.readers():
+            # a reader runs the variants whose base it declares it can read
+            jobs = [
+                [b.name, str(b.path)]
+                for b in self.bad
+                if not _reads_support(r, b.needs, b.features)
+            ]
+            proc = None
+            if jobs:
+                proc = self._spawn(
                     {
                         "kind": "bad",
                         "adapter": self.specs[r.name],
@@ -703,57 +753,77 @@ class _Runner:
                         "fixtures": str(self.fixtures),
                     },
                     devices=8,
-                ),
-            )
-            for r in self.readers()
-        ]
+                )
+            running.append((r, proc))
+        return running
 
-    def finish_bad_corpus(self, running: list[tuple[Adapter, subprocess.Popen[str]]]) -> None:
+    def finish_bad_corpus(
+        self, running: list[tuple[Adapter, subprocess.Popen[str] | None]]
+    ) -> None:
         for reader, proc in running:
-            lines, err = self._collect(proc, WORKER_TIMEOUT_S)
+            lines, err = self._collect(proc, WORKER_TIMEOUT_S) if proc is not None else ([], "")
             outcomes = {m["name"]: m for m in lines if "name" in m}
             started = [m["start"] for m in lines if "start" in m]
             crashed = started[-1] if started and started[-1] not in outcomes else None
-            uses_ockpt_errors = reader.capabilities["reads"].get("errors") == "ockpt"
-            for name, entry in sorted(self.bad.items()):
-                rule = entry.get("validator", {}).get("rule")
-                want = entry["reader"]
-                got = outcomes.get(name)
+            for b in self.bad:
+                why = _reads_support(reader, b.needs, b.features)
+                if why:
+                    self.add("bad_corpus", b.name, "fixtures/bad", reader, "n/a", reason=why)
+                    continue
+                got = outcomes.get(b.name)
                 if got is None:
-                    why = "crashed or hung here" if name == crashed else "not reached"
+                    why = "crashed or hung here" if b.name == crashed else "not reached"
                     self.add(
                         "bad_corpus",
-                        name,
+                        b.name,
                         "fixtures/bad",
                         reader,
                         "fail",
-                        rule,
+                        b.rule,
                         f"{why}: {_short(err[-300:])}",
                     )
                     continue
-                status, reason = "pass", ""
-                if want["outcome"] == "raises":
-                    if got["outcome"] != "raised":
-                        status, reason = (
-                            "fail",
-                            f"loaded the damaged checkpoint ({entry['damage']})",
-                        )
-                    elif uses_ockpt_errors and want.get("error") not in got["classes"]:
-                        status = "fail"
-                        reason = (
-                            f"raised {got['classes'][0]}, want {want['error']}: {got['message']}"
-                        )
-                    else:
-                        reason = f"{got['classes'][0]}: {got['message']}"
-                elif got["outcome"] == "raised":
-                    if uses_ockpt_errors and "OckptError" not in got["classes"]:
-                        status = "fail"
-                        reason = f"raised {got['classes'][0]}, not an OckptError: {got['message']}"
-                    else:
-                        reason = f"refused (may load): {got['classes'][0]}"
-                if status == "fail" and entry.get("known_reader_issue") and uses_ockpt_errors:
-                    status, reason = "xfail", f"known issue: {entry['known_reader_issue']}"
-                self.add("bad_corpus", name, "fixtures/bad", reader, status, rule, reason)
+                status, reason = self._bad_outcome(reader, b, got)
+                self.add("bad_corpus", b.name, "fixtures/bad", reader, status, b.rule, reason)
+
+    @staticmethod
+    def _bad_outcome(reader: Adapter, b: BadCase, got: dict[str, Any]) -> tuple[str, str]:
+        """(status, reason) of one reader on one bad variant. ``errors: "ockpt"``: a refusal
+        must be the named ockpt error class; ``errors: "rules"``: it must name one of the
+        variant's accepted rule ids; otherwise any refusal counts. A crash, a hang or an
+        invalid output of a command reader is never a refusal."""
+        errors = reader.capabilities["reads"].get("errors")
+        classes = got.get("classes", [])
+        if "CommandUnsupported" in classes:
+            return "n/a", f"unsupported: {got['message']}"
+        crash = {CommandFailure.__name__, "OutputError"} | ({"TimeoutError"} if errors else set())
+        if got["outcome"] == "raised" and crash & set(classes):
+            return "fail", f"crashed, hung or wrote no valid output: {got['message']}"
+        status, reason = "pass", ""
+        named = f" [{got.get('rule')}]" if got.get("rule") else ""
+        if b.outcome == "error":
+            if got["outcome"] != "raised":
+                status, reason = "fail", f"loaded the damaged checkpoint ({b.damage})"
+            elif errors == "ockpt" and b.error_class not in classes:
+                status = "fail"
+                reason = f"raised {classes[0]}, want {b.error_class}: {got['message']}"
+            elif errors == "rules" and got.get("rule") not in b.accepted_rules:
+                status = "fail"
+                reason = (
+                    f"refused naming {got.get('rule') or 'no rule'}, want one of "
+                    f"{', '.join(b.accepted_rules)}: {got['message']}"
+                )
+            else:
+                reason = f"{classes[0]}{named}: {got['message']}"
+        elif got["outcome"] == "raised":
+            if errors == "ockpt" and "OckptError" not in classes:
+                status = "fail"
+                reason = f"raised {classes[0]}, not an OckptError: {got['message']}"
+            else:
+                reason = f"refused (may load): {classes[0]}{named}"
+        if status == "fail" and b.known_reader_issue and errors == "ockpt":
+            status, reason = "xfail", f"known issue: {b.known_reader_issue}"
+        return status, reason
 
     def topology(self, mp: tuple[list[subprocess.Popen[str]], Path, list[str]]) -> None:
         procs, out, producers = mp
@@ -933,6 +1003,8 @@ def run(
                 r.results = [x for x in r.results if x.group != "round_trip"]
         if "fixtures" in groups:
             r.fixture_reads()
+        if "databases" in groups:
+            r.databases()
         if "reads" in groups:
             r.consumer_reads()
         if "casts" in groups:

@@ -1,7 +1,8 @@
 """`_CHECKPOINT_METADATA` (per item or step) and `metadata/_ROOT_METADATA` (per manager root).
 
-Early releases write only the two timestamps; 0.10+ adds handler names, metrics and custom
-metadata. Handler names are data: ockpt never imports them.
+Releases up to 0.11.0 write only the two timestamps; 0.11.1+ adds handler names, metrics and
+user metadata (`custom` up to 0.11.7, `custom_metadata` from 0.11.8). Handler names are data:
+ockpt never imports them.
 """
 
 from __future__ import annotations
@@ -91,10 +92,22 @@ class CheckpointMetadata(Document):
             ),
             "custom_metadata": _optional(rest, "custom_metadata", dict, file=file, rule="CKPT-001"),
         }
+        custom = rest.get("custom")  # 0.11.1 to 0.11.7: the user metadata's earlier name
+        if custom is not None:
+            expect(custom, dict, file=file, pointer="/custom", rule="CKPT-001")
         return cls(**values, extra=rest)
 
     def to_json(self) -> dict[str, Any]:
         return _emit({}, self, self._FIELDS)
+
+    @property
+    def user_metadata(self) -> Mapping[str, Any] | None:
+        """The user metadata: `custom_metadata`, or `custom` as 0.11.1 to 0.11.7 name it
+        (json-documents §3); None when the document has neither."""
+        for value in (self.custom_metadata, self.extra.get("custom", ABSENT)):
+            if value is not ABSENT and value is not None:
+                return value
+        return None
 
     @property
     def item_names(self) -> tuple[str, ...] | None:

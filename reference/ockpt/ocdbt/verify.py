@@ -1,10 +1,13 @@
 """Deep verification of one OCDBT database: every manifest, version node and B+tree node of every
-generation decoded (each envelope's CRC-32C checked on the way), every out-of-line value's byte
-range checked against its data file (spec/ocdbt.md; used by `ockpt.validate --deep`).
+generation decoded (each envelope's CRC-32C checked on the way), the keys of every B+tree node
+checked against the key range its parent gives it (`OCDBT-044`, each node's key prefix built as
+spec/ocdbt.md section 8.1 says), every out-of-line value's byte range checked against its data
+file (spec/ocdbt.md; used by `ockpt.validate --deep`).
 
 `verify_database(db)` yields one `OcdbtError` per problem and keeps going where it can: a broken
 generation does not stop the others from being checked. Nodes shared by several generations are
-decoded once (the database's node cache, plus the set of ranges already checked here).
+decoded once (the database's node cache, plus the set of ranges already checked here); such a
+node's key range is checked on the first path that reaches it.
 """
 
 from __future__ import annotations
@@ -55,7 +58,13 @@ def verify_database(
         root = version.root
         if root.location is None:
             continue
-        yield from _walk(db, root, version.root_height, seen_nodes, seen_values, stats, tick, 0)
+        yield from _walk(
+            db, root, version.root_height, seen_nodes, seen_values, stats, tick, 0, _ROOT_RANGE
+        )
+
+
+#: (key prefix, lowest full key, bound above every full key or None) of a root node
+_ROOT_RANGE: tuple[bytes, bytes, bytes | None] = (b"", b"", None)
 
 
 def _walk(
@@ -67,6 +76,7 @@ def _walk(
     stats: DatabaseStats,
     tick: Callable[[], None] | None,
     depth: int,
+    key_range: tuple[bytes, bytes, bytes | None],
 ) -> Iterator[FormatError]:
     assert ref.location is not None
     key = _ref_key(ref.location)
@@ -98,6 +108,20 @@ def _walk(
             got=node.height,
         )
         return
+    prefix, lower, upper = key_range
+    first, last = prefix + node.entries[0].key, prefix + node.entries[-1].key
+    if first < lower or (upper is not None and last >= upper):
+        from ..errors import OcdbtError
+
+        yield OcdbtError(
+            "B+tree node keys lie outside the key range given by its parent",
+            rule="OCDBT-044",
+            file=str(db.path / ref.location.file_id.path.decode("utf-8", "replace")),
+            pointer=f"@{ref.location.offset}",
+            expected=f"[{lower!r}, {upper!r})",
+            got=f"[{first!r}, {last!r}]",
+        )
+        return
     if node.height == 0:
         for entry in node.entries:
             value = entry.value  # type: ignore[union-attr]
@@ -115,7 +139,14 @@ def _walk(
             stats.values += 1
             stats.value_bytes += len(data)
         return
-    for entry in node.entries:
+    entries = node.entries
+    for i, entry in enumerate(entries):
+        # the child's prefix: this node's, then bytes of the entry's relative key (section 8.1)
+        child_range = (
+            prefix + entry.subtree_common_prefix,  # type: ignore[union-attr]
+            prefix + entry.key,
+            prefix + entries[i + 1].key if i + 1 < len(entries) else upper,
+        )
         yield from _walk(
             db,
             entry.node,  # type: ignore[union-attr]
@@ -125,4 +156,5 @@ def _walk(
             stats,
             tick,
             depth + 1,
+            child_range,
         )

@@ -140,15 +140,15 @@ class OpenedItem:
 
         `_strings.json` at the item root; else, as releases up to 0.3.x wrote it,
         `<P>/_strings.json` for the first param name P of `candidates` (the string leaves, or
-        every placeholder when there is no `_METADATA`) in sorted order that has one; else a
-        file named P.
+        every placeholder when there is no `_METADATA`) in the tree's order that has one (0.3.5
+        writes it in the first string leaf's directory in that order); else a file named P.
         """
         if self._strings_loaded:
             return self._strings
         data = self.location.read(STRINGS_FILE, context=self.context)
         file = self.location.file(STRINGS_FILE)
         if data is None:
-            names = sorted(set(candidates))
+            names = list(dict.fromkeys(candidates))  # the tree's order, each name once
             for rel in [f"{n}/{STRINGS_FILE}" for n in names] + names:
                 try:
                     data = self.location.read(rel, context=self.context)

@@ -249,6 +249,14 @@ def _check_job(
         job.shape, job.dtype = array_shape, array_dtype
         return
     assert job.shape is not None and job.dtype is not None
+    if job.key_impl is not None and array_dtype != random_keys.KEY_DTYPE:
+        raise TargetError(
+            f"a {job.key_impl} key target needs uint32 key data; the checkpoint holds "
+            f"{array_dtype} {list(array_shape)}",
+            rule="LOAD-025",
+            file=file,
+            leaf=name,
+        )
     if job.shape != array_shape:
         if not (pad_or_truncate and len(job.shape) == len(array_shape) and job.shape):
             raise TargetError(
@@ -466,8 +474,16 @@ class _Loader:
         part = host[tuple(slice(a, b) for a, b in clipped)]
         request = engines.ReadRequest(None, clipped)  # type: ignore[arg-type]
         data = self._finish_region(job, request, np.array(part), region)
+        if job.key_impl is not None:  # the inline data must be this key's data (ARRM-002)
+            random_keys.key_shape(
+                job.key_impl,
+                data.shape,
+                data.dtype,
+                file=self.item.metadata_file,
+                leaf=job.leaf.param_name,
+            )
         if job.want == "jax":
-            return _jax.from_host(data, job.sharding)
+            return _final(job, _jax.from_host(data, job.sharding))
         return _final(job, data)
 
 

@@ -120,6 +120,8 @@ def read_region(
     if tuple(out.shape) != want:
         raise ValueError(f"{file}: out has shape {out.shape}, region has shape {want}")
     if any(n == 0 for n in want):
+        # An empty region, or a zero-size array (ZARR-009): its grid has no chunk, so nothing
+        # is read and nothing is missing, also with missing="error".
         return out
     chunk = meta.chunk_shape
     dtype = meta.numpy_dtype
