@@ -333,8 +333,10 @@ def test_no_pickle_eval_or_dynamic_import_in_the_package():
     for path in root.rglob("*.py"):
         text = path.read_text()
         for word in ("pickle", "eval(", "exec(", "importlib.import_module", "__import__("):
-            hits = [
-                ln for ln in text.splitlines() if word in ln and not ln.lstrip().startswith("#")
+            hits = [  # numpy's allow_pickle=False is the refusal of pickles, not a use
+                ln
+                for ln in text.splitlines()
+                if word in ln.replace("allow_pickle=False", "") and not ln.lstrip().startswith("#")
             ]
             allowed = (path.name == "convert.py" and word == "pickle") or (  # torch.save .pt
                 path.name == "adapters.py" and word == "importlib.import_module"
