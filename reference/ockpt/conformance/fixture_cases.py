@@ -110,7 +110,15 @@ def record_module(fixtures: Path, name: str = "_record") -> Any:
     """A record reader of the fixtures directory (``_record``, ``_record_ocdbt``)."""
     if str(fixtures) not in sys.path:
         sys.path.insert(0, str(fixtures))
-    return __import__(name)
+    if name == "_record_ocdbt":
+        import _record_ocdbt  # the fixtures' OCDBT database records
+
+        return _record_ocdbt
+    if name != "_record":
+        raise ValueError(f"no record reader {name!r}")
+    import _record  # the fixtures' record reader (numpy + ml_dtypes only)
+
+    return _record
 
 
 def _item_kwargs(rel: str) -> tuple[int | None, str | None]:
