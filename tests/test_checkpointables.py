@@ -482,3 +482,14 @@ def test_inspect_ls_and_detect_show_every_item():
     assert f"{step / 'proto'}: proto_item" in out
     code, out, err = _run("detect", str(step))
     assert "handler: orbax.checkpoint._src.handlers.proto_checkpoint_handler." in out
+
+
+def test_an_item_the_handlers_name_but_that_is_missing_is_refused():
+    """LAYOUT-003: loading every item of a v1 checkpoint whose `item_handlers` names an item
+    with no directory refuses, naming it, instead of returning the items present."""
+    bad = (
+        Path(__file__).resolve().parents[1] / "fixtures" / "bad" / "v1_missing_item" / "checkpoint"
+    )
+    with pytest.raises(ockpt.MissingDataError) as e:
+        ockpt.load_checkpointables(bad)
+    assert e.value.rule == "LAYOUT-003"

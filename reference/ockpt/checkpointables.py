@@ -20,6 +20,7 @@ from .documents._json import parse_json
 from .errors import (
     DocumentError,
     FormatError,
+    MissingDataError,
     NotACheckpointError,
     TargetError,
     UnsupportedError,
@@ -121,6 +122,9 @@ def _targets(
     """Item name -> target of each item to load. By default every item, stray directories that
     no handler names and that are no item aside (directories §4: a reader may ignore them)."""
     if asked is None:
+        for problem in top.problems:  # an item the handlers name is missing: not a whole load
+            if problem.rule == "LAYOUT-003":
+                raise MissingDataError(problem.message, rule="LAYOUT-003", file=top.path)
         return {
             n: None
             for n, c in items.items()
