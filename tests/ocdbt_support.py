@@ -136,3 +136,28 @@ def build_database(
     manifest = fmt.encode_manifest(fmt.Manifest(config, (version,), ()))
     (dest / "manifest.ocdbt").write_bytes(manifest)
     return dest / "manifest.ocdbt", ref
+
+
+def assert_nodes_equal_dump(path: Path) -> dict[str, int]:
+    """ockpt's decode of the manifest and of every node of the database at `path` equals
+    tensorstore's dump; returns how many B+tree and version tree nodes were compared."""
+    from ockpt.ocdbt import Database
+    from ockpt.ocdbt.dump import (
+        dump_btree_node,
+        dump_manifest,
+        dump_version_tree_node,
+        parse_location,
+    )
+
+    db = Database(path)
+    assert dump_manifest(db.manifest) == ts_dump(path)
+    kinds = {"btreenode": 0, "versionnode": 0}
+    for loc, theirs in walk_locations(path):
+        kind, ref = parse_location(loc)
+        if kind == "btreenode":
+            mine = dump_btree_node(db.read_btree_node(ref))
+        else:
+            mine = dump_version_tree_node(db.read_version_node(ref))
+        assert mine == theirs, loc
+        kinds[kind] += 1
+    return kinds

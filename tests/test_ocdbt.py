@@ -9,16 +9,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ocdbt_support import (
+    assert_nodes_equal_dump,
     fixture_databases,
     ocdbt_kvstore,
     short,
-    ts_dump,
-    walk_locations,
     write_database,
 )
 from ockpt.ocdbt import Database
 from ockpt.ocdbt import format as fmt
-from ockpt.ocdbt.dump import dump_btree_node, dump_manifest, dump_version_tree_node, parse_location
 from ockpt.ocdbt.tree import key_successor
 
 DATABASES = fixture_databases()
@@ -27,14 +25,7 @@ DATABASES = fixture_databases()
 def check_against_tensorstore(path, *, generations: bool = False) -> Database:
     """Manifest and every node equal tensorstore's dump; list and values equal its reads."""
     db = Database(path)
-    assert dump_manifest(db.manifest) == ts_dump(path)
-    for loc, theirs in walk_locations(path):
-        kind, ref = parse_location(loc)
-        if kind == "btreenode":
-            mine = dump_btree_node(db.read_btree_node(ref))
-        else:
-            mine = dump_version_tree_node(db.read_version_node(ref))
-        assert mine == theirs, loc
+    assert_nodes_equal_dump(path)
     kv = ocdbt_kvstore(path)
     keys = sorted(kv.list().result())
     assert db.list() == keys

@@ -22,11 +22,10 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES, ROOT, database_cases
-from ocdbt_support import ocdbt_kvstore, short, ts_dump, walk_locations
+from ocdbt_support import assert_nodes_equal_dump, ocdbt_kvstore, short, walk_locations
 from ockpt.errors import OcdbtError
 from ockpt.ocdbt import Database
 from ockpt.ocdbt import format as fmt
-from ockpt.ocdbt.dump import dump_btree_node, dump_manifest, dump_version_tree_node, parse_location
 
 sys.path.insert(0, str(FIXTURES))
 import _record_ocdbt as rec  # noqa: E402
@@ -100,16 +99,7 @@ def test_manifest_and_every_node_equal_tensorstore_dump(case):
     entries (relative keys, subtree common prefixes, references, statistics) and leaves."""
     path = _db(case)
     db = Database(path)
-    assert dump_manifest(db.manifest) == ts_dump(path)
-    kinds = {"btreenode": 0, "versionnode": 0}
-    for loc, theirs in walk_locations(path):
-        kind, ref = parse_location(loc)
-        if kind == "btreenode":
-            mine = dump_btree_node(db.read_btree_node(ref))
-        else:
-            mine = dump_version_tree_node(db.read_version_node(ref))
-        assert mine == theirs, loc
-        kinds[kind] += 1
+    kinds = assert_nodes_equal_dump(path)
     assert kinds["btreenode"] > 2
     assert (kinds["versionnode"] > 0) == bool(db.manifest.version_tree_nodes)
 
