@@ -45,7 +45,7 @@ from .names import (
     NP_RANDOM_KEY_DIR,
     NP_RANDOM_KEY_METADATA_DIR,
 )
-from .random_keys import RandomKey
+from .random_keys import KEY_DATA_SHAPES, RandomKey
 from .reader import load_pytree, pytree_metadata
 
 if TYPE_CHECKING:
@@ -62,9 +62,13 @@ _BROKEN = {
     **dict.fromkeys(RANDOM_KEY_HANDLERS, "HANDLER-003"),
 }
 
-#: The implementation of typed key data by its last dimension; a 4 is rbg or unsafe_rbg, which
-#: a JAX random-key item does not tell apart (HANDLER-005).
-_KEY_IMPL_BY_DATA = {2: "threefry2x32"}
+#: The implementation of typed key data by its last dimension, for the widths only one
+#: implementation of the format's table has; a 4 is rbg or unsafe_rbg, which a JAX random-key
+#: item does not tell apart (HANDLER-005).
+_WIDTHS = [shape[-1] for shape in KEY_DATA_SHAPES.values()]
+_KEY_IMPL_BY_DATA = {
+    shape[-1]: impl for impl, shape in KEY_DATA_SHAPES.items() if _WIDTHS.count(shape[-1]) == 1
+}
 
 
 def load_checkpointables(
