@@ -18,7 +18,7 @@ import pytest
 
 import ockpt  # noqa: E402
 from conftest import FIXTURES
-from ockpt import _ts_write  # noqa: E402
+from ockpt import _zarr_write  # noqa: E402
 from ockpt.ocdbt import Database  # noqa: E402
 
 CASES = {
@@ -61,7 +61,7 @@ def test_orbax_chunks_follow_the_rule(case):
         leaf = saved[name]
         slice_shape = leaf.write_shape or leaf.shape  # numpy leaves: the whole array
         outer, chunk = _grid(_zarr(db, name))
-        want = _ts_write.chunk_shape_for(
+        want = _zarr_write.chunk_shape_for(
             slice_shape, leaf.storage_dtype.itemsize, limit, array_shape=leaf.shape
         )
         assert chunk == want, (name, slice_shape, limit)
@@ -104,24 +104,24 @@ def test_chunk_shape_rule():
         ((8, 48), (8, 12), 4, 64, (8, 2)),
     ]
     for shape, slice_shape, itemsize, limit, want in seen:
-        got = _ts_write.chunk_shape_for(slice_shape, itemsize, limit, array_shape=shape)
+        got = _zarr_write.chunk_shape_for(slice_shape, itemsize, limit, array_shape=shape)
         assert got == want, (shape, slice_shape, limit)
-    assert _ts_write.chunk_shape_for((), 8, 8) == ()
-    assert _ts_write.chunk_shape_for((8, 4), 4, 1 << 20) == (8, 4)
+    assert _zarr_write.chunk_shape_for((), 8, 8) == ()
+    assert _zarr_write.chunk_shape_for((8, 4), 4, 1 << 20) == (8, 4)
 
 
 def test_limit_below_one_element_refused():
     """Orbax 0.12.8 refuses it too (`target_byte_size=1 must be >= 8`)."""
     with pytest.raises(ValueError, match="WRITE-010"):
-        _ts_write.chunk_shape_for((7,), 8, 1)
+        _zarr_write.chunk_shape_for((7,), 8, 1)
     with pytest.raises(ValueError, match="WRITE-010"):
-        _ts_write.chunk_shape_for((), 4, 2)
+        _zarr_write.chunk_shape_for((), 4, 2)
 
 
 def test_zarr3_shard_is_the_chunk():
     """WRITE-010: with zarr v3 the outer chunk is the chunk, with or without a limit."""
-    assert _ts_write.shard_shape_for((32, 256), (32, 32), 4096) == (32, 32)
-    assert _ts_write.shard_shape_for((8, 4), (8, 4), None) == (8, 4)
+    assert _zarr_write.shard_shape_for((32, 256), (32, 32), 4096) == (32, 32)
+    assert _zarr_write.shard_shape_for((8, 4), (8, 4), None) == (8, 4)
 
 
 def test_ockpt_010_chunk_byte_size_was_written_by_the_old_rule():
@@ -138,7 +138,7 @@ def test_ockpt_010_chunk_byte_size_was_written_by_the_old_rule():
         slice_shape = leaf.write_shape or leaf.shape
         outer, chunk = _grid(_zarr(db, name))
         assert outer == slice_shape, name  # the old outer chunk: the whole slice
-        now = _ts_write.chunk_shape_for(
+        now = _zarr_write.chunk_shape_for(
             slice_shape, leaf.storage_dtype.itemsize, 64, array_shape=leaf.shape
         )
         if now != chunk:

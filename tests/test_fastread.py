@@ -16,7 +16,7 @@ from conftest import assert_case_backends_agree
 jax = pytest.importorskip("jax")
 
 import ockpt  # noqa: E402
-from ockpt import _ts_write  # noqa: E402
+from ockpt import _zarr_write  # noqa: E402
 from ockpt.engines.python import fastread as _fastread  # noqa: E402
 from ockpt.writer import save_pytree  # noqa: E402
 
@@ -52,7 +52,7 @@ def _tree():
 @pytest.fixture(params=[(2, "zstd"), (3, "zstd"), (2, None), (2, "auto")])
 def saved(request, tmp_path, monkeypatch):
     zarr_version, compression = request.param
-    monkeypatch.setattr(_ts_write, "shard_shape_for", _whole_slice_shards)
+    monkeypatch.setattr(_zarr_write, "shard_shape_for", _whole_slice_shards)
     path = tmp_path / "c"
     save_pytree(
         path,
@@ -218,7 +218,7 @@ def test_large_chunk_costs_its_output_only(tmp_path, monkeypatch, options):
     that value's size: the memory numpy allocates while loading stays near the output's."""
     import tracemalloc
 
-    monkeypatch.setattr(_ts_write, "shard_shape_for", _whole_slice_shards)
+    monkeypatch.setattr(_zarr_write, "shard_shape_for", _whole_slice_shards)
     a = np.random.default_rng(0).standard_normal((4096, 256)).astype(np.float32)  # 4 MiB
     path = tmp_path / "c"
     save_pytree(path, {"w": a}, layout="item", **options)
@@ -294,7 +294,7 @@ def test_damaged_large_shard_names_its_rule(tmp_path, monkeypatch, damage):
     """A large zarr v3 shard read by index from its file: a damaged index or a shard shorter
     than its index is a ZARR error naming the shard, as when it is read whole."""
     monkeypatch.setattr(_fastread, "STREAM_BYTES", 0)
-    monkeypatch.setattr(_ts_write, "shard_shape_for", _whole_slice_shards)
+    monkeypatch.setattr(_zarr_write, "shard_shape_for", _whole_slice_shards)
     path = tmp_path / "c"
     value = np.arange(64 * 16, dtype=np.float32).reshape(64, 16)
     save_pytree(path, {"w": value}, layout="item", use_ocdbt=False, zarr_version=3,

@@ -72,7 +72,7 @@ WORKER = textwrap.dedent(
     except ockpt.WriteConflictError:
         print("conflict refused on", pid)
     # a failure on one process fails the save on every process; nothing is committed
-    import ockpt._ts_write as tw
+    import ockpt._zarr_write as tw
     real = tw.write_arrays
     if pid == 1:
         def boom(*args, **kwargs):

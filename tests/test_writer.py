@@ -23,7 +23,7 @@ import orbax.checkpoint as ocp  # noqa: E402
 import tensorstore as ts  # noqa: E402
 
 import ockpt  # noqa: E402
-from ockpt import _ts_write, commit  # noqa: E402
+from ockpt import _zarr_write, commit  # noqa: E402
 from ockpt.names import TMP_MARKER  # noqa: E402
 from ockpt.writer import save_pytree, save_pytree_async  # noqa: E402
 
@@ -234,27 +234,27 @@ def test_chunk_byte_size_splits_chunks(tmp_path):
 def test_chunk_shape_for():
     """WRITE-010: the largest dimension first (the sharded ones before the others), to the
     next smaller divisor of the slice (tests/test_chunk_subdivision.py: against Orbax)."""
-    assert _ts_write.chunk_shape_for((8, 4), 4, None) == (8, 4)
-    assert _ts_write.chunk_shape_for((8, 4), 4, 1 << 20) == (8, 4)
-    assert _ts_write.chunk_shape_for((8, 4), 4, 32) == (2, 4)
-    assert _ts_write.chunk_shape_for((9, 4), 4, 16) == (1, 2)
-    assert _ts_write.chunk_shape_for((12,), 4, 16) == (4,)
-    assert _ts_write.chunk_shape_for((4, 6), 4, 32, array_shape=(16, 6)) == (1, 6)
-    assert _ts_write.chunk_shape_for((7,), 8, 8) == (1,)
-    assert _ts_write.chunk_shape_for((), 8, 8) == ()
+    assert _zarr_write.chunk_shape_for((8, 4), 4, None) == (8, 4)
+    assert _zarr_write.chunk_shape_for((8, 4), 4, 1 << 20) == (8, 4)
+    assert _zarr_write.chunk_shape_for((8, 4), 4, 32) == (2, 4)
+    assert _zarr_write.chunk_shape_for((9, 4), 4, 16) == (1, 2)
+    assert _zarr_write.chunk_shape_for((12,), 4, 16) == (4,)
+    assert _zarr_write.chunk_shape_for((4, 6), 4, 32, array_shape=(16, 6)) == (1, 6)
+    assert _zarr_write.chunk_shape_for((7,), 8, 8) == (1,)
+    assert _zarr_write.chunk_shape_for((), 8, 8) == ()
     with pytest.raises(ValueError, match="WRITE-010"):
-        _ts_write.chunk_shape_for((7,), 8, 1)  # below one element: Orbax refuses it too
+        _zarr_write.chunk_shape_for((7,), 8, 1)  # below one element: Orbax refuses it too
 
 
 def test_default_chunk_limit():
     """WRITE-016: without a limit, slices over 64 MiB are divided to 64 MiB, unless the
     factors would leave chunks under 1 MiB."""
-    assert _ts_write.chunk_shape_for((4096, 4096), 4, None) == (4096, 4096)  # exactly 64 MiB
-    assert _ts_write.chunk_shape_for((262144, 4096), 4, None) == (4096, 4096)
-    assert _ts_write.chunk_shape_for((3, 4096, 4096), 2, None) == (3, 2048, 4096)
-    assert _ts_write.chunk_shape_for((1000003, 64), 4, None) == (1000003, 64)  # prime: whole
+    assert _zarr_write.chunk_shape_for((4096, 4096), 4, None) == (4096, 4096)  # exactly 64 MiB
+    assert _zarr_write.chunk_shape_for((262144, 4096), 4, None) == (4096, 4096)
+    assert _zarr_write.chunk_shape_for((3, 4096, 4096), 2, None) == (3, 2048, 4096)
+    assert _zarr_write.chunk_shape_for((1000003, 64), 4, None) == (1000003, 64)  # prime: whole
     huge = 1 << 40  # a caller's limit above the slice keeps one chunk per slice, as Orbax
-    assert _ts_write.chunk_shape_for((262144, 4096), 4, huge) == (262144, 4096)
+    assert _zarr_write.chunk_shape_for((262144, 4096), 4, huge) == (262144, 4096)
 
 
 def _ocdbt_values(path: Path) -> dict:
@@ -268,16 +268,34 @@ def _ocdbt_values(path: Path) -> dict:
     return out
 
 
+def _files(path: Path) -> dict:
+    """relative path -> bytes of every file of a zarr directory tree (no OCDBT)."""
+    files = sorted(p for p in path.rglob("*") if p.is_file())
+    return {str(p.relative_to(path)): p.read_bytes() for p in files}
+
+
+def _one_shard_per_slice(write_shape, chunk_shape, chunk_byte_size):
+    """zarr v3 shards of a whole slice, several inner chunks each (edge shards then have inner
+    chunks wholly outside the array): valid zarr that ockpt 0.1.0 wrote."""
+    return tuple(write_shape)
+
+
 @pytest.mark.parametrize(
     "options",
     [{}, {"chunk_byte_size": 64}, {"compression": None}, {"zarr_version": 2},
-     {"zarr_version": 2, "chunk_byte_size": 100}],
+     {"zarr_version": 2, "chunk_byte_size": 100}, {"chunk_byte_size": 64, "shards": "slice"},
+     {"use_ocdbt": False}, {"use_ocdbt": False, "zarr_version": 2, "chunk_byte_size": 64}],
 )  # fmt: skip
-def test_native_chunks_equal_tensorstore_drivers(tmp_path, monkeypatch, options):
-    """Chunks and zarr v3 shards that ockpt encodes itself are byte for byte what
-    tensorstore's zarr drivers write for the same arrays (WRITE-011, WRITE-012)."""
-    from ockpt import _chunkwrite
+def test_own_encoders_equal_tensorstore_drivers(tmp_path, monkeypatch, options):
+    """Every value ockpt stores (zarr metadata, chunks, zarr v3 shards, in OCDBT or as files)
+    is byte for byte what tensorstore's zarr drivers store for the same arrays (WRITE-011,
+    WRITE-012, WRITE-013): edge chunks, 0-d arrays, bfloat16 and int4, shards with inner chunks
+    outside the array; and ockpt's merge reads tensorstore's per-process databases."""
+    import ts_writer
 
+    options = dict(options)
+    if options.pop("shards", None) == "slice":
+        monkeypatch.setattr(_zarr_write, "shard_shape_for", _one_shard_per_slice)
     rng = np.random.default_rng(0)
     tree = {
         "w": jax.device_put(
@@ -289,20 +307,30 @@ def test_native_chunks_equal_tensorstore_drivers(tmp_path, monkeypatch, options)
         "b": np.array([True, False] * 8),
         "c": (rng.standard_normal(9) + 1j).astype(np.complex64),
         "u": np.arange(100, dtype=np.uint16).reshape(10, 10),
+        "bf16": rng.standard_normal((5, 7)).astype(ml_dtypes.bfloat16),
+        "i4": np.arange(-8, 8, dtype=ml_dtypes.int4).reshape(4, 4),
+        "scalar": np.float32(2.5),
+        "zero_d": np.array(7, dtype=np.int64),
+        "big": rng.standard_normal(3000).astype(np.float32),  # out of line: over 1024 bytes
     }
     save_pytree(tmp_path / "native", tree, **options)
-    monkeypatch.setattr(_chunkwrite, "direct", lambda *a, **k: False)
+    monkeypatch.setattr(_zarr_write, "write_arrays", ts_writer.write_arrays)
     save_pytree(tmp_path / "tensorstore", tree, **options)
-    native = _ocdbt_values(tmp_path / "native")
-    assert len(native) >= 12 and native == _ocdbt_values(tmp_path / "tensorstore")
+    if options.get("use_ocdbt", True):
+        native = _ocdbt_values(tmp_path / "native")
+        assert len(native) >= 20 and native == _ocdbt_values(tmp_path / "tensorstore")
+    else:
+        native = {k: v for k, v in _files(tmp_path / "native").items() if "/" in k}
+        theirs = {k: v for k, v in _files(tmp_path / "tensorstore").items() if "/" in k}
+        assert len(native) >= 20 and native == theirs
 
 
 @pytest.mark.parametrize("zarr_version", [2, 3])
 def test_large_array_is_chunked_and_orbax_restores_it(tmp_path, monkeypatch, zarr_version):
     """A slice over the default limit is written in several chunks (here with the limit
     lowered to 1 MiB so the test stays small) that real Orbax restores bit-equal."""
-    monkeypatch.setattr(_ts_write, "DEFAULT_MAX_CHUNK_BYTES", 1 << 20)
-    monkeypatch.setattr(_ts_write, "MIN_DEFAULT_CHUNK_BYTES", 1 << 16)
+    monkeypatch.setattr(_zarr_write, "DEFAULT_MAX_CHUNK_BYTES", 1 << 20)
+    monkeypatch.setattr(_zarr_write, "MIN_DEFAULT_CHUNK_BYTES", 1 << 16)
     tree = {"w": np.random.default_rng(1).standard_normal((1024, 1000)).astype(np.float32)}
     save_pytree(tmp_path / "c", tree, layout="item", zarr_version=zarr_version)
     meta = _zarr_meta(tmp_path / "c", "w")
@@ -502,7 +530,7 @@ def test_failed_save_leaves_earlier_state(tmp_path, monkeypatch):
     def boom(*args, **kwargs):
         raise OSError("disk full")
 
-    monkeypatch.setattr(_ts_write, "write_arrays", boom)
+    monkeypatch.setattr(_zarr_write, "write_arrays", boom)
     with pytest.raises(OSError, match="disk full"):
         save_pytree(path, {"a": np.zeros(2)}, layout="item", overwrite=True)
     with pytest.raises(OSError, match="disk full"):
@@ -517,7 +545,7 @@ def test_failed_commit_leaves_no_committed_directory(tmp_path, monkeypatch):
     def boom(*args, **kwargs):
         raise OSError("merge failed")
 
-    monkeypatch.setattr(_ts_write, "merge_databases", boom)
+    monkeypatch.setattr(_zarr_write, "merge_databases", boom)
     with pytest.raises(OSError, match="merge failed"):
         save_pytree(tmp_path / "c", {"a": np.ones(2)})
     assert os.listdir(tmp_path) == []
@@ -689,7 +717,7 @@ def test_async_errors(tmp_path, monkeypatch):
     def boom(*args, **kwargs):
         raise OSError("late failure")
 
-    monkeypatch.setattr(_ts_write, "write_arrays", boom)
+    monkeypatch.setattr(_zarr_write, "write_arrays", boom)
     handle = save_pytree_async(tmp_path / "e", {"a": np.ones(2)})
     with pytest.raises(OSError, match="late failure"):
         handle.result(timeout=60)

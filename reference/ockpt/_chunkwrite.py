@@ -1,23 +1,24 @@
-"""Writing zarr chunks into an OCDBT database without tensorstore's zarr drivers.
+"""Encoding the chunks of zarr arrays, in parallel, as the values a save stores.
 
-`_ts_write` creates each array's zarr metadata with tensorstore, then hands the chunks of the
-arrays this module can encode here: plain little-endian numeric dtypes, OCDBT, zarr v2 or
-zarr v3 whose shards tile the written pieces. Each zarr v2 chunk (C-order bytes of the full
-chunk, an edge chunk padded with zeros, then one zstd frame unless the array is stored raw) or
-zarr v3 shard (its inner chunks so encoded, in C order, then the index of (offset, nbytes)
-pairs and its CRC-32C) is encoded in a pool of one thread per core (``zstandard``, numpy
-copies and the CRC release the GIL) and written as one value of the process's database
-through tensorstore's OCDBT key-value store, in transactions of about `BATCH_BYTES`, so the
-encoded bytes held at once stay bounded. The stored bytes are those of tensorstore's zarr
-drivers: the same zarr arrays (WRITE-011, WRITE-012), every chunk stored (WRITE-013).
+Each zarr v2 chunk is the C-order bytes of the full chunk (an edge chunk padded with zeros),
+then one zstd frame unless the array is stored raw; each zarr v3 shard is its inner chunks so
+encoded, in C order, then the index of (offset, nbytes) pairs, ``2^64-1`` twice for an inner
+chunk wholly outside the array, and the index's CRC-32C (WRITE-011, WRITE-012; every chunk
+stored, WRITE-013). Chunks are encoded in a pool of one thread per core (``zstandard``, numpy
+copies and the CRC release the GIL); a raw chunk that is contiguous in its slice is handed on
+as a view of it, not copied, and a chunk of many MiB is compressed as one frame on every core.
+Encodings run ahead of the writes by a bounded number of chunks and bytes, so the encoded
+bytes held at once stay bounded. The encoded values go to a ``sink(key, parts)``: the process's
+OCDBT database (`ocdbt.write.DatabaseWriter`) or one file per key.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import struct
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -26,33 +27,20 @@ import numpy as np
 from .engines.python.fastread import workers  # one thread per core, as the reader
 from .paths import array_prefix
 
-__all__ = ["direct", "encode_window", "write_chunks"]
+__all__ = ["Sink", "encode_window", "write_chunks"]
 
-#: Encoded bytes per OCDBT transaction (at most two are held: one committing, one filling).
-BATCH_BYTES = 64 << 20
+#: ``sink(key, parts)``: store the value made of the buffers `parts` under the key.
+Sink = Callable[[str, list[Any]], None]
 
+#: Raw bytes of the chunks being encoded ahead of their writes (beyond the first).
+ENCODE_AHEAD_BYTES = 256 << 20
 
-def direct(a: Any, *, zarr_version: int, use_ocdbt: bool) -> bool:
-    """Whether the chunks of the array write `a` (`_ts_write.ArrayWrite`) are written here."""
-    dtype = np.dtype(a.dtype)
-    plain = (
-        use_ocdbt
-        and dtype.kind in "biufc"
-        and type(dtype).__module__.startswith("numpy")
-        and (dtype.byteorder in "=|<")
-        and (dtype.byteorder != "=" or np.little_endian)
-    )
-    if not plain or zarr_version == 2:
-        return plain
-    return bool(a.shape) and all(_tiles(a, piece) for piece in a.pieces)
+#: Chunks of at least this many bytes are compressed on every core, one frame each.
+PARALLEL_FRAME_BYTES = 8 << 20
 
+_MISSING = (1 << 64) - 1  # a sharding index entry of an inner chunk that is not stored
 
-def _tiles(a: Any, piece: Any) -> bool:
-    """Whether a piece is a whole number of zarr v3 shards (none crossing the array's edge)."""
-    return all(
-        s % w == 0 and n % w == 0
-        for s, n, w in zip(piece.start, piece.value.shape, a.write_shape, strict=True)
-    )
+Job = tuple[str, int, Callable[[], list[Any]]]  # key, raw bytes, encoding
 
 
 def _cells(
@@ -68,29 +56,21 @@ def _cells(
         yield index, local
 
 
-def _v2_jobs(a: Any, encode: Callable[[np.ndarray], bytes]) -> Iterator[tuple[str, Any]]:
-    """(key, encoding job) for every zarr v2 chunk of every piece of `a`."""
-    chunk = tuple(int(c) for c in a.chunk_shape)
-    for piece in a.pieces:
-        value = piece.value
-        if not chunk:  # 0-d
-            part = np.ascontiguousarray(value).reshape(())
-            yield array_prefix(a.param_name) + "0", lambda part=part: encode(part)
-            continue
-        for index, local in _cells(piece.start, value.shape, chunk):
-            key = array_prefix(a.param_name) + ".".join(str(i) for i in index)
-            yield key, lambda local=local, value=value: encode(_full(value[local], chunk))
-
-
-def _v3_jobs(a: Any, encode: Callable[[np.ndarray], bytes]) -> Iterator[tuple[str, Any]]:
-    """(key, encoding job) for every zarr v3 shard of every piece of `a`."""
-    shard = tuple(int(c) for c in a.write_shape)
-    inner = tuple(int(c) for c in a.chunk_shape)
-    for piece in a.pieces:
-        for index, local in _cells(piece.start, piece.value.shape, shard):
-            key = array_prefix(a.param_name) + "c/" + "/".join(str(i) for i in index)
-            view = piece.value[local]
-            yield key, lambda view=view: _encode_shard(view, inner, encode)
+def _check_whole(
+    a: Any,
+    index: tuple[int, ...],
+    start: Sequence[int],
+    local: tuple[slice, ...],
+    cell: Sequence[int],
+) -> None:
+    """A cell must lie in one piece up to the array's edge: chunk edges lie on slice edges
+    (WRITE-010), so a cell that a piece covers only in part would lose the rest."""
+    for i, sl, c, n in zip(index, local, cell, a.shape, strict=True):
+        if sl.stop - sl.start != min(c, n - i * c):
+            raise ValueError(
+                f"{a.param_name}: chunk {index} of {tuple(cell)} crosses the edge of the slice at "
+                f"{tuple(start)} (WRITE-010: chunk edges lie on slice edges)"
+            )
 
 
 def _full(part: np.ndarray, chunk: tuple[int, ...]) -> np.ndarray:
@@ -102,87 +82,121 @@ def _full(part: np.ndarray, chunk: tuple[int, ...]) -> np.ndarray:
     return np.ascontiguousarray(part)
 
 
-def _encode_shard(
-    shard: np.ndarray, inner: tuple[int, ...], encode: Callable[[np.ndarray], bytes]
-) -> bytes:
-    """One zarr v3 shard: its inner chunks encoded in C order, then the index (a little-endian
-    uint64 (offset, nbytes) pair per inner chunk) and the index's CRC-32C."""
-    from .ocdbt.format import crc32c
-
-    parts, index, offset = [], [], 0
-    for _, local in _cells((0,) * shard.ndim, shard.shape, inner):
-        data = encode(np.ascontiguousarray(shard[local]))
-        parts.append(data)
-        index.append((offset, len(data)))
-        offset += len(data)
-    table = struct.pack(f"<{2 * len(index)}Q", *itertools.chain.from_iterable(index))
-    return b"".join([*parts, table, struct.pack("<I", crc32c(table))])
-
-
-def _encoder(level: int | None) -> Callable[[np.ndarray], bytes]:
+def _encoder(level: int | None) -> Callable[[np.ndarray], Any]:
+    """C-contiguous chunk -> its stored bytes: a zstd frame, or (raw) a byte view of it."""
     import zstandard
 
     if level is None:
-        return lambda chunk: chunk.tobytes()
-    return lambda chunk: zstandard.ZstdCompressor(level=level).compress(
-        memoryview(chunk.reshape(-1).view(np.uint8))
-    )
+        return lambda chunk: memoryview(chunk.reshape(-1).view(np.uint8))
+
+    def encode(chunk: np.ndarray) -> bytes:
+        data = memoryview(chunk.reshape(-1).view(np.uint8))
+        threads = workers() if data.nbytes >= PARALLEL_FRAME_BYTES else 0
+        return zstandard.ZstdCompressor(level=level, threads=threads).compress(data)
+
+    return encode
+
+
+def _v2_jobs(a: Any, encode: Callable[[np.ndarray], Any]) -> Iterator[Job]:
+    """(key, raw bytes, encoding) of every zarr v2 chunk of every piece of `a`."""
+    chunk = tuple(int(c) for c in a.chunk_shape)
+    nbytes = math.prod(chunk) * a.dtype.itemsize
+    for piece in a.pieces:
+        value = piece.value
+        if not chunk:  # 0-d
+            part = np.ascontiguousarray(value).reshape(())
+            yield array_prefix(a.param_name) + "0", nbytes, lambda part=part: [encode(part)]
+            continue
+        for index, local in _cells(piece.start, value.shape, chunk):
+            _check_whole(a, index, piece.start, local, chunk)
+            key = array_prefix(a.param_name) + ".".join(str(i) for i in index)
+            yield key, nbytes, lambda local=local, value=value: [encode(_full(value[local], chunk))]
+
+
+def _v3_jobs(a: Any, encode: Callable[[np.ndarray], Any]) -> Iterator[Job]:
+    """(key, raw bytes, encoding) of every zarr v3 shard of every piece of `a`."""
+    shard = tuple(int(c) for c in a.write_shape)
+    inner = tuple(int(c) for c in a.chunk_shape)
+    nbytes = math.prod(shard) * a.dtype.itemsize
+    for piece in a.pieces:
+        if not shard:  # 0-d: one shard of one inner chunk
+            view = np.ascontiguousarray(piece.value).reshape(())
+            yield (
+                array_prefix(a.param_name) + "c",
+                nbytes,
+                lambda view=view: _encode_shard(view, (), (), encode),
+            )
+            continue
+        for index, local in _cells(piece.start, piece.value.shape, shard):
+            _check_whole(a, index, piece.start, local, shard)
+            key = array_prefix(a.param_name) + "c/" + "/".join(str(i) for i in index)
+            view = piece.value[local]
+            yield key, nbytes, lambda view=view: _encode_shard(view, shard, inner, encode)
+
+
+def _encode_shard(
+    view: np.ndarray,
+    shard: tuple[int, ...],
+    inner: tuple[int, ...],
+    encode: Callable[[np.ndarray], Any],
+) -> list[Any]:
+    """One zarr v3 shard of shape `shard` whose part inside the array is `view`: its inner
+    chunks encoded in C order, then the index (a little-endian uint64 (offset, nbytes) pair per
+    inner chunk; ``2^64-1`` twice for one wholly outside the array) and its CRC-32C."""
+    from .ocdbt.format import crc32c
+
+    present = tuple(-(-n // c) for n, c in zip(view.shape, inner, strict=True))
+    parts: list[Any] = []
+    index: list[int] = []
+    offset = 0
+    for cell in itertools.product(*(range(s // c) for s, c in zip(shard, inner, strict=True))):
+        if any(c >= p for c, p in zip(cell, present, strict=True)):
+            index += (_MISSING, _MISSING)
+            continue
+        local = tuple(slice(c * n, (c + 1) * n) for c, n in zip(cell, inner, strict=True))
+        data = encode(_full(view[local], inner))
+        size = memoryview(data).nbytes
+        parts.append(data)
+        index += (offset, size)
+        offset += size
+    table = struct.pack(f"<{len(index)}Q", *index)
+    parts.append(table + struct.pack("<I", crc32c(table)))
+    return parts
 
 
 def encode_window() -> int:
-    """How many chunks (or shards) are encoded ahead of their writes: the encoded bytes held
-    at once are at most one more than this many of the largest, plus a transaction of
-    `BATCH_BYTES`."""
+    """How many chunks (or shards) are encoded ahead of their writes, at most (and at most
+    `ENCODE_AHEAD_BYTES` of them beyond the first)."""
     return max(2 * workers(), 4)
 
 
 def write_chunks(
-    kvstore: Any,
+    sink: Sink,
     arrays: Sequence[Any],
     *,
-    documents: Mapping[str, bytes],
     zarr_version: int,
     compression_level: int | None,
-    transaction: Any,
 ) -> None:
-    """Write `documents` (key -> zarr metadata bytes) and encode and write every chunk (zarr
-    v3: shard) of `arrays` (`_ts_write.ArrayWrite`) into `kvstore` (the process's OCDBT
-    database, tensorstore); `transaction` is ``tensorstore.Transaction``."""
+    """Encode every chunk (zarr v3: shard) of `arrays` (`_zarr_write.ArrayWrite`) and hand
+    each to `sink` in order, as soon as it and those before it are encoded."""
     cells = _v2_jobs if zarr_version == 2 else _v3_jobs
     jobs = (  # lazy: a chunk that is not contiguous in its piece is copied when encoded
         job for a in arrays for job in cells(a, _encoder(compression_level if a.compress else None))
     )
-    threads = workers()
-    previous: tuple[Any, list[Any]] | None = None  # the batch being committed
-
-    def finish(batch: tuple[Any, list[Any]] | None) -> None:
-        if batch is not None:
-            batch[0].result()
-            for w in batch[1]:
-                w.result()
-
-    txn = transaction(atomic=False)
-    target = kvstore.with_transaction(txn)
-    writes: list[Any] = [target.write(key, data) for key, data in documents.items()]
-    held = 0
-    window = encode_window()  # encodings ahead of the writes: bounded memory
-    with ThreadPoolExecutor(threads, thread_name_prefix="ockpt-encode") as pool:
+    window = encode_window()
+    with ThreadPoolExecutor(workers(), thread_name_prefix="ockpt-encode") as pool:
+        pending: deque[tuple[str, int, Any]] = deque()
+        ahead = 0  # raw bytes of the pending encodings
         it = iter(jobs)
-        pending = deque((key, pool.submit(job)) for key, job in itertools.islice(it, window))
-        while pending:
-            key, future = pending.popleft()
-            nxt = next(it, None)
-            if nxt is not None:
-                pending.append((nxt[0], pool.submit(nxt[1])))
-            data = future.result()
-            writes.append(target.write(key, data))
-            held += len(data)
-            del data
-            if held >= BATCH_BYTES:
-                finish(previous)
-                previous = (txn.commit_async(), writes)
-                txn = transaction(atomic=False)
-                target = kvstore.with_transaction(txn)
-                writes, held = [], 0
-    finish(previous)
-    finish((txn.commit_async(), writes))
+        nxt = next(it, None)
+        while nxt is not None or pending:
+            while nxt is not None and (
+                not pending or (len(pending) < window and ahead + nxt[1] <= ENCODE_AHEAD_BYTES)
+            ):
+                key, nbytes, job = nxt
+                pending.append((key, nbytes, pool.submit(job)))
+                ahead += nbytes
+                nxt = next(it, None)
+            key, nbytes, future = pending.popleft()
+            ahead -= nbytes
+            sink(key, future.result())

@@ -96,8 +96,9 @@ SUPPORTED: dict[str, np.dtype] = {
     **{n: d for n in EXTENSION_NAMES if (d := _ml(n)) is not None},
 }
 
-#: Names in the table that tensorstore (the writer's array engine) cannot write: a writer
-#: built on it refuses them before writing anything (spec/arrays.md §7).
+#: Names in the table that tensorstore, the array engine of Orbax, can neither write nor read:
+#: the reference writer refuses them before writing anything, as no Orbax release could
+#: restore them (spec/arrays.md §7).
 NOT_WRITABLE = frozenset({"float8_e4m3", "float6_e2m3fn", "float6_e3m2fn", "uint2", "uint4"})
 
 # ---------------------------------------------------------------------------------------------

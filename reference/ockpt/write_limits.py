@@ -43,7 +43,7 @@ from .paths import KeyPath, array_prefix, param_name
 from .zarr._common import check_extent
 
 if TYPE_CHECKING:
-    from ._ts_write import ArrayWrite
+    from ._zarr_write import ArrayWrite
 
 __all__ = [
     "NAME_MAX",

@@ -39,7 +39,7 @@ from typing import Any, Literal
 import numpy as np
 import zstandard
 
-from . import _jax, _ts_write, commit, dtypes, random_keys, write_limits
+from . import _jax, _zarr_write, commit, dtypes, random_keys, write_limits
 from .documents import (
     ArrayMetadata,
     ArrayMetadatas,
@@ -126,7 +126,7 @@ def _resolve(options: SaveOptions, layout: str) -> _Options:
         zarr_version = 3 if layout == "v1" else 2
     level = options.compression_level
     if options.compression is not None and level is None:
-        level = _ts_write.ZSTD_LEVEL[zarr_version]
+        level = _zarr_write.ZSTD_LEVEL[zarr_version]
     return _Options(
         options.use_ocdbt,
         zarr_version,
@@ -310,7 +310,7 @@ def _check_array(path: KeyPath, shape: tuple[int, ...], dtype: Any) -> None:
     except (TypeError, ValueError):
         raise _refuse(path, f"unsupported dtype {dtype}", got=str(dtype)) from None
     if name in dtypes.NOT_WRITABLE:
-        raise _refuse(path, f"dtype {name} cannot be written with tensorstore", got=name)
+        raise _refuse(path, f"dtype {name} cannot be written: Orbax (tensorstore) cannot read it", got=name)
     if np.dtype(dtype).byteorder == ">":
         raise _refuse(path, "big-endian arrays are not supported", got=str(dtype))
     if math.prod(shape) == 0 and len(shape) > 0:
@@ -352,7 +352,7 @@ def _check_names(leaves: list[_Leaf], *, use_ocdbt: bool) -> None:
 @dataclass
 class _ItemPlan:
     leaves: list[_Leaf]
-    arrays: list[_ts_write.ArrayWrite]  # what this process writes
+    arrays: list[_zarr_write.ArrayWrite]  # what this process writes
     jax_meta: dict[str, tuple[tuple[int, ...], tuple[int, ...], ShardingSpec | None]] = field(
         default_factory=dict
     )  # param name -> (write shape, chunk shape, sharding)
@@ -413,14 +413,14 @@ def _plan(tree: Any, opts: _Options, job: _Job, *, copy: bool) -> _ItemPlan:
                 else value.dtype
             )
             shape = tuple(value.shape)
-            chunk = _ts_write.chunk_shape_for(shape, dtype.itemsize, opts.chunk_byte_size)
-            pieces: tuple[_ts_write.Piece, ...] = ()
+            chunk = _zarr_write.chunk_shape_for(shape, dtype.itemsize, opts.chunk_byte_size)
+            pieces: tuple[_zarr_write.Piece, ...] = ()
             if job.primary:
                 host = value.astype(dtype, copy=copy) if dtype != value.dtype or copy else value
-                pieces = (_ts_write.Piece((0,) * len(shape), np.require(host, requirements="C")),)
-            shard = _ts_write.shard_shape_for(shape, chunk, opts.chunk_byte_size)
+                pieces = (_zarr_write.Piece((0,) * len(shape), np.require(host, requirements="C")),)
+            shard = _zarr_write.shard_shape_for(shape, chunk, opts.chunk_byte_size)
             plan.arrays.append(
-                _ts_write.ArrayWrite(leaf.name, shape, dtype, chunk, shard, pieces, job.primary)
+                _zarr_write.ArrayWrite(leaf.name, shape, dtype, chunk, shard, pieces, job.primary)
             )
         elif leaf.kind == "jax":
             plan.arrays.append(_plan_jax(leaf, opts, job, plan, copy=copy))
@@ -438,7 +438,7 @@ AUTO_MAX_GROWTH = 1.10
 _AUTO_SAMPLE_BYTES = 1 << 20
 
 
-def _compresses(pieces: tuple[_ts_write.Piece, ...], level: int) -> bool | None:
+def _compresses(pieces: tuple[_zarr_write.Piece, ...], level: int) -> bool | None:
     """Whether zstd at `level` pays on a sample (up to 1 MiB from the middle of this process's
     first piece): the raw sample is over `AUTO_MAX_GROWTH` times its compressed size. None when
     this process holds no piece."""
@@ -475,7 +475,7 @@ def _choose_compression(plan: _ItemPlan, opts: _Options, job: _Job) -> None:
 
 def _plan_jax(
     leaf: _Leaf, opts: _Options, job: _Job, plan: _ItemPlan, *, copy: bool
-) -> _ts_write.ArrayWrite:
+) -> _zarr_write.ArrayWrite:
     """One jax.Array: the chunk grid is its shard shape; each unique shard (replica 0) is
     copied to the host by the process that holds it (WRITE-030)."""
     arr = leaf.value
@@ -484,7 +484,7 @@ def _plan_jax(
     # key data keeps its uint32: another type would no longer be the key (WRITE-006)
     dtype = src if leaf.key_impl is not None else _storage_dtype(opts, leaf.name, src)
     write_shape = tuple(int(n) for n in arr.sharding.shard_shape(arr.shape))
-    chunk = _ts_write.chunk_shape_for(
+    chunk = _zarr_write.chunk_shape_for(
         write_shape, dtype.itemsize, opts.chunk_byte_size, array_shape=shape
     )
     pieces = []
@@ -503,10 +503,10 @@ def _plan_jax(
             host = host.astype(dtype)
         elif copy and (host.base is not None or not host.flags.owndata):
             host = np.array(host, copy=True)  # own the bytes: the device buffer may be reused
-        pieces.append(_ts_write.Piece(start, np.require(host, requirements="C")))
+        pieces.append(_zarr_write.Piece(start, np.require(host, requirements="C")))
     plan.jax_meta[leaf.name] = (write_shape, chunk, _sharding_spec(arr.sharding))
-    shard = _ts_write.shard_shape_for(write_shape, chunk, opts.chunk_byte_size)
-    return _ts_write.ArrayWrite(leaf.name, shape, dtype, chunk, shard, tuple(pieces), job.primary)
+    shard = _zarr_write.shard_shape_for(write_shape, chunk, opts.chunk_byte_size)
+    return _zarr_write.ArrayWrite(leaf.name, shape, dtype, chunk, shard, tuple(pieces), job.primary)
 
 
 def _full_index(index: tuple[Any, ...], ndim: int) -> tuple[slice, ...]:
@@ -637,29 +637,28 @@ def _check_custom_metadata(custom: Any) -> None:
 # Writing one item (every process), then committing (the primary)
 
 
-def _write_item(item_dir: str, plan: _ItemPlan, opts: _Options, job: _Job, ctx: Any) -> None:
+def _write_item(item_dir: str, plan: _ItemPlan, opts: _Options, job: _Job) -> None:
     """This process's part of an item: its array pieces and its array_metadatas file."""
     if job.primary:
         os.makedirs(item_dir, exist_ok=True)
     if plan.arrays:
-        _ts_write.write_arrays(
+        _zarr_write.write_arrays(
             item_dir,
             plan.arrays,
             use_ocdbt=opts.use_ocdbt,
             zarr_version=opts.zarr_version,
             compression_level=opts.compression_level,
             process_index=job.index,
-            context=ctx,
         )
     meta = _array_metadatas(plan)
     if meta is not None:
         commit.write_file(os.path.join(item_dir, ARRAY_METADATAS_DIR, f"process_{job.index}"), meta)
 
 
-def _finish_item(item_dir: str, plan: _ItemPlan, opts: _Options, job: _Job, ctx: Any) -> None:
+def _finish_item(item_dir: str, plan: _ItemPlan, opts: _Options, job: _Job) -> None:
     """The primary's part after every process wrote: merge the databases, write documents."""
     if opts.use_ocdbt and plan.arrays:
-        _ts_write.merge_databases(item_dir, range(job.count), context=ctx)
+        _zarr_write.merge_databases(item_dir, range(job.count))
     for name, data in _item_documents(plan, opts).items():
         commit.write_file(os.path.join(item_dir, name), data)
 
@@ -720,15 +719,12 @@ class _Save:
     def write(self, pending: commit.Pending) -> None:
         """Write every part, merge, write documents and commit; on failure remove the
         temporary directory (primary) and re-raise."""
-        import tensorstore as ts
-
-        ctx = ts.Context()
         error: BaseException | None = None
         try:
             for rel, part in self.parts.items():
                 if not isinstance(part, _JsonPart):
                     plan, opts = part
-                    _write_item(os.path.join(pending.tmp, rel), plan, opts, self.job, ctx)
+                    _write_item(os.path.join(pending.tmp, rel), plan, opts, self.job)
         except BaseException as e:  # noqa: BLE001
             error = e
         try:
@@ -737,7 +733,7 @@ class _Save:
             error = error or e
         if error is None and self.job.primary:
             try:
-                self._commit(pending, ctx)
+                self._commit(pending)
             except BaseException as e:  # noqa: BLE001
                 error = e
         if error is not None and self.job.primary:
@@ -752,7 +748,7 @@ class _Save:
                 raise full from error
             raise error
 
-    def _commit(self, pending: commit.Pending, ctx: Any) -> None:
+    def _commit(self, pending: commit.Pending) -> None:
         """The primary's duties once every process has written (WRITE-032, DIR-004)."""
         for rel, part in self.parts.items():
             item_dir = os.path.join(pending.tmp, rel)
@@ -760,7 +756,7 @@ class _Save:
                 commit.write_file(os.path.join(item_dir, part.file_name), part.data)
             else:
                 plan, opts = part
-                _finish_item(item_dir, plan, opts, self.job, ctx)
+                _finish_item(item_dir, plan, opts, self.job)
             if self.layout == "step":
                 final = os.path.join(pending.final, rel)
                 commit.write_file(

@@ -13,6 +13,7 @@ base path), so a `DataFileId` names one file relative to the database directory 
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Union
 
@@ -94,8 +95,14 @@ def crc32c(data: bytes | memoryview) -> int:
     return google_crc32c.value(bytes(data) if isinstance(data, memoryview) else data)
 
 
+#: The one-byte varints, 0 to 127 (most lengths, prefixes and ids of a node).
+_SMALL_VARINTS = tuple(bytes((i,)) for i in range(0x80))
+
+
 def encode_varint(value: int) -> bytes:
     """Unsigned LEB128 encoding of 0 <= value < 2**64 (the shortest form)."""
+    if 0 <= value < 0x80:
+        return _SMALL_VARINTS[value]
     if not 0 <= value <= _U64_MAX:
         raise ValueError(f"varint out of range: {value}")
     out = bytearray()
@@ -247,7 +254,26 @@ class _Cursor:
         if n and max(head) < 0x80 and max(head) <= maximum:  # n one-byte varints: C speed
             self.pos += n
             return list(head)
-        return [self.varint(field, maximum) for _ in range(n)]
+        data, pos, end = self.data, self.pos, self.end
+        out = []
+        for _ in range(n):  # inline: a method call per varint made this the node decode's cost
+            start, value, shift = pos, 0, 0
+            while pos < end and shift < 7 * _MAX_VARINT_BYTES:
+                byte = data[pos]
+                pos += 1
+                value |= (byte & 0x7F) << shift
+                if byte < 0x80:
+                    break
+                shift += 7
+            else:  # truncated or too long: `varint` names the fault
+                self.pos = start
+                self.varint(field, maximum)
+            if value > maximum:
+                self.pos = start
+                self.varint(field, maximum)  # raises
+            out.append(value)
+        self.pos = pos
+        return out
 
     def u8s(self, n: int, field: str) -> bytes:
         return self.take(n, field)
@@ -1016,11 +1042,13 @@ def _keys(cur: _Cursor, n: int, *, with_common_prefix: bool) -> tuple[list[bytes
     prefix_lengths = cur.varints(n - 1, "key_prefix_length")
     suffix_lengths = cur.varints(n, "key_suffix_length")
     common = cur.varints(n, "subtree_common_prefix_length") if with_common_prefix else []
-    cur.need(sum(suffix_lengths), "key_suffix")
+    suffixes = cur.take(sum(suffix_lengths), "key_suffix")  # sliced below: one copy in all
     keys: list[bytes] = []
     prev = b""
+    end = 0
     for i in range(n):
-        suffix = cur.take(suffix_lengths[i], "key_suffix")
+        start, end = end, end + suffix_lengths[i]
+        suffix = suffixes[start:end]
         p = prefix_lengths[i - 1] if i else 0
         if p > len(prev):
             raise cur.fail(
@@ -1093,18 +1121,20 @@ def decode_btree_node(
         offsets = cur.varints(len(indirect), "data_file_offset")
         _check_ranges(cur, offsets, [lengths[i] for i in indirect], at, allow_none=False)
         direct_total = sum(lengths[i] for i in range(n) if kinds[i] == 0)
-        cur.need(direct_total, "inline values")
+        values = cur.take(direct_total, "inline values")  # sliced below: one copy in all
         refs = {
             i: IndirectDataReference(table[ids[k]], offsets[k], lengths[i])
             for k, i in enumerate(indirect)
         }
         entries: list = []
         inline: dict[bytes, bytes] = {}  # equal inline values (the zarr metadata of arrays
-        for i in range(n):  # of one shape and dtype) are kept once
+        end = 0  # of one shape and dtype) are kept once
+        for i in range(n):
             if kinds[i]:
                 value = refs[i]
             else:
-                value = cur.take(lengths[i], "value")
+                start, end = end, end + lengths[i]
+                value = values[start:end]
                 value = inline.setdefault(value, value)
             entries.append(LeafNodeEntry(keys[i], value))
     else:
@@ -1172,18 +1202,25 @@ def _encode_table(files: tuple[DataFileId, ...], transitive_path: bytes) -> byte
 
 
 class _Table:
-    def __init__(self) -> None:
-        self.files: list[DataFileId] = []
+    """The data file table of one structure: its files sorted by path, as tensorstore writes
+    them (the manifests of Orbax 0.12.8), the id of each being its index."""
+
+    def __init__(self, refs: Iterable[IndirectDataReference | None]) -> None:
+        files = {_EMPTY_FILE if r is None else r.file_id for r in refs}
+        self.files = sorted(files, key=lambda f: (f.path, f.base_path))
+        self.ids = {f: i for i, f in enumerate(self.files)}
 
     def id(self, f: DataFileId) -> int:
-        if f not in self.files:
-            self.files.append(f)
-        return self.files.index(f)
+        return self.ids[f]
+
+
+#: The table entry of a generation with an empty tree (spec/ocdbt.md section 9, note 3).
+_EMPTY_FILE = DataFileId(b"", b"")
 
 
 def _ref(table: _Table, ref: IndirectDataReference | None) -> tuple[int, int, int]:
     if ref is None:
-        return table.id(DataFileId(b"", b"")), NO_ROOT, NO_ROOT
+        return table.id(_EMPTY_FILE), NO_ROOT, NO_ROOT
     return table.id(ref.file_id), ref.offset, ref.length
 
 
@@ -1243,7 +1280,8 @@ def encode_manifest(m: Manifest, *, compression: int | None = None) -> bytes:
     """Encode a manifest (the data file table is rebuilt from the references)."""
     body = _config_bytes(m.config)
     if m.config.manifest_kind == MANIFEST_KIND_SINGLE:
-        table = _Table()
+        locations = [v.root.location for v in m.versions]
+        table = _Table(locations + [v.location for v in m.version_tree_nodes])
         versions = _encode_leaf_versions(table, m.versions)
         nodes = _encode_interior_versions(table, m.version_tree_nodes, in_manifest=True)
         body += _encode_table(tuple(table.files), b"") + versions + nodes
@@ -1253,10 +1291,11 @@ def encode_manifest(m: Manifest, *, compression: int | None = None) -> bytes:
 def encode_version_tree_node(
     n: VersionTreeNode, *, transitive_path: bytes = b"", compression: int = 1
 ) -> bytes:
-    table = _Table()
     if n.height == 0:
+        table = _Table(e.root.location for e in n.entries)  # type: ignore[union-attr]
         entries = _encode_leaf_versions(table, n.entries)
     else:
+        table = _Table(e.location for e in n.entries)  # type: ignore[union-attr]
         entries = _encode_interior_versions(table, n.entries, in_manifest=False)
     body = (
         bytes([n.version_tree_arity_log2, n.height])
@@ -1266,9 +1305,14 @@ def encode_version_tree_node(
     return encode_envelope(VERSION_NODE_MAGIC, body, compression=compression)
 
 
-def encode_btree_node(n: BtreeNode, *, transitive_path: bytes = b"", compression: int = 1) -> bytes:
-    table = _Table()
+def encode_btree_node(
+    n: BtreeNode, *, transitive_path: bytes = b"", compression: int = 1, level: int = 0
+) -> bytes:
     entries = n.entries
+    if n.height == 0:
+        table = _Table(e.value for e in entries if not isinstance(e.value, bytes))  # type: ignore[union-attr]
+    else:
+        table = _Table(e.node.location for e in entries)  # type: ignore[union-attr]
     keys = [e.key for e in entries]
     head = bytearray()
     for i in range(1, len(keys)):
@@ -1311,4 +1355,4 @@ def encode_btree_node(n: BtreeNode, *, transitive_path: bytes = b"", compression
         + bytes(head)
         + bytes(rest)
     )
-    return encode_envelope(BTREE_NODE_MAGIC, body, compression=compression)
+    return encode_envelope(BTREE_NODE_MAGIC, body, compression=compression, level=level)

@@ -1,13 +1,14 @@
-"""Writing zarr arrays through tensorstore, with the settings Orbax uses.
+"""Writing zarr arrays with the settings Orbax uses, with ockpt's own encoders.
 
 Each array is a zarr array (v2, or v3 with the ``sharding_indexed`` codec) named by its param
 name, either in the writing process's OCDBT database ``ocdbt.process_<N>/`` or in a plain
-directory ``<param name>/`` of the item. After every process has written, the primary merges
-the per-process databases into the root database of the item (`merge_databases`): the root's
-B+tree then refers to the data files of the per-process databases, nothing is copied.
+directory ``<param name>/`` of the item; `_chunkwrite` encodes the chunks, `ocdbt.write` the
+databases. After every process has written, the primary merges the per-process databases into
+the root database of the item (`merge_databases`): the root's B+tree then refers to the data
+files of the per-process databases, nothing is copied.
 
-`zarr_metadata` is pure (no I/O). Nothing here imports jax; tensorstore is imported when a write
-starts, so `import ockpt` works without it.
+`chunk_shape_for` and `zarr_metadata` are pure (no I/O). Nothing here imports jax or
+tensorstore.
 """
 
 from __future__ import annotations
@@ -17,19 +18,18 @@ import math
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from . import dtypes
+from . import _chunkwrite, commit, dtypes
 from .names import MANIFEST_FILE, ZARR2_METADATA, ZARR3_METADATA
+from .ocdbt import write as write_ocdbt
+from .ocdbt.tree import Database
+from .ocdbt.write import DatabaseWriter
 from .paths import array_prefix
 
-if TYPE_CHECKING:
-    import tensorstore as ts
-
 __all__ = [
-    "OCDBT_CONFIG",
     "ZSTD_LEVEL",
     "Piece",
     "ArrayWrite",
@@ -41,12 +41,6 @@ __all__ = [
     "merge_databases",
 ]
 
-#: The OCDBT configuration Orbax writes (FORMAT_NOTES, checked against 0.12.8's manifests).
-OCDBT_CONFIG: dict[str, Any] = {
-    "max_inline_value_bytes": 1024,
-    "max_decoded_node_bytes": 100_000_000,
-    "compression": {"id": "zstd"},
-}
 #: Default zstd level per zarr version (what Orbax 0.12.8 writes).
 ZSTD_LEVEL = {2: 1, 3: 3}
 
@@ -220,26 +214,15 @@ def zarr_metadata(
 
 
 def _v3_fill(dtype: np.dtype) -> Any:
-    kind = np.dtype(dtype).kind
-    if kind == "b":
+    """The zero fill value as tensorstore writes it for the data type (int4 included)."""
+    name = dtypes.dtype_name(np.dtype(dtype))
+    if name == "bool":
         return False
-    if kind in "iu":
+    if name.startswith(("int", "uint")):
         return 0
-    if kind == "c":
+    if name.startswith("complex"):
         return [0.0, 0.0]
     return 0.0
-
-
-def _kvstore(item_dir: str, name: str, *, use_ocdbt: bool, process_index: int) -> dict[str, Any]:
-    if use_ocdbt:
-        base = os.path.join(item_dir, process_dir(process_index))
-        return {
-            "driver": "ocdbt",
-            "base": {"driver": "file", "path": base.rstrip("/") + "/"},
-            "config": OCDBT_CONFIG,
-            "path": name + "/",
-        }
-    return {"driver": "file", "path": os.path.join(item_dir, name).rstrip("/") + "/"}
 
 
 def write_arrays(
@@ -250,80 +233,45 @@ def write_arrays(
     zarr_version: int,
     compression_level: int | None,
     process_index: int,
-    context: ts.Context,
 ) -> None:
-    """Write this process's pieces of every array (and, where asked, their zarr metadata).
-
-    Arrays `_chunkwrite` can encode (`_chunkwrite.direct`) are written as OCDBT values, their
-    zarr metadata documents included (`stored_metadata`); the others through tensorstore's
-    zarr drivers, one opened array each.
-    """
-    import tensorstore as ts
-
-    from . import _chunkwrite
-
-    def metadata(a: ArrayWrite) -> dict[str, Any]:
-        return zarr_metadata(
-            zarr_version=zarr_version,
-            shape=a.shape,
-            dtype=a.dtype,
-            chunk_shape=a.chunk_shape,
-            write_shape=a.write_shape,
-            compression_level=compression_level if a.compress else None,
-        )
-
-    direct, opened = [], []
-    for a in arrays:
-        if _chunkwrite.direct(a, zarr_version=zarr_version, use_ocdbt=use_ocdbt):
-            direct.append(a)
-            continue
-        spec = {
-            "driver": "zarr" if zarr_version == 2 else "zarr3",
-            "kvstore": _kvstore(
-                item_dir, a.param_name, use_ocdbt=use_ocdbt, process_index=process_index
-            ),
-            "metadata": metadata(a),
-            "store_data_equal_to_fill_value": True,
-        }
-        if a.write_metadata:
-            opened.append((a, ts.open(spec, create=True, context=context)))
-        elif a.pieces:
-            opened.append((a, ts.open(spec, open=True, assume_metadata=True, context=context)))
-    writes = []
-    for a, future in opened:
-        store = future.result()
-        for piece in a.pieces:
-            region = tuple(
-                slice(s, s + n) for s, n in zip(piece.start, piece.value.shape, strict=True)
+    """Write this process's pieces of every array (and, where asked, their zarr metadata): as
+    the values of the process's new OCDBT database ``ocdbt.process_<N>/`` (WRITE-014), or as
+    files of the zarr directory ``<param name>/`` of each array."""
+    arrays = list(arrays)
+    name = ZARR2_METADATA if zarr_version == 2 else ZARR3_METADATA
+    documents = {
+        array_prefix(a.param_name) + name: stored_metadata(
+            zarr_metadata(
+                zarr_version=zarr_version,
+                shape=a.shape,
+                dtype=a.dtype,
+                chunk_shape=a.chunk_shape,
+                write_shape=a.write_shape,
+                compression_level=compression_level if a.compress else None,
             )
-            target = store[region] if region else store
-            writes.append(target.write(piece.value))
-    if direct:
-        name = ZARR2_METADATA if zarr_version == 2 else ZARR3_METADATA
-        documents = {
-            array_prefix(a.param_name) + name: stored_metadata(metadata(a))
-            for a in direct
-            if a.write_metadata
-        }
-        base = os.path.join(item_dir, process_dir(process_index))
-        kvstore = ts.KvStore.open(
-            {
-                "driver": "ocdbt",
-                "base": {"driver": "file", "path": base + "/"},
-                "config": OCDBT_CONFIG,
-            },
-            context=context,
-        ).result()
-        _chunkwrite.write_chunks(
-            kvstore,
-            direct,
-            documents=documents,
-            zarr_version=zarr_version,
-            compression_level=compression_level,
-            transaction=ts.Transaction,
         )
-    for w in writes:
-        w.result()
+        for a in arrays
+        if a.write_metadata
+    }
+    database = None
+    if use_ocdbt:
+        directory = os.path.join(item_dir, process_dir(process_index))
+        database = DatabaseWriter(directory, write_file=commit.write_file)
+
+        def sink(key: str, parts: list[Any]) -> None:
+            database.put(key.encode(), parts)
+    else:
+
+        def sink(key: str, parts: list[Any]) -> None:
+            commit.write_file(os.path.join(item_dir, *key.split("/")), parts)
+
+    for key, data in documents.items():
+        sink(key, [data])
+    _chunkwrite.write_chunks(
+        sink, arrays, zarr_version=zarr_version, compression_level=compression_level
+    )
+    if database is not None:
+        database.commit()
 
 
 def stored_metadata(metadata: dict[str, Any]) -> bytes:
@@ -332,33 +280,14 @@ def stored_metadata(metadata: dict[str, Any]) -> bytes:
     return json.dumps(metadata, sort_keys=True, separators=(",", ":")).encode()
 
 
-def merge_databases(item_dir: str, process_indices: Iterable[int], *, context: ts.Context) -> None:
-    """Write the item's root OCDBT database as the union of the per-process databases.
-
-    One atomic transaction copies every key range; tensorstore copies references to the
-    per-process data files, not the values, when source and target share a context.
-    """
-    import tensorstore as ts
-
-    root = {
-        "driver": "ocdbt",
-        "base": {"driver": "file", "path": item_dir.rstrip("/") + "/"},
-        "config": OCDBT_CONFIG,
-        "assume_config": True,
-    }
-    target = ts.KvStore.open(root, context=context).result()
-    txn = ts.Transaction(atomic=True)
+def merge_databases(item_dir: str, process_indices: Iterable[int]) -> None:
+    """Write the item's root OCDBT database as the union of the per-process databases: its
+    B+tree refers to the values where each process wrote them (``ocdbt.process_<N>/d/``);
+    nothing is copied but the inline values."""
+    root = DatabaseWriter(item_dir, write_file=commit.write_file)
     for p in sorted(set(process_indices)):
         base = os.path.join(item_dir, process_dir(p))
-        if not os.path.exists(os.path.join(base, MANIFEST_FILE)):
-            continue
-        source = ts.KvStore.open(
-            {
-                "driver": "ocdbt",
-                "base": {"driver": "file", "path": base + "/"},
-                "config": OCDBT_CONFIG,
-            },
-            context=context,
-        ).result()
-        source.experimental_copy_range_to(target.with_transaction(txn)).result()
-    txn.commit_async().result()
+        if os.path.exists(os.path.join(base, MANIFEST_FILE)):
+            with Database(base, root=item_dir) as database:
+                write_ocdbt.merge(root, [((process_dir(p) + "/").encode(), database.entries())])
+    root.commit()
