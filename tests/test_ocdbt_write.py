@@ -1,6 +1,6 @@
 """ockpt's own OCDBT writer (`ockpt.ocdbt.write`): databases tensorstore reads key for key and
-dumps node for node as ockpt decodes them, B+trees of several levels, data files written in one
-call each, and the merge of per-process databases by reference (WRITE-014)."""
+dumps node for node as ockpt decodes them, B+trees of several levels, each file created and
+flushed once, and the merge of per-process databases by reference (WRITE-014)."""
 
 from __future__ import annotations
 
@@ -36,20 +36,33 @@ def _values(keys: list[bytes]) -> dict[bytes, bytes]:
 
 
 class _Recorder:
-    """A `WriteFile` that counts the calls per file (each must be written by one call)."""
+    """An `OpenFile` that records, per file, how often it was opened, appended to and
+    closed: each file is created once and closed (flushed) once."""
 
     def __init__(self) -> None:
-        self.calls: dict[str, int] = {}
+        self.events: dict[str, list[str]] = {}
 
-    def __call__(self, path: str, parts) -> None:
-        self.calls[path] = self.calls.get(path, 0) + 1
-        commit.write_file(path, parts)
+    def __call__(self, path: str) -> commit.NewFile:
+        events = self.events.setdefault(path, [])
+        events.append("open")
+        file = commit.NewFile(path)
+
+        class Recorded:
+            def append(self, parts) -> None:
+                events.append("append")
+                file.append(parts)
+
+            def close(self) -> None:
+                events.append("close")
+                file.close()
+
+        return Recorded()
 
 
 def _write(path: Path, values: dict[bytes, bytes], **config) -> _Recorder:
     recorder = _Recorder()
     db = DatabaseWriter(
-        str(path), write_file=recorder, config=new_config(**config), data_file_bytes=20_000
+        str(path), open_file=recorder, config=new_config(**config), data_file_bytes=20_000
     )
     for key, value in reversed(values.items()):  # any order: the tree is sorted at commit
         db.put(key, [value[:7], memoryview(value)[7:]])
@@ -64,7 +77,9 @@ def test_tensorstore_reads_every_key_and_dumps_every_node_as_ockpt(tmp_path, nod
     the manifest and of every node equals ockpt's decode; ockpt's deep check finds nothing."""
     values = _values(_orbax_like_keys(400))
     recorder = _write(tmp_path / "db", values, max_decoded_node_bytes=node_bytes)
-    assert set(recorder.calls.values()) == {1}  # every file written by one call
+    for events in recorder.events.values():  # each file created once, flushed once, last
+        assert events[0] == "open" and events[-1] == "close"
+        assert events.count("open") == events.count("close") == 1
     kv = ocdbt_kvstore(tmp_path / "db")
     assert sorted(bytes(k) for k in kv.list().result()) == sorted(values)
     assert all(kv.read(k).result().value == v for k, v in values.items())
@@ -98,7 +113,7 @@ def test_merge_refers_to_the_process_files(tmp_path):
     halves = [dict(list(values.items())[i::2]) for i in range(2)]
     for p, half in enumerate(halves):
         _write(tmp_path / f"ocdbt.process_{p}", half)
-    root = DatabaseWriter(str(tmp_path), write_file=commit.write_file)
+    root = DatabaseWriter(str(tmp_path), open_file=commit.NewFile)
     for p in range(2):
         with Database(tmp_path / f"ocdbt.process_{p}", root=tmp_path) as db:
             merge(root, [(f"ocdbt.process_{p}/".encode(), db.entries())])
@@ -112,7 +127,7 @@ def test_merge_refers_to_the_process_files(tmp_path):
     inline = sum(len(v) for v in values.values() if len(v) <= 1024)
     assert own < inline + 20_000  # the nodes with their inline values; no out-of-line value
     assert_nodes_equal_dump(tmp_path)
-    again = DatabaseWriter(str(tmp_path / "again"), write_file=commit.write_file)
+    again = DatabaseWriter(str(tmp_path / "again"), open_file=commit.NewFile)
     with Database(tmp_path / "ocdbt.process_0", root=tmp_path) as db:
         source = (b"ocdbt.process_0/", list(db.entries()))
     with pytest.raises(ValueError, match="written twice"):

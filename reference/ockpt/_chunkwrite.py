@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import math
 import struct
+import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -34,6 +35,9 @@ Sink = Callable[[str, list[Any]], None]
 
 #: Raw bytes of the chunks being encoded ahead of their writes (beyond the first).
 ENCODE_AHEAD_BYTES = 256 << 20
+
+#: Chunks under this many bytes are encoded in the calling thread when no other is pending.
+INLINE_BYTES = 64 << 10
 
 #: Chunks of at least this many bytes are compressed on every core, one frame each.
 PARALLEL_FRAME_BYTES = 8 << 20
@@ -82,17 +86,27 @@ def _full(part: np.ndarray, chunk: tuple[int, ...]) -> np.ndarray:
     return np.ascontiguousarray(part)
 
 
-def _encoder(level: int | None) -> Callable[[np.ndarray], Any]:
-    """C-contiguous chunk -> its stored bytes: a zstd frame, or (raw) a byte view of it."""
+_compressors = threading.local()  # each thread's zstd compressors, by (level, threads)
+
+
+def _compressor(level: int, threads: int) -> Any:
     import zstandard
 
+    cache = _compressors.__dict__.setdefault("by_settings", {})
+    if (level, threads) not in cache:
+        cache[level, threads] = zstandard.ZstdCompressor(level=level, threads=threads)
+    return cache[level, threads]
+
+
+def _encoder(level: int | None) -> Callable[[np.ndarray], Any]:
+    """C-contiguous chunk -> its stored bytes: a zstd frame, or (raw) a byte view of it."""
     if level is None:
         return lambda chunk: memoryview(chunk.reshape(-1).view(np.uint8))
 
     def encode(chunk: np.ndarray) -> bytes:
         data = memoryview(chunk.reshape(-1).view(np.uint8))
         threads = workers() if data.nbytes >= PARALLEL_FRAME_BYTES else 0
-        return zstandard.ZstdCompressor(level=level, threads=threads).compress(data)
+        return _compressor(level, threads).compress(data)
 
     return encode
 
@@ -106,6 +120,10 @@ def _v2_jobs(a: Any, encode: Callable[[np.ndarray], Any]) -> Iterator[Job]:
         if not chunk:  # 0-d
             part = np.ascontiguousarray(value).reshape(())
             yield array_prefix(a.param_name) + "0", nbytes, lambda part=part: [encode(part)]
+            continue
+        if value.shape == chunk and not any(piece.start):  # the whole array: one chunk
+            key = array_prefix(a.param_name) + ".".join("0" * len(chunk))
+            yield key, nbytes, lambda value=value: [encode(np.ascontiguousarray(value))]
             continue
         for index, local in _cells(piece.start, value.shape, chunk):
             _check_whole(a, index, piece.start, local, chunk)
@@ -127,6 +145,10 @@ def _v3_jobs(a: Any, encode: Callable[[np.ndarray], Any]) -> Iterator[Job]:
                 lambda view=view: _encode_shard(view, (), (), encode),
             )
             continue
+        if piece.value.shape == shard and not any(piece.start):  # the whole array: one shard
+            key = array_prefix(a.param_name) + "c/" + "/".join("0" * len(shard))
+            yield key, nbytes, lambda view=piece.value: _encode_shard(view, shard, inner, encode)
+            continue
         for index, local in _cells(piece.start, piece.value.shape, shard):
             _check_whole(a, index, piece.start, local, shard)
             key = array_prefix(a.param_name) + "c/" + "/".join(str(i) for i in index)
@@ -145,6 +167,10 @@ def _encode_shard(
     inner chunk; ``2^64-1`` twice for one wholly outside the array) and its CRC-32C."""
     from .ocdbt.format import crc32c
 
+    if view.shape == shard == inner:  # one inner chunk, inside the array: most shards
+        data = encode(np.ascontiguousarray(view))
+        table = struct.pack("<2Q", 0, memoryview(data).nbytes)
+        return [data, table + struct.pack("<I", crc32c(table))]
     present = tuple(-(-n // c) for n, c in zip(view.shape, inner, strict=True))
     parts: list[Any] = []
     index: list[int] = []
@@ -190,6 +216,10 @@ def write_chunks(
         it = iter(jobs)
         nxt = next(it, None)
         while nxt is not None or pending:
+            if not pending and nxt is not None and nxt[1] < INLINE_BYTES:
+                sink(nxt[0], nxt[2]())  # a small chunk: a hand-off costs more than encoding it
+                nxt = next(it, None)
+                continue
             while nxt is not None and (
                 not pending or (len(pending) < window and ahead + nxt[1] <= ENCODE_AHEAD_BYTES)
             ):

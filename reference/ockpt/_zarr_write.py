@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +26,7 @@ from . import _chunkwrite, commit, dtypes
 from .names import MANIFEST_FILE, ZARR2_METADATA, ZARR3_METADATA
 from .ocdbt import write as write_ocdbt
 from .ocdbt.tree import Database
-from .ocdbt.write import DatabaseWriter
+from .ocdbt.write import DatabaseWriter, Entry
 from .paths import array_prefix
 
 __all__ = [
@@ -233,30 +233,36 @@ def write_arrays(
     zarr_version: int,
     compression_level: int | None,
     process_index: int,
-) -> None:
+) -> list[Entry] | None:
     """Write this process's pieces of every array (and, where asked, their zarr metadata): as
-    the values of the process's new OCDBT database ``ocdbt.process_<N>/`` (WRITE-014), or as
-    files of the zarr directory ``<param name>/`` of each array."""
+    the values of the process's new OCDBT database ``ocdbt.process_<N>/`` (WRITE-014), whose
+    entries are returned (for `merge_databases`), or as files of the zarr directory
+    ``<param name>/`` of each array."""
     arrays = list(arrays)
     name = ZARR2_METADATA if zarr_version == 2 else ZARR3_METADATA
-    documents = {
-        array_prefix(a.param_name) + name: stored_metadata(
-            zarr_metadata(
-                zarr_version=zarr_version,
-                shape=a.shape,
-                dtype=a.dtype,
-                chunk_shape=a.chunk_shape,
-                write_shape=a.write_shape,
-                compression_level=compression_level if a.compress else None,
+    stored: dict[tuple, bytes] = {}  # arrays of one shape and dtype share one document
+    documents = {}
+    for a in arrays:
+        if not a.write_metadata:
+            continue
+        level = compression_level if a.compress else None
+        which = (a.shape, a.dtype, a.chunk_shape, a.write_shape, level)
+        if which not in stored:
+            stored[which] = stored_metadata(
+                zarr_metadata(
+                    zarr_version=zarr_version,
+                    shape=a.shape,
+                    dtype=a.dtype,
+                    chunk_shape=a.chunk_shape,
+                    write_shape=a.write_shape,
+                    compression_level=level,
+                )
             )
-        )
-        for a in arrays
-        if a.write_metadata
-    }
+        documents[array_prefix(a.param_name) + name] = stored[which]
     database = None
     if use_ocdbt:
         directory = os.path.join(item_dir, process_dir(process_index))
-        database = DatabaseWriter(directory, write_file=commit.write_file)
+        database = DatabaseWriter(directory, open_file=commit.NewFile)
 
         def sink(key: str, parts: list[Any]) -> None:
             database.put(key.encode(), parts)
@@ -265,13 +271,16 @@ def write_arrays(
         def sink(key: str, parts: list[Any]) -> None:
             commit.write_file(os.path.join(item_dir, *key.split("/")), parts)
 
-    for key, data in documents.items():
-        sink(key, [data])
-    _chunkwrite.write_chunks(
-        sink, arrays, zarr_version=zarr_version, compression_level=compression_level
-    )
-    if database is not None:
-        database.commit()
+    try:
+        for key, data in documents.items():
+            sink(key, [data])
+        _chunkwrite.write_chunks(
+            sink, arrays, zarr_version=zarr_version, compression_level=compression_level
+        )
+    finally:
+        if database is not None:
+            database.close()
+    return None if database is None else database.commit()
 
 
 def stored_metadata(metadata: dict[str, Any]) -> bytes:
@@ -280,14 +289,19 @@ def stored_metadata(metadata: dict[str, Any]) -> bytes:
     return json.dumps(metadata, sort_keys=True, separators=(",", ":")).encode()
 
 
-def merge_databases(item_dir: str, process_indices: Iterable[int]) -> None:
+def merge_databases(
+    item_dir: str, process_indices: Iterable[int], *, known: Mapping[int, list[Entry]]
+) -> None:
     """Write the item's root OCDBT database as the union of the per-process databases: its
     B+tree refers to the values where each process wrote them (``ocdbt.process_<N>/d/``);
-    nothing is copied but the inline values."""
-    root = DatabaseWriter(item_dir, write_file=commit.write_file)
+    nothing is copied but the inline values. `known`: the entries of databases this process
+    wrote (`write_arrays`), taken as they are; the others are read from their files."""
+    root = DatabaseWriter(item_dir, open_file=commit.NewFile)
     for p in sorted(set(process_indices)):
         base = os.path.join(item_dir, process_dir(p))
-        if os.path.exists(os.path.join(base, MANIFEST_FILE)):
+        if p in known:
+            write_ocdbt.merge(root, [((process_dir(p) + "/").encode(), known[p])])
+        elif os.path.exists(os.path.join(base, MANIFEST_FILE)):
             with Database(base, root=item_dir) as database:
                 write_ocdbt.merge(root, [((process_dir(p) + "/").encode(), database.entries())])
     root.commit()

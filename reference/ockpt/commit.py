@@ -70,6 +70,7 @@ __all__ = [
     "remove_committed",
     "remove_leftovers",
     "write_file",
+    "NewFile",
     "replace_file",
     "fsync_dir",
     "remove_path",
@@ -348,23 +349,44 @@ def write_file(
 ) -> None:
     """Write a new file whole (creating its parent directory) and flush it to disk.
 
-    `data` is bytes or a sequence of buffers (an OCDBT data file's values, which may be views
-    of the arrays being saved): they are written with ``writev``, not joined into one copy."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "wb", buffering=0) as f:
-        if isinstance(data, bytes | bytearray | memoryview):
-            data = [data]
-        views = [v for v in (memoryview(p).cast("B") for p in data) if v.nbytes]
+    `data` is bytes or a sequence of buffers, written with ``writev``, not joined into a copy."""
+    file = NewFile(path)
+    try:
+        file.append([data] if isinstance(data, bytes | bytearray | memoryview) else data)
+    finally:
+        file.close(sync=sync)
+
+
+class NewFile:
+    """A new file of the writer's (its parent directory created), written by appending
+    buffers as they come (an OCDBT data file's values, which may be views of the arrays being
+    saved) and flushed to disk once, when closed."""
+
+    def __init__(self, path: str) -> None:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        self._file = open(path, "wb", buffering=0)
+
+    def append(self, parts: Sequence[bytes | memoryview]) -> None:
+        """Write the buffers at the end of the file, with as few ``writev`` calls as allowed."""
+        views = [v for v in (memoryview(p).cast("B") for p in parts) if v.nbytes]
         i = 0
         while i < len(views):
-            written = os.writev(f.fileno(), views[i : i + _IOV_MAX])
+            written = os.writev(self._file.fileno(), views[i : i + _IOV_MAX])
             while written and written >= views[i].nbytes:  # whole buffers written
                 written -= views[i].nbytes
                 i += 1
             if written:  # a partial write: the rest of this buffer goes next
                 views[i] = views[i][written:]
-        if sync:
-            os.fsync(f.fileno())
+
+    def close(self, *, sync: bool = True) -> None:
+        """fsync (unless `sync` is False, or the file is closed already) and close."""
+        if self._file.closed:
+            return
+        try:
+            if sync:
+                os.fsync(self._file.fileno())
+        finally:
+            self._file.close()
 
 
 #: Buffers per ``writev`` call (the smallest IOV_MAX of the platforms Python runs on is 1024).

@@ -249,13 +249,19 @@ def from_zarr(text: object, *, file: str | None = None, pointer: str = "/dtype")
     )
 
 
+#: native-order dtype -> its name in the table (the first name, where two are equal).
+_NAMES: dict[np.dtype, str] = {}
+for _name, _dtype in SUPPORTED.items():
+    _NAMES.setdefault(_dtype, _name)
+
+
 def dtype_name(dtype: np.dtype) -> str:
     """The spec's name of a dtype (numpy / ml_dtypes name, byte order dropped)."""
     dtype = np.dtype(dtype)
-    for name, d in SUPPORTED.items():
-        if d == dtype.newbyteorder("="):
-            return name
-    raise ValueError(f"dtype {dtype} is not one a checkpoint can hold")
+    name = _NAMES.get(dtype.newbyteorder("="))
+    if name is None:
+        raise ValueError(f"dtype {dtype} is not one a checkpoint can hold")
+    return name
 
 
 def to_zarr_v2(dtype: np.dtype) -> str:

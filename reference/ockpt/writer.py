@@ -25,6 +25,7 @@ it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.util
 import json
 import math
@@ -197,7 +198,7 @@ class _Leaf:
     empty: EmptyNode | None = None
     key_impl: str | None = None  # a typed PRNG key array: `value` is its key data (WRITE-006)
 
-    @property
+    @functools.cached_property
     def name(self) -> str:
         return param_name(self.path)
 
@@ -310,7 +311,9 @@ def _check_array(path: KeyPath, shape: tuple[int, ...], dtype: Any) -> None:
     except (TypeError, ValueError):
         raise _refuse(path, f"unsupported dtype {dtype}", got=str(dtype)) from None
     if name in dtypes.NOT_WRITABLE:
-        raise _refuse(path, f"dtype {name} cannot be written: Orbax (tensorstore) cannot read it", got=name)
+        raise _refuse(
+            path, f"dtype {name} cannot be written: Orbax (tensorstore) cannot read it", got=name
+        )
     if np.dtype(dtype).byteorder == ">":
         raise _refuse(path, "big-endian arrays are not supported", got=str(dtype))
     if math.prod(shape) == 0 and len(shape) > 0:
@@ -637,12 +640,16 @@ def _check_custom_metadata(custom: Any) -> None:
 # Writing one item (every process), then committing (the primary)
 
 
-def _write_item(item_dir: str, plan: _ItemPlan, opts: _Options, job: _Job) -> None:
-    """This process's part of an item: its array pieces and its array_metadatas file."""
+def _write_item(
+    item_dir: str, plan: _ItemPlan, opts: _Options, job: _Job
+) -> list[_zarr_write.Entry] | None:
+    """This process's part of an item: its array pieces and its array_metadatas file; returns
+    the entries of the process's OCDBT database (None without one)."""
     if job.primary:
         os.makedirs(item_dir, exist_ok=True)
+    entries = None
     if plan.arrays:
-        _zarr_write.write_arrays(
+        entries = _zarr_write.write_arrays(
             item_dir,
             plan.arrays,
             use_ocdbt=opts.use_ocdbt,
@@ -653,12 +660,21 @@ def _write_item(item_dir: str, plan: _ItemPlan, opts: _Options, job: _Job) -> No
     meta = _array_metadatas(plan)
     if meta is not None:
         commit.write_file(os.path.join(item_dir, ARRAY_METADATAS_DIR, f"process_{job.index}"), meta)
+    return entries
 
 
-def _finish_item(item_dir: str, plan: _ItemPlan, opts: _Options, job: _Job) -> None:
-    """The primary's part after every process wrote: merge the databases, write documents."""
+def _finish_item(
+    item_dir: str,
+    plan: _ItemPlan,
+    opts: _Options,
+    job: _Job,
+    entries: list[_zarr_write.Entry] | None,
+) -> None:
+    """The primary's part after every process wrote: merge the databases (its own from
+    `entries`, the others' from their files), write documents."""
     if opts.use_ocdbt and plan.arrays:
-        _zarr_write.merge_databases(item_dir, range(job.count))
+        known = {} if entries is None else {job.index: entries}
+        _zarr_write.merge_databases(item_dir, range(job.count), known=known)
     for name, data in _item_documents(plan, opts).items():
         commit.write_file(os.path.join(item_dir, name), data)
 
@@ -720,11 +736,12 @@ class _Save:
         """Write every part, merge, write documents and commit; on failure remove the
         temporary directory (primary) and re-raise."""
         error: BaseException | None = None
+        written: dict[str, list[_zarr_write.Entry] | None] = {}
         try:
             for rel, part in self.parts.items():
                 if not isinstance(part, _JsonPart):
                     plan, opts = part
-                    _write_item(os.path.join(pending.tmp, rel), plan, opts, self.job)
+                    written[rel] = _write_item(os.path.join(pending.tmp, rel), plan, opts, self.job)
         except BaseException as e:  # noqa: BLE001
             error = e
         try:
@@ -733,7 +750,7 @@ class _Save:
             error = error or e
         if error is None and self.job.primary:
             try:
-                self._commit(pending)
+                self._commit(pending, written)
             except BaseException as e:  # noqa: BLE001
                 error = e
         if error is not None and self.job.primary:
@@ -748,7 +765,9 @@ class _Save:
                 raise full from error
             raise error
 
-    def _commit(self, pending: commit.Pending) -> None:
+    def _commit(
+        self, pending: commit.Pending, written: Mapping[str, list[_zarr_write.Entry] | None]
+    ) -> None:
         """The primary's duties once every process has written (WRITE-032, DIR-004)."""
         for rel, part in self.parts.items():
             item_dir = os.path.join(pending.tmp, rel)
@@ -756,7 +775,7 @@ class _Save:
                 commit.write_file(os.path.join(item_dir, part.file_name), part.data)
             else:
                 plan, opts = part
-                _finish_item(item_dir, plan, opts, self.job)
+                _finish_item(item_dir, plan, opts, self.job, written.get(rel))
             if self.layout == "step":
                 final = os.path.join(pending.final, rel)
                 commit.write_file(

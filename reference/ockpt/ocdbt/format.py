@@ -1122,21 +1122,17 @@ def decode_btree_node(
         _check_ranges(cur, offsets, [lengths[i] for i in indirect], at, allow_none=False)
         direct_total = sum(lengths[i] for i in range(n) if kinds[i] == 0)
         values = cur.take(direct_total, "inline values")  # sliced below: one copy in all
-        refs = {
-            i: IndirectDataReference(table[ids[k]], offsets[k], lengths[i])
-            for k, i in enumerate(indirect)
-        }
-        entries: list = []
+        found: list = [None] * n  # each entry's value, then one LeafNodeEntry per key
+        for k, i in enumerate(indirect):
+            found[i] = IndirectDataReference(table[ids[k]], offsets[k], lengths[i])
         inline: dict[bytes, bytes] = {}  # equal inline values (the zarr metadata of arrays
         end = 0  # of one shape and dtype) are kept once
-        for i in range(n):
-            if kinds[i]:
-                value = refs[i]
-            else:
+        for i in range(n) if len(indirect) < n else ():
+            if not kinds[i]:
                 start, end = end, end + lengths[i]
                 value = values[start:end]
-                value = inline.setdefault(value, value)
-            entries.append(LeafNodeEntry(keys[i], value))
+                found[i] = inline.setdefault(value, value)
+        entries: list = list(map(LeafNodeEntry, keys, found))
     else:
         keys, common = _keys(cur, n, with_common_prefix=True)
         ids = _file_ids(cur, n, table)
@@ -1168,11 +1164,34 @@ def decode_btree_node(
 
 
 def _common_prefix(a: bytes, b: bytes) -> int:
+    """The length of the longest common prefix of two keys (slices compared in C, bisected)."""
     n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n - 1  # a[:lo] == b[:lo], a[:hi + 1] != b[:hi + 1]
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _prefix_lengths(keys: list[bytes]) -> list[int]:
+    """0, then the common prefix length of each key with the one before it; for many keys
+    compared as rows of a byte matrix (numpy), when that matrix stays under 64 MiB."""
+    width = max(map(len, keys), default=0)
+    if len(keys) < 64 or width == 0 or width * len(keys) > 64 << 20:
+        return [0] + [_common_prefix(keys[i - 1], keys[i]) for i in range(1, len(keys))]
+    import numpy as np
+
+    rows = np.array(keys, dtype=f"S{width}").view(np.uint8).reshape(len(keys), width)
+    differ = rows[1:] != rows[:-1]
+    first = np.where(differ.any(axis=1), differ.argmax(axis=1), width)
+    lengths = np.fromiter(map(len, keys), dtype=np.int64, count=len(keys))
+    # zero padding past a key's end compares equal to nothing real: cap at the shorter key
+    return [0, *np.minimum(first, np.minimum(lengths[1:], lengths[:-1])).tolist()]
 
 
 def _encode_table(files: tuple[DataFileId, ...], transitive_path: bytes) -> bytes:
@@ -1314,29 +1333,21 @@ def encode_btree_node(
     else:
         table = _Table(e.node.location for e in entries)  # type: ignore[union-attr]
     keys = [e.key for e in entries]
-    head = bytearray()
-    for i in range(1, len(keys)):
-        head += encode_varint(_common_prefix(keys[i - 1], keys[i]))
-    prefixes = [0] + [_common_prefix(keys[i - 1], keys[i]) for i in range(1, len(keys))]
-    for k, p in zip(keys, prefixes, strict=False):
-        head += encode_varint(len(k) - p)
+    prefixes = _prefix_lengths(keys)
+    head = bytearray(b"".join(encode_varint(p) for p in prefixes[1:]))
+    head += b"".join([encode_varint(len(k) - p) for k, p in zip(keys, prefixes, strict=True)])
     rest = bytearray()
     if n.height == 0:
         suffixes = b"".join(k[p:] for k, p in zip(keys, prefixes, strict=False))
         rest += suffixes
-        for e in entries:
-            rest += encode_varint(e.value_length)  # type: ignore[union-attr]
+        rest += b"".join([encode_varint(e.value_length) for e in entries])  # type: ignore[union-attr]
         kinds = [0 if isinstance(e.value, bytes) else 1 for e in entries]  # type: ignore[union-attr]
         rest += bytes(kinds)
         indirect = [e.value for e in entries if not isinstance(e.value, bytes)]  # type: ignore[union-attr]
         ids = [table.id(r.file_id) for r in indirect]
-        for i in ids:
-            rest += encode_varint(i)
-        for r in indirect:
-            rest += encode_varint(r.offset)
-        for e in entries:
-            if isinstance(e.value, bytes):  # type: ignore[union-attr]
-                rest += e.value  # type: ignore[union-attr]
+        rest += b"".join([encode_varint(i) for i in ids])
+        rest += b"".join([encode_varint(r.offset) for r in indirect])
+        rest += b"".join([e.value for e in entries if isinstance(e.value, bytes)])  # type: ignore[union-attr]
     else:
         for e in entries:
             head += encode_varint(e.subtree_common_prefix_length)  # type: ignore[union-attr]

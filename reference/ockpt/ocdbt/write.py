@@ -1,17 +1,18 @@
 """Writing new OCDBT databases (spec/ocdbt.md), without tensorstore.
 
-`DatabaseWriter` collects key/value pairs and commits them as one new database with a single
+`DatabaseWriter` takes key/value pairs and commits them as one new database with a single
 generation: values up to `Config.max_inline_value_bytes` inline in the B+tree leaves, larger
-ones out of line in data files ``d/<32 hex>`` of about `data_file_bytes` each (a larger value
-gets a file of its own), then the B+tree nodes in one more data file, then ``manifest.ocdbt``
-last, so a database is readable only once everything it refers to is written. `merge` writes
+ones appended as they come to data files ``d/<32 hex>`` of about `data_file_bytes` each (a
+larger value gets a file of its own), each flushed once when full; then the B+tree nodes in one
+more data file, then ``manifest.ocdbt`` last, so a database is readable only once everything it
+refers to is written. `merge` writes
 a database whose B+tree refers to values of other databases under the same directory (Orbax's
 root database over ``ocdbt.process_<N>/``), copying references, not values.
 
 `build_btree` is pure: it lays entries out in leaves and interior nodes of at most
 `max_decoded_node_bytes` (estimated), key prefixes as §8.1 says, and returns the encoded nodes
-of one data file. File writes go through the ``write_file(path, parts)`` the caller passes, so
-this module does no I/O of its own.
+of one data file. Files are created through the ``open_file(path)`` the caller passes, so this
+module does no I/O of its own.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import secrets
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from ..names import MANIFEST_FILE, OCDBT_DATA_DIR
 from . import format as fmt
@@ -38,11 +40,32 @@ from .format import (
     ZstdCompression,
 )
 
-__all__ = ["ORBAX_CONFIG", "DatabaseWriter", "WriteFile", "build_btree", "new_config"]
+__all__ = [
+    "ORBAX_CONFIG",
+    "DatabaseWriter",
+    "Entry",
+    "NewFile",
+    "OpenFile",
+    "build_btree",
+    "merge",
+    "new_config",
+]
 
-#: ``write_file(path, parts)``: create the new file `path` (and its parent directories) holding
-#: the concatenated buffers `parts`, flushed to stable storage.
-WriteFile = Callable[[str, Sequence[bytes | memoryview]], None]
+#: A database entry: full key, and the inline value or the reference of an out-of-line one.
+Entry = tuple[bytes, bytes | IndirectDataReference]
+
+
+class NewFile(Protocol):
+    """A new file being written: buffers appended, then closed (and flushed to disk)."""
+
+    def append(self, parts: Sequence[bytes | memoryview]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+#: ``open_file(path)``: create the new file `path` (and its parent directories).
+OpenFile = Callable[[str], NewFile]
+
 
 #: Orbax's configuration of every database it writes (WRITE-014): 1024 bytes inline, nodes of up
 #: to 100,000,000 decoded bytes, version tree arity 16, zstd nodes at the default level.
@@ -107,7 +130,7 @@ def _groups(sizes: Sequence[int], limit: int) -> list[range]:
 
 
 def build_btree(
-    entries: Sequence[tuple[bytes, bytes | IndirectDataReference]],
+    entries: Sequence[Entry],
     *,
     node_file: DataFileId,
     max_node_bytes: int,
@@ -182,49 +205,50 @@ class DatabaseWriter:
 
     Args:
         directory: the database directory (need not exist).
-        write_file: writes a new file whole and flushes it (`WriteFile`).
+        open_file: creates a new file (`OpenFile`); each file is opened once, its values
+            appended as they come, and closed (flushed) when full.
         config: the manifest's configuration (default: Orbax's, `new_config`).
-        data_file_bytes: out-of-line values are gathered into data files of about this size,
-            each written with one call.
+        data_file_bytes: out-of-line values are gathered into data files of about this size.
     """
 
     def __init__(
         self,
         directory: str,
         *,
-        write_file: WriteFile,
+        open_file: OpenFile,
         config: Config | None = None,
         data_file_bytes: int = DATA_FILE_BYTES,
     ) -> None:
         self.directory = directory
         self.config = config if config is not None else new_config()
-        self._write_file = write_file
+        self._open_file = open_file
         self._data_file_bytes = data_file_bytes
         self._entries: dict[bytes, bytes | IndirectDataReference] = {}
-        self._file = DataFileId(b"", data_file_name())
-        self._parts: list[bytes | memoryview] = []
+        self._file: tuple[DataFileId, NewFile] | None = None  # the data file being filled
         self._size = 0
 
     def put(self, key: bytes, parts: Sequence[bytes | memoryview]) -> None:
-        """Store the value made of the concatenated buffers `parts` under `key` (a new key).
-
-        The buffers are held, not copied, until their data file is written."""
+        """Store the value made of the concatenated buffers `parts` under `key` (a new key):
+        inline, or appended to the data file being filled (a value of `data_file_bytes` or
+        more: written to a file of its own)."""
         if key in self._entries:
             raise ValueError(f"key {key!r} written twice")
         length = sum(memoryview(p).nbytes for p in parts)
         if length <= self.config.max_inline_value_bytes:
             self._entries[key] = b"".join(parts)
             return
-        if length >= self._data_file_bytes:  # a file of its own, written now
-            file = DataFileId(b"", data_file_name())
-            self._write(file, parts)
-            self._entries[key] = IndirectDataReference(file, 0, length)
+        if length >= self._data_file_bytes:
+            self._entries[key] = IndirectDataReference(self._write(parts), 0, length)
             return
-        self._entries[key] = IndirectDataReference(self._file, self._size, length)
-        self._parts.extend(parts)
+        if self._file is None:
+            file_id = DataFileId(b"", data_file_name())
+            self._file = (file_id, self._open(file_id))
+        file_id, file = self._file
+        file.append(parts)
+        self._entries[key] = IndirectDataReference(file_id, self._size, length)
         self._size += length
         if self._size >= self._data_file_bytes:
-            self._flush()
+            self.close()
 
     def put_entry(self, key: bytes, value: bytes | IndirectDataReference) -> None:
         """Store an inline value or a reference to bytes already written (for `merge`)."""
@@ -232,21 +256,34 @@ class DatabaseWriter:
             raise ValueError(f"key {key!r} written twice")
         self._entries[key] = value
 
-    def _write(self, file: DataFileId, parts: Sequence[bytes | memoryview]) -> None:
-        self._write_file(os.path.join(self.directory, file.path.decode()), parts)
+    def _open(self, file_id: DataFileId) -> NewFile:
+        return self._open_file(os.path.join(self.directory, file_id.path.decode()))
 
-    def _flush(self) -> None:
-        if self._parts:
-            self._write(self._file, self._parts)
-        self._file = DataFileId(b"", data_file_name())
-        self._parts, self._size = [], 0
+    def _write(self, parts: Sequence[bytes | memoryview]) -> DataFileId:
+        """A new data file holding `parts`, written and closed."""
+        file_id = DataFileId(b"", data_file_name())
+        file = self._open(file_id)
+        try:
+            file.append(parts)
+        finally:
+            file.close()
+        return file_id
 
-    def commit(self, *, commit_time: int | None = None) -> None:
-        """Write the remaining values, the B+tree and then the manifest (generation 1)."""
-        self._flush()
+    def close(self) -> None:
+        """Close (and flush) the data file being filled; on failure too, before the caller
+        discards the database."""
+        if self._file is not None:
+            file, self._file, self._size = self._file[1], None, 0
+            file.close()
+
+    def commit(self, *, commit_time: int | None = None) -> list[Entry]:
+        """Close the last data file, write the B+tree and then the manifest (generation 1);
+        return the entries written, in key order (what `merge` takes, without reading them
+        back)."""
+        self.close()
         config = self.config
-        if self._entries:
-            entries = sorted(self._entries.items())
+        entries = sorted(self._entries.items())
+        if entries:
             node_file = DataFileId(b"", data_file_name())
             blobs, root, height = build_btree(
                 entries,
@@ -255,7 +292,11 @@ class DatabaseWriter:
                 compression=0 if config.compression is None else 1,
                 level=0 if config.compression is None else config.compression.level,
             )
-            self._write(node_file, blobs)
+            file = self._open(node_file)
+            try:
+                file.append(blobs)
+            finally:
+                file.close()
         else:
             empty = BtreeNodeStatistics(0, 0, 0)
             root, height = BtreeNodeReference(None, empty), 0
@@ -266,22 +307,28 @@ class DatabaseWriter:
             commit_time=time.time_ns() if commit_time is None else commit_time,
         )
         manifest = fmt.encode_manifest(Manifest(config, (version,), ()))
-        self._write_file(os.path.join(self.directory, MANIFEST_FILE), [manifest])
+        file = self._open_file(os.path.join(self.directory, MANIFEST_FILE))
+        try:
+            file.append([manifest])
+        finally:
+            file.close()
         self._entries.clear()
+        return entries
 
 
 def merge(
     writer: DatabaseWriter,
-    sources: Iterable[tuple[bytes, Iterable[tuple[bytes, LeafNodeEntry]]]],
+    sources: Iterable[tuple[bytes, Iterable[Entry | tuple[bytes, LeafNodeEntry]]]],
 ) -> None:
     """Put every entry of each source database into `writer`, references rebased.
 
     `sources` gives, per database, its directory relative to the writer's (``b"ocdbt.process_0/"``)
-    and its (full key, leaf entry) pairs; out-of-line values stay where they are, referred to
-    through that base path. A key present in two sources is an error."""
+    and its entries: (full key, leaf entry) pairs as `Database.entries` reads them, or (full key,
+    value) pairs as `DatabaseWriter.commit` returns them. Out-of-line values stay where they are,
+    referred to through that base path. A key present in two sources is an error."""
     for base, entries in sources:
         for key, entry in entries:
-            value = entry.value
+            value = entry.value if isinstance(entry, LeafNodeEntry) else entry
             if not isinstance(value, bytes):
                 file = DataFileId(base + value.file_id.base_path, value.file_id.relative_path)
                 value = IndirectDataReference(file, value.offset, value.length)
