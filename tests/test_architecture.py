@@ -32,7 +32,7 @@ _IO_CALLS = {
 #: (module, function) -> why it may open or list files without `ockpt.kv`.
 OPENS_ALLOWED = {
     ("commit.py", "NewFile.__init__"): "the writer creates its own new file",
-    ("commit.py", "fsync_dir"): "opens a directory the writer made, to fsync it",
+    ("commit.py", "_fsync_path"): "opens a file or directory the writer made, to fsync it",
     ("commit.py", "_fsync_tree"): "walks the writer's own temporary directory",
     ("commit.py", "_Lock.take"): "opens a directory a writer locks (no link, never blocking)",
     ("convert.py", "_write_safetensors"): "the converter's output file",

@@ -262,7 +262,8 @@ def write_arrays(
     database = None
     if use_ocdbt:
         directory = os.path.join(item_dir, process_dir(process_index))
-        database = DatabaseWriter(directory, open_file=commit.NewFile)
+        # data files are flushed with the whole save at commit (commit.finish)
+        database = DatabaseWriter(directory, open_file=_deferred)
 
         def sink(key: str, parts: list[Any]) -> None:
             database.put(key.encode(), parts)
@@ -283,6 +284,11 @@ def write_arrays(
     return None if database is None else database.commit()
 
 
+def _deferred(path: str) -> commit.NewFile:
+    """A new file of the save, flushed to disk with the rest at commit, not when closed."""
+    return commit.NewFile(path, sync_on_close=False)
+
+
 def stored_metadata(metadata: dict[str, Any]) -> bytes:
     """A zarr metadata document (`zarr_metadata`) as tensorstore's zarr drivers store it:
     keys sorted, no spaces."""
@@ -296,7 +302,7 @@ def merge_databases(
     B+tree refers to the values where each process wrote them (``ocdbt.process_<N>/d/``);
     nothing is copied but the inline values. `known`: the entries of databases this process
     wrote (`write_arrays`), taken as they are; the others are read from their files."""
-    root = DatabaseWriter(item_dir, open_file=commit.NewFile)
+    root = DatabaseWriter(item_dir, open_file=_deferred)
     for p in sorted(set(process_indices)):
         base = os.path.join(item_dir, process_dir(p))
         if p in known:
