@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from .engines.python.fastread import workers  # one thread per core, as the reader
+from .ocdbt.format import crc32c
 from .paths import array_prefix
 
 __all__ = ["Sink", "encode_window", "write_chunks"]
@@ -165,8 +166,6 @@ def _encode_shard(
     """One zarr v3 shard of shape `shard` whose part inside the array is `view`: its inner
     chunks encoded in C order, then the index (a little-endian uint64 (offset, nbytes) pair per
     inner chunk; ``2^64-1`` twice for one wholly outside the array) and its CRC-32C."""
-    from .ocdbt.format import crc32c
-
     if view.shape == shard == inner:  # one inner chunk, inside the array: most shards
         data = encode(np.ascontiguousarray(view))
         table = struct.pack("<2Q", 0, memoryview(data).nbytes)

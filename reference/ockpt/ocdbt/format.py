@@ -1324,46 +1324,50 @@ def encode_version_tree_node(
     return encode_envelope(VERSION_NODE_MAGIC, body, compression=compression)
 
 
+def _varints(values: Iterable[int]) -> bytes:
+    """The varints of `values`, concatenated (one-byte ones looked up, not computed)."""
+    small = _SMALL_VARINTS
+    return b"".join([small[v] if 0 <= v < 0x80 else encode_varint(v) for v in values])
+
+
 def encode_btree_node(
     n: BtreeNode, *, transitive_path: bytes = b"", compression: int = 1, level: int = 0
 ) -> bytes:
     entries = n.entries
-    if n.height == 0:
-        table = _Table(e.value for e in entries if not isinstance(e.value, bytes))  # type: ignore[union-attr]
-    else:
-        table = _Table(e.node.location for e in entries)  # type: ignore[union-attr]
     keys = [e.key for e in entries]
     prefixes = _prefix_lengths(keys)
-    head = bytearray(b"".join(encode_varint(p) for p in prefixes[1:]))
-    head += b"".join([encode_varint(len(k) - p) for k, p in zip(keys, prefixes, strict=True)])
-    rest = bytearray()
+    head = [
+        _varints(prefixes[1:]),
+        _varints([len(k) - p for k, p in zip(keys, prefixes, strict=True)]),
+    ]
+    suffixes = b"".join([k[p:] for k, p in zip(keys, prefixes, strict=True)])
     if n.height == 0:
-        suffixes = b"".join(k[p:] for k, p in zip(keys, prefixes, strict=False))
-        rest += suffixes
-        rest += b"".join([encode_varint(e.value_length) for e in entries])  # type: ignore[union-attr]
-        kinds = [0 if isinstance(e.value, bytes) else 1 for e in entries]  # type: ignore[union-attr]
-        rest += bytes(kinds)
-        indirect = [e.value for e in entries if not isinstance(e.value, bytes)]  # type: ignore[union-attr]
-        ids = [table.id(r.file_id) for r in indirect]
-        rest += b"".join([encode_varint(i) for i in ids])
-        rest += b"".join([encode_varint(r.offset) for r in indirect])
-        rest += b"".join([e.value for e in entries if isinstance(e.value, bytes)])  # type: ignore[union-attr]
+        values = [e.value for e in entries]  # type: ignore[union-attr]
+        inline = [type(v) is bytes for v in values]
+        indirect = [v for v, i in zip(values, inline, strict=True) if not i]
+        table = _Table(indirect)
+        rest = [
+            suffixes,
+            _varints([len(v) if i else v.length for v, i in zip(values, inline, strict=True)]),
+            bytes([0 if i else 1 for i in inline]),
+            _varints([table.id(r.file_id) for r in indirect]),
+            _varints([r.offset for r in indirect]),
+            b"".join([v for v, i in zip(values, inline, strict=True) if i]),
+        ]
     else:
-        for e in entries:
-            head += encode_varint(e.subtree_common_prefix_length)  # type: ignore[union-attr]
-        rest += b"".join(k[p:] for k, p in zip(keys, prefixes, strict=False))
+        table = _Table(e.node.location for e in entries)  # type: ignore[union-attr]
+        head.append(_varints([e.subtree_common_prefix_length for e in entries]))  # type: ignore[union-attr]
         refs = [_ref(table, e.node.location) for e in entries]  # type: ignore[union-attr]
-        for col in range(3):
-            for r in refs:
-                rest += encode_varint(r[col])
+        rest = [suffixes, *(_varints([r[col] for r in refs]) for col in range(3))]
         for name in ("num_keys", "num_tree_bytes", "num_indirect_value_bytes"):
-            for e in entries:
-                rest += encode_varint(getattr(e.node.statistics, name))  # type: ignore[union-attr]
-    body = (
-        bytes([n.height])
-        + _encode_table(tuple(table.files), transitive_path)
-        + encode_varint(len(entries))
-        + bytes(head)
-        + bytes(rest)
+            rest.append(_varints([getattr(e.node.statistics, name) for e in entries]))  # type: ignore[union-attr]
+    body = b"".join(
+        [
+            bytes([n.height]),
+            _encode_table(tuple(table.files), transitive_path),
+            encode_varint(len(entries)),
+            *head,
+            *rest,
+        ]
     )
     return encode_envelope(BTREE_NODE_MAGIC, body, compression=compression, level=level)

@@ -159,10 +159,15 @@ def build_btree(
         offset += len(data)
         return BtreeNodeReference(ref, BtreeNodeStatistics(indirect, below + len(data), num_keys))
 
-    sizes = [
-        len(k) + _LEAF_ENTRY_BYTES + (len(v) if isinstance(v, bytes) else 0) for k, v in entries
-    ]
-    groups = _groups(sizes, max_node_bytes)
+    keys = [k for k, _ in entries]
+    inline = sum([len(v) for _, v in entries if type(v) is bytes])
+    if sum(map(len, keys)) + inline + _LEAF_ENTRY_BYTES * len(keys) <= max_node_bytes:
+        groups = [range(len(entries))]  # one leaf: no per-entry sizes needed
+    else:
+        sizes = [
+            len(k) + _LEAF_ENTRY_BYTES + (len(v) if type(v) is bytes else 0) for k, v in entries
+        ]
+        groups = _groups(sizes, max_node_bytes)
     nodes: list[_Subtree] = []
     for group in groups:
         part = entries[group.start : group.stop]
