@@ -161,3 +161,30 @@ def test_btree_prefixes_follow_the_relative_key_rule():
         return out
 
     assert walk(root, b"", height) == keys
+
+
+@pytest.mark.parametrize("options", [{"layout": "item"}, {"layout": "v1"}, {"compression": None}])
+def test_tensorstore_dumps_every_database_of_a_save(tmp_path, options):
+    """Every database `save_pytree` writes (the per-process one and the merged root) is one
+    tensorstore reads: its dump of every node equals ockpt's decode, and every key's value
+    read through tensorstore equals ockpt's."""
+    import ockpt
+
+    rng = np.random.default_rng(3)
+    tree = {
+        "params": {
+            f"layer_{i}": rng.standard_normal((64, 32)).astype(np.float32) for i in range(6)
+        },
+        "step": np.int64(7),
+        "big": rng.standard_normal((300, 1000)).astype(np.float32),
+    }
+    ockpt.save_pytree(tmp_path / "c", tree, **options)
+    databases = [p.parent for p in (tmp_path / "c").rglob("manifest.ocdbt")]
+    assert len(databases) == 2
+    for path in databases:
+        assert assert_nodes_equal_dump(path)["btreenode"] >= 1
+        kv = ocdbt_kvstore(path)
+        with Database(path, root=tmp_path / "c") as db:
+            keys = db.list()
+            assert sorted(bytes(k) for k in kv.list().result()) == keys
+            assert all(kv.read(k).result().value == db.get(k) for k in keys)
