@@ -85,3 +85,39 @@ def test_equal_keys_and_values_are_one_object():
     assert len({id(e.value) for e in doc.entries}) == 1
     assert doc.entries[0].path[1] is doc.entries[1].path[1]  # "0" of both leaves of block 0
     assert doc.to_json() == {"tree_metadata": tree}
+
+
+@pytest.mark.parametrize("path", _FILES[:8], ids=lambda p: str(p.relative_to(FIXTURES)))
+def test_whole_and_streamed_parse_agree(path, monkeypatch):
+    """A `_METADATA` up to `_json._STREAM_ABOVE` bytes is parsed whole, then its entries
+    converted (the C parser, twice as fast); a larger one entry by entry (memory). Both give
+    the same document."""
+    from ockpt.documents import _json
+
+    data = path.read_bytes()
+    assert len(data) <= _json._STREAM_ABOVE
+    streamed = []
+    real = _json._parse_streamed
+    monkeypatch.setattr(_json, "_parse_streamed", lambda *a: streamed.append(1) or real(*a))
+    monkeypatch.setattr(metadata, "_PARSED", {})
+    whole = MetadataDocument.from_bytes(data)
+    assert streamed == []
+    monkeypatch.setattr(metadata, "_PARSED", {})
+    monkeypatch.setattr(_json, "_STREAM_ABOVE", 0)
+    assert MetadataDocument.from_bytes(data) == whole and streamed == [1]
+
+
+@pytest.mark.parametrize("stream_above", [0, 1 << 20])
+def test_whole_and_streamed_parse_fault_alike(stream_above, monkeypatch):
+    """The first bad entry is reported (after any fault of the JSON itself) in both modes."""
+    from ockpt.documents import _json
+
+    monkeypatch.setattr(_json, "_STREAM_ABOVE", stream_above)
+    good = {"key_metadata": [{"key": "a", "key_type": 2}], "value_metadata": {"value_type": "s"}}
+    bad = {"key_metadata": [{"key": "x", "key_type": 1}], "value_metadata": {"value_type": "s"}}
+    doc = {"tree_metadata": {"('a',)": good, "('x',)": bad, "('y',)": bad}}
+    with pytest.raises(DocumentError, match="META-005") as e:
+        MetadataDocument.from_bytes(json.dumps(doc).encode())
+    assert e.value.pointer.startswith("/tree_metadata/('x',)")
+    with pytest.raises(DocumentError, match="JSON-001"):  # the JSON's fault comes first
+        MetadataDocument.from_bytes(json.dumps(doc).encode() + b"}")

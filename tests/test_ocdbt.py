@@ -236,6 +236,32 @@ def test_varint_boundaries():
         fmt.decode_varint(b"\x80\x80")
 
 
+@given(st.lists(st.integers(min_value=0, max_value=2**64 - 1), max_size=40))
+def test_varint_run_decodes_as_one_at_a_time(values):
+    """A node's runs of varints (offsets, lengths) are decoded in one loop: the same values,
+    and the cursor left where decoding them one by one leaves it."""
+    data = b"".join(fmt.encode_varint(v) for v in values) + b"\x07"
+    cur = fmt._Cursor(data, file="f")
+    assert cur.varints(len(values), "x") == values
+    assert cur.pos == len(data) - 1
+
+
+def test_varint_run_faults_as_one_at_a_time():
+    """A fault inside a run names the varint at fault as `varint` does (truncated: OCDBT-007;
+    too long, above 2**64-1 or above the field's maximum: OCDBT-008)."""
+    cases = [
+        (b"\x81\x01\x80", 2, None, "OCDBT-007", "@2"),  # the second varint is truncated
+        (b"\x01" + b"\x80" * 10 + b"\x00", 2, None, "OCDBT-008", "@1"),  # 11 bytes
+        (b"\x01" + b"\xff" * 9 + b"\x02", 2, None, "OCDBT-008", "@1"),  # 2**64
+        (b"\x81\x01\x90\x03", 2, 300, "OCDBT-008", "@2"),  # 400 > 300
+    ]
+    for data, n, maximum, rule, pointer in cases:
+        cur = fmt._Cursor(data, file="f")
+        with pytest.raises(fmt.OcdbtError, match=rule) as e:
+            cur.varints(n, "x", *(() if maximum is None else (maximum,)))
+        assert e.value.pointer == pointer
+
+
 def test_key_successor():
     assert key_successor(b"ab") == b"ac"
     assert key_successor(b"a\xff") == b"b"

@@ -358,3 +358,95 @@ def test_every_shipped_schema_is_registered():
         if p.name.endswith(".schema.json")
     }
     assert shipped == set(SCHEMA_FILES.values())
+
+
+# ---------------------------------------------------------------------------------------------
+# plainly valid `_METADATA` entries are not given to jsonschema (`schema._schema_input`)
+
+
+def _plain(keys, value):
+    return {"key_metadata": keys, "value_metadata": value}
+
+
+_KEY = {"key": "a", "key_type": 2}
+_VALUE = {"value_type": "jax.Array", "skip_deserialize": False}
+ENTRY_VARIANTS = [
+    _plain([_KEY], _VALUE),
+    _plain([_KEY, {"key": "10", "key_type": 1}], {"value_type": "scalar", "write_shape": [0, 3]}),
+    _plain([], {"value_type": "Dict", "write_shape": None}),
+    _plain([_KEY], _VALUE) | {"more": 1},  # extra entry fields: the schema allows them
+    _plain([_KEY], _VALUE | {"more": [1]}),
+    # faults (or forms the quick test leaves to jsonschema)
+    _plain([{"key": "a", "key_type": 3}], _VALUE),
+    _plain([{"key": "01", "key_type": 1}], _VALUE),
+    _plain([{"key": "1\n", "key_type": 1}], _VALUE),
+    _plain([{"key": "a", "key_type": True}], _VALUE),
+    _plain([{"key": "a", "key_type": 2.0}], _VALUE),
+    _plain([{"key": "a", "key_type": 2, "x": 1}], _VALUE),
+    _plain([{"key": 1, "key_type": 2}], _VALUE),
+    _plain([_KEY], {"value_type": "jax.array"}),
+    _plain([_KEY], {"value_type": "scalar", "skip_deserialize": 0}),
+    _plain([_KEY], {"value_type": "scalar", "write_shape": [-1]}),
+    _plain([_KEY], {"value_type": "scalar", "write_shape": [2.0]}),
+    _plain([_KEY], {"value_type": "scalar", "write_shape": [True]}),
+    _plain([_KEY], {"skip_deserialize": False}),
+    _plain([_KEY], []),
+    {"key_metadata": [_KEY]},
+    {"key_metadata": _KEY, "value_metadata": _VALUE},
+    [],
+]
+
+
+def test_metadata_value_types_are_the_schema_enum():
+    """The quick test's value types are the schema's (`documents.metadata.VALUE_TYPES`)."""
+    from ockpt.documents.metadata import VALUE_TYPES
+
+    value = schema.load_schema("metadata")["$defs"]["value"]["properties"]["value_type"]
+    assert set(value["allOf"][0]["enum"]) == VALUE_TYPES
+
+
+@pytest.mark.parametrize("i", range(len(ENTRY_VARIANTS)))
+def test_quick_entry_test_never_passes_what_the_schema_refuses(i, monkeypatch):
+    """Findings are the same with and without the quick path; an entry it passes is one the
+    schema accepts (it is a sufficient test)."""
+    doc = {"tree_metadata": {"('a',)": ENTRY_VARIANTS[i]}, "use_zarr3": "no"}  # a fault too
+    passed = schema._schema_input("metadata", doc)["tree_metadata"] == {}
+    assert passed == (i < 5)  # the first five are plainly valid
+    quick = schema.validate_document("metadata", doc, file="m")
+    monkeypatch.setattr(schema, "_schema_input", lambda kind, obj: obj)
+    full = schema.validate_document("metadata", doc, file="m")
+    assert quick == full and any(f.pointer == "/use_zarr3" for f in full)
+    if passed:
+        assert not [f for f in full if f.pointer.startswith("/tree_metadata")]
+
+
+def test_plain_metadata_entries_do_not_reach_jsonschema(monkeypatch):
+    """A `_METADATA` of plainly valid entries is checked by jsonschema without them (its top
+    level only); one odd entry sends the whole document to jsonschema."""
+    seen = []
+    real = schema._schema_findings
+    monkeypatch.setattr(
+        schema,
+        "_schema_findings",
+        lambda kind, obj, **kw: seen.append(obj) or real(kind, obj, **kw),
+    )
+    tree = {repr((f"p{i}",)): _plain([{"key": f"p{i}", "key_type": 2}], _VALUE) for i in range(50)}
+    assert schema.validate_document("metadata", {"tree_metadata": tree}, file="m") == []
+    assert seen[-1] == {"tree_metadata": {}}
+    tree["('p3',)"] = _plain([{"key": "p3", "key_type": 2}], {"value_type": "jax.array"})
+    findings = schema.validate_document("metadata", {"tree_metadata": tree}, file="m")
+    assert seen[-1]["tree_metadata"] == tree
+    assert [f.rule for f in findings] == ["META-007"]
+
+
+def test_importing_ockpt_does_not_import_jsonschema():
+    """jsonschema (about 60 ms to import) is imported when a document is first checked."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, ockpt; assert 'jsonschema' not in sys.modules, 'eager'; "
+        "ockpt.schema.validate_document('metadata', {'tree_metadata': {}}); "
+        "assert 'jsonschema' in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

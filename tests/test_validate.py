@@ -324,3 +324,31 @@ def test_item_without_array_leaves_has_no_database(tmp_path):
     ockpt.save_pytree(tmp_path / "arrays", {**tree, "a": np.arange(3)})
     (tmp_path / "arrays" / "state" / "manifest.ocdbt").unlink()
     assert "OCDBT-050" in validate(tmp_path / "arrays").rules
+
+
+def test_validate_parses_metadata_once(monkeypatch):
+    """Detecting the layout, the document checks and the item checks share one parse of
+    `_METADATA` (`MetadataDocument.from_bytes` keeps it; the model check reads it so)."""
+    from ockpt.documents import metadata
+
+    path = next(p for p in _checkpoints() if (p / "_METADATA").is_file())
+    entries = len(json.loads((path / "_METADATA").read_bytes())["tree_metadata"])
+    calls = []
+    real = metadata._plain_entry
+    monkeypatch.setattr(metadata, "_plain_entry", lambda *a: calls.append(a[1]) or real(*a))
+    monkeypatch.setattr(metadata, "_PARSED", {})
+    assert validate(path).ok
+    assert len(calls) == entries
+
+
+def test_chunk_keys_of_shared_zarr_metadata_are_matched_once(tmp_path, monkeypatch):
+    """Arrays with one zarr document (one parsed object) match their chunk keys against its
+    grid once, not once per array."""
+    validate_module = sys.modules["ockpt.validate"]  # (the package's `validate` is the function)
+    ockpt.save_pytree(tmp_path / "c", {f"p{i}": np.zeros(4, np.float32) for i in range(30)})
+    calls = []
+    real = validate_module._grid_index
+    monkeypatch.setattr(validate_module, "_grid_index", lambda *a: calls.append(a[1]) or real(*a))
+    report = validate(tmp_path / "c")
+    assert report.ok and report.checked["arrays"] == 30
+    assert 1 <= len(calls) <= 2, calls

@@ -68,7 +68,7 @@ from .names import (
     ZARR2_METADATA,
     ZARR3_METADATA,
 )
-from .paths import find_collisions
+from .paths import array_prefix, find_collisions
 from .rules import RULES
 from .saved_tree import SavedLeaf
 from .schema import check_document
@@ -406,6 +406,7 @@ class _ItemCheck:
         self.leaves: dict[str, SavedLeaf] = {}
         self.store: Any = None
         self.keys: list[str] | None = None
+        self._grid_memo: dict[tuple[int, str], tuple[Any, tuple[int, ...] | None]] = {}
 
     def f(self, *parts: str) -> str:
         return _join(self.path, *parts)
@@ -801,6 +802,16 @@ class _ItemCheck:
             except FormatError as e:
                 self.v.report("ARRM-002", f"leaf {name!r}: {e.message}", file=file, pointer=name)
 
+    def grid_index(self, meta: Any, key: str, grid: tuple[int, ...]) -> tuple[int, ...] | None:
+        """`_grid_index`, kept per zarr metadata object and key: the arrays of a model share a
+        few zarr documents (one object each, `zarr.open_metadata`) and their chunk keys."""
+        hit = self._grid_memo.get((id(meta), key))
+        if hit is not None and hit[0] is meta:
+            return hit[1]
+        index = _grid_index(meta, key, grid)
+        self._grid_memo[(id(meta), key)] = (meta, index)
+        return index
+
     def check_chunks(
         self, name: str, meta: Any, present: list[str], prefix: str, where: str, strict: bool
     ) -> None:
@@ -815,7 +826,7 @@ class _ItemCheck:
         found: dict[str, tuple[int, ...]] = {}
         extra: list[str] = []
         for key in present:
-            index = _grid_index(meta, key, grid)
+            index = self.grid_index(meta, key, grid)
             if index is None:
                 extra.append(key)
             else:
@@ -992,8 +1003,6 @@ def _grid_index(meta: Any, key: str, grid: tuple[int, ...]) -> tuple[int, ...] |
 
 def _key_prefix(param_name: str, *, per_leaf: bool) -> str:
     """Where a param's keys start in the storage (`ockpt.paths.array_prefix`)."""
-    from .paths import array_prefix
-
     return array_prefix(param_name, per_leaf=per_leaf)
 
 

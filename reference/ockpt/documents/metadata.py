@@ -202,13 +202,14 @@ def _plain_entry(
     if not 0 < len(raw_keys) <= LIMITS.max_depth or not raw_value.keys() <= _VALUE_FIELDS:
         return None
     path = []
+    texts = []
     for k in raw_keys:
         if type(k) is not dict or len(k) != 2:
             return None
         text, kind = k.get("key"), k.get("key_type")
         if type(text) is not str or type(kind) is not int or len(text) * 4 > LIMITS.max_key_bytes:
             return None
-        entry = shared.get(("key", text, kind))
+        entry = shared.get((text, kind))  # key entries by (text, int); values by 3-tuples
         if entry is None:
             if kind == 2:
                 entry = KeyEntry(text, KeyType.DICT)
@@ -216,8 +217,9 @@ def _plain_entry(
                 entry = KeyEntry(text, KeyType.SEQUENCE)
             else:
                 return None
-            shared[("key", text, kind)] = entry
+            shared[(text, kind)] = entry
         path.append(entry)
+        texts.append(text)
     value_type = raw_value.get("value_type")
     skip = raw_value.get("skip_deserialize")
     shape = raw_value.get("write_shape")
@@ -229,14 +231,13 @@ def _plain_entry(
         if type(shape) is not list or not all(type(n) is int and n >= 0 for n in shape):
             return None
         shape = tuple(shape)
-    entry_path = tuple(path)
-    if tree_key(entry_path) != key:
+    if repr(tuple(texts)) != key:  # `tree_key` of the path
         return None
-    value = shared.get(("value", value_type, skip, shape))
+    value = shared.get((value_type, skip, shape))
     if value is None:
         value = ValueMetadata(value_type=value_type, skip_deserialize=skip, write_shape=shape)
-        shared[("value", value_type, skip, shape)] = value
-    return cls(path=entry_path, value=value)
+        shared[(value_type, skip, shape)] = value
+    return cls(path=tuple(path), value=value)
 
 
 def _key_entry(obj: Any, *, file: str, pointer: str) -> KeyEntry:

@@ -21,6 +21,7 @@ grouped per param, in the form of ``schemas/ocdbt-keys.schema.json``).
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -341,7 +342,7 @@ class StoredArray:
 
     @property
     def nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        return math.prod(self.shape) * self.dtype.itemsize  # a Python int: no numpy call per leaf
 
     def read_into(
         self, out: np.ndarray, box: Sequence[tuple[int, int]] | None = None
