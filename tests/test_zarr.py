@@ -363,6 +363,23 @@ def test_shard_index_entry_out_of_range():
     _err("ZARR-015", lambda: read_region(meta, {"c/0/0": shard}.get, np.empty((8, 8), "<i4")))
 
 
+@pytest.mark.parametrize("entry", [(10_000, 4), (0, 10_000), (2**64 - 1, 4), (0, 2**64 - 1)])
+def test_one_chunk_shard_index_entry_refused(entry):
+    """A shard of one inner chunk (most shards, decoded without numpy): an entry outside the
+    chunk data, or empty in one of its two numbers only, is ZARR-015."""
+    values = np.arange(16, dtype="<i4").reshape(4, 4)
+    meta = ArrayV3Metadata.from_dict(_v3(shape=(4, 4), chunk=(4, 4), inner=(4, 4)))
+    good = _build_shard(values, (4, 4), crc=False)
+    read_region(meta, {"c/0/0": good[:-16] + _index(0, 64)}.get, np.empty((4, 4), "<i4"))
+    shard = good[:-16] + _index(*entry)
+    _err("ZARR-015", lambda: read_region(meta, {"c/0/0": shard}.get, np.empty((4, 4), "<i4")))
+
+
+def _index(offset: int, nbytes: int) -> bytes:
+    idx = np.array([offset, nbytes], "<u8").tobytes()
+    return idx + crc32c(idx).to_bytes(4, "little")
+
+
 def test_shard_shorter_than_index():
     meta = ArrayV3Metadata.from_dict(_v3(chunk=(8, 8), inner=(4, 4)))
     _err("ZARR-015", lambda: read_region(meta, {"c/0/0": b"\0" * 10}.get, np.empty((8, 8), "<i4")))

@@ -12,6 +12,7 @@ parsed by `codecs.parse_codecs`; `codecs` never imports this module).
 from __future__ import annotations
 
 import math
+import struct
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -24,6 +25,9 @@ __all__ = ["EMPTY", "ShardingCodec", "parse_sharding", "ShardIndex"]
 
 #: offset and nbytes of an inner chunk that is not stored
 EMPTY = (1 << 64) - 1
+
+_HALF_EMPTY = "a shard index entry has one of offset, nbytes = 2**64-1 but not both"
+_OUTSIDE = "a shard index entry points outside the shard's chunk data"
 
 
 @dataclass(frozen=True)
@@ -69,17 +73,26 @@ class ShardingCodec:
         raw = shard[len(shard) - size :] if self.index_location == "end" else shard[:size]
         if self.index_crc32c:
             raw = Crc32cCodec().decode(raw, max_size=size, file=file, pointer=pointer)
+        lo, hi = (0, len(shard) - size) if self.index_location == "end" else (size, len(shard))
+        if len(raw) == 16:  # one inner chunk (most shards): Python ints, no numpy per check
+            off, n = struct.unpack("<QQ", raw)
+            if (off == EMPTY) != (n == EMPTY):
+                raise fail(_HALF_EMPTY, "ZARR-015", file=file, pointer=pointer)
+            if off != EMPTY and not (lo <= off <= hi and n <= hi - off):
+                raise fail(
+                    _OUTSIDE,
+                    "ZARR-015",
+                    file=file,
+                    pointer=pointer,
+                    expected=f"[{lo}, {hi})",
+                    got=(off, n),
+                )
+            return ShardIndex(np.array([off, n], dtype=np.uint64).reshape(grid + (2,)))
         entries = np.frombuffer(raw, dtype="<u8").reshape(grid + (2,))
         offsets, nbytes = entries[..., 0], entries[..., 1]
         empty_off, empty_n = offsets == EMPTY, nbytes == EMPTY
         if np.any(empty_off != empty_n):
-            raise fail(
-                "a shard index entry has one of offset, nbytes = 2**64-1 but not both",
-                "ZARR-015",
-                file=file,
-                pointer=pointer,
-            )
-        lo, hi = (0, len(shard) - size) if self.index_location == "end" else (size, len(shard))
+            raise fail(_HALF_EMPTY, "ZARR-015", file=file, pointer=pointer)
         stored = ~empty_off
         off_s, n_s = offsets[stored], nbytes[stored]
         bad = (off_s < lo) | (off_s > hi)
@@ -87,7 +100,7 @@ class ShardingCodec:
         if np.any(bad):
             i = int(np.argmax(bad))
             raise fail(
-                "a shard index entry points outside the shard's chunk data",
+                _OUTSIDE,
                 "ZARR-015",
                 file=file,
                 pointer=pointer,
