@@ -188,3 +188,24 @@ def test_tensorstore_dumps_every_database_of_a_save(tmp_path, options):
             keys = db.list()
             assert sorted(bytes(k) for k in kv.list().result()) == keys
             assert all(kv.read(k).result().value == db.get(k) for k in keys)
+
+
+def test_many_point_lookups_index_the_tree_once(tmp_path, monkeypatch):
+    """After `INDEX_AFTER_LOOKUPS` point lookups a version's entries are indexed by key in one
+    walk (a load of many arrays looks up two keys each); answers are unchanged, absent keys
+    stay absent, and no index is built past `INDEX_MAX_KEYS`."""
+    from ockpt.ocdbt import tree
+
+    values = _values(_orbax_like_keys(200))
+    _write(tmp_path / "db", values, max_decoded_node_bytes=3000)  # a tree of several levels
+    monkeypatch.setattr(tree, "INDEX_AFTER_LOOKUPS", 10)
+    db = Database(tmp_path / "db")
+    keys = sorted(values)
+    assert [db.get(k) for k in keys] == [values[k] for k in keys]
+    assert db.get(b"params.block_0.layer_0.kernel_0/9.9") is None
+    (index,) = db._indexes.values()
+    assert sorted(index) == keys
+    monkeypatch.setattr(tree, "INDEX_MAX_KEYS", 100)
+    db = Database(tmp_path / "db")
+    assert [db.get(k) for k in keys] == [values[k] for k in keys]
+    assert list(db._indexes.values()) == [None]

@@ -56,6 +56,12 @@ def _as_key(key: str | bytes) -> bytes:
     return key.encode("utf-8") if isinstance(key, str) else bytes(key)
 
 
+#: Point lookups in one version after which its whole tree is indexed by key (`Database._index`).
+INDEX_AFTER_LOOKUPS = 256
+#: No index is built for a version with more keys than this (a dict entry is about 100 bytes).
+INDEX_MAX_KEYS = 2_000_000
+
+
 class Database:
     """A read-only view of one OCDBT database.
 
@@ -87,6 +93,8 @@ class Database:
         self._key_lists: dict[int, tuple[BtreeNode, list[bytes]]] = {}
         self._manifest: Manifest | None = None
         self._manifest_file: str | None = None
+        self._lookups: dict[int, int] = {}  # generation -> point lookups made
+        self._indexes: dict[int, dict[bytes, LeafNodeEntry] | None] = {}  # see `_index`
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -97,6 +105,7 @@ class Database:
             self._fds.clear()
             self._cache.clear()
             self._key_lists.clear()
+            self._indexes.clear()
 
     def __enter__(self) -> Database:
         return self
@@ -589,6 +598,9 @@ class Database:
 
     def _find(self, key: bytes, generation: int | None) -> LeafNodeEntry | None:
         version = self._root(generation)
+        index = self._index(version)
+        if index is not None:
+            return index.get(key)
         ref = version.root
         if ref.location is None:
             return None
@@ -613,6 +625,30 @@ class Database:
             ref = child.node  # type: ignore[union-attr]
             height -= 1
         raise OcdbtError("B+tree too deep", rule="OCDBT-040", file=self._manifest_file)
+
+    def _index(self, version: BtreeGenerationReference) -> dict[bytes, LeafNodeEntry] | None:
+        """Every entry of a version by full key, built by one walk of its tree once
+        `INDEX_AFTER_LOOKUPS` point lookups have been made in it (a load of many arrays looks
+        up two keys per array; bisecting from the root each time cost more than the reads),
+        unless the tree holds more than `INDEX_MAX_KEYS` keys."""
+        generation = version.generation_number
+        if generation in self._indexes:
+            return self._indexes[generation]
+        with self._lock:
+            count = self._lookups[generation] = self._lookups.get(generation, 0) + 1
+        if count < INDEX_AFTER_LOOKUPS or version.root.location is None:
+            return None
+        index: dict[bytes, LeafNodeEntry] | None = {}
+        try:
+            for key, entry in self.entries(generation=generation):
+                index[key] = entry  # type: ignore[index]
+                if len(index) > INDEX_MAX_KEYS:  # type: ignore[arg-type]
+                    index = None
+                    break
+        except FormatError:  # a fault elsewhere in the tree: each lookup meets its own faults
+            index = None
+        self._indexes[generation] = index
+        return index
 
     def read_value(self, entry: LeafNodeEntry, *, key: bytes | None = None) -> bytes:
         value = entry.value
