@@ -213,3 +213,19 @@ def test_a_frame_needing_a_large_window_is_not_streamed():
     assert zstandard.get_frame_parameters(frame).window_size > stream.WINDOW_MAX
     pipeline = CodecPipeline((), BytesCodec(), (ZstdCodec(),))
     assert stream.check_chunk(pipeline, io.BytesIO(frame), size, file="f", pointer=None) is False
+
+
+def test_empty_zstd_frame_with_a_bad_checksum_is_refused_both_ways():
+    """An empty zstd frame whose content checksum is damaged is refused in memory as streamed
+    (the one-shot decoder returned b"" without checking it; hypothesis found it)."""
+    pipeline = CodecPipeline((), BytesCodec(), (CODECS["zstd-checksum"][0],))
+    data = bytearray(CODECS["zstd-checksum"][1](b""))
+    data[-1] ^= 1
+
+    def in_memory() -> None:
+        pipeline.decode(bytes(data), (0,), np.dtype(np.uint8), file="f", pointer=None)
+
+    def streamed() -> None:
+        stream.check_chunk(pipeline, io.BytesIO(bytes(data)), 0, file="f", pointer=None)
+
+    assert _outcome(in_memory) == _outcome(streamed) == "ZARR-003"

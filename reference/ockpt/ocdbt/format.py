@@ -337,7 +337,9 @@ def zstd_decompress(
         )
     dctx = zstandard.ZstdDecompressor()
     walk = _zstd_walk(data)
-    if walk is not None and walk[0] == len(data):
+    # python-zstandard's one-shot call returns an empty frame's b"" without decoding it (nor
+    # checking its checksum): empty frames take the stream below, which does
+    if walk is not None and walk[0] == len(data) and not (known and size == 0):
         # One frame, nothing after it (the one-shot decoder ignores trailing bytes): one call
         # that releases the GIL (parallel chunk reads need it), into one buffer of the
         # declared size or, without one, of the most the blocks can give within the bound
