@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import signal
 import sys
@@ -19,6 +20,17 @@ ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures"
 sys.path.insert(0, str(FIXTURES))  # fixtures/_record.py: the expected-content records
 
+
+def _has_tensorstore() -> bool:
+    try:
+        return importlib.util.find_spec("tensorstore") is not None
+    except ImportError:  # refused: the suite runs with OCKPT_BLOCK_TENSORSTORE (../conftest.py)
+        return False
+
+
+#: Whether tensorstore can be imported: False without the `tensorstore` extra, and in the suite
+#: run with OCKPT_BLOCK_TENSORSTORE set, where what needs it skips.
+HAVE_TENSORSTORE = _has_tensorstore()
 
 #: Golden fixture sets: written by Orbax releases and by ockpt's own writer.
 FIXTURE_SETS = ("orbax-*", "ockpt-*")

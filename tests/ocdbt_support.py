@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-
-import tensorstore as ts
+from typing import TYPE_CHECKING
 
 from conftest import FIXTURE_SETS, FIXTURES
+
+if TYPE_CHECKING:  # imported where used: tests that need no oracle run without it
+    import tensorstore as ts
 
 
 def _glob(pattern: str) -> list[Path]:
@@ -41,15 +43,21 @@ def short(path: Path) -> str:
 
 
 def file_kvstore(path: Path) -> ts.KvStore:
+    import tensorstore as ts
+
     return ts.KvStore.open({"driver": "file", "path": str(path) + "/"}).result()
 
 
 def ocdbt_kvstore(path: Path, **kw) -> ts.KvStore:
+    import tensorstore as ts
+
     spec = {"driver": "ocdbt", "base": {"driver": "file", "path": str(path) + "/"}, **kw}
     return ts.KvStore.open(spec).result()
 
 
 def ts_dump(path: Path, location: str | None = None):
+    import tensorstore as ts
+
     return ts.ocdbt.dump(file_kvstore(path), location).result()
 
 
@@ -61,6 +69,8 @@ def write_database(
 ) -> Path:
     """Write an OCDBT database with tensorstore (in memory, fast), one commit per dict, then
     copy its files to `dest`."""
+    import tensorstore as ts
+
     ctx = ts.Context()
     spec = {"driver": "ocdbt", "base": "memory://db/", "config": config or {}}
     kv = ts.KvStore.open(spec, context=ctx).result()

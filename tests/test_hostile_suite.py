@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES
+from conftest import FIXTURES, HAVE_TENSORSTORE
 
 CHILD = Path(__file__).with_name("_hostile_child.py")
 SECONDS = 30
@@ -83,6 +83,8 @@ def _break(root: Path, name: str, how: str, outside: Path) -> None:
 
 
 def _run(path: Path, entries: list[str]) -> dict:
+    # without tensorstore (OCKPT_BLOCK_TENSORSTORE), its engine's entries are left out
+    entries = [e for e in entries if HAVE_TENSORSTORE or not e.endswith(":tensorstore")]
     env = {**os.environ, "OCKPT_HOSTILE_SECONDS": str(SECONDS)}
     done = subprocess.run(
         [sys.executable, str(CHILD), str(path), *entries],
@@ -182,6 +184,8 @@ def test_a_4gib_chunk_within_the_limits(tmp_path):
         assert got["outcome"] not in ("escaped", "killed"), where
         assert got["seconds"] < SECONDS and got["peak_mb"] < PEAK_MB, where
     for entry in ("load_pytree", "load_pytree:tensorstore", "open"):
+        if entry not in results:  # the tensorstore engine's, where it is not installed (`_run`)
+            continue
         got = results[entry]
         assert got["outcome"] == "refused" and got["rule"] == "LIMIT-006", f"{entry}: {got}"
     for entry in ("validate", "validate:deep", "pytree_metadata"):

@@ -150,14 +150,14 @@ def _at(tree, path):
     ],
 )
 def test_what_needs_tensorstore_says_so(call):
-    """The tensorstore backend and URLs raise UnsupportedError naming the missing package."""
+    """The tensorstore backend and URLs raise UnsupportedError naming the extra to install."""
     result = _run(
         f"""
         import ockpt
         try:
             {call}
         except ockpt.UnsupportedError as e:
-            assert "tensorstore" in str(e), e
+            assert 'pip install "ockpt[tensorstore]"' in str(e), e
             print("refused")
         """
     )
@@ -181,3 +181,48 @@ def test_import_ockpt_does_not_import_tensorstore():
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip() == "[]"
+
+
+def test_local_work_needs_no_tensorstore(tmp_path):
+    """Saving, copying, validating, converting, listing and comparing local checkpoints need
+    only ockpt's own decoders and encoders (issue 19): tensorstore is an extra."""
+    result = _run(
+        f"""
+        import numpy as np
+        import ockpt
+        from ockpt import cli, transfer
+
+        root = {str(tmp_path)!r}
+        tree = {{"w": np.arange(6.0).reshape(2, 3), "s": "text", "n": {{"i": np.int32(7)}}}}
+        ockpt.save_pytree(root + "/a", tree)
+        ockpt.save_pytree(root + "/z", tree, use_ocdbt=False, zarr_version=3)
+        assert transfer.copy(root + "/a", root + "/b", progress=False) > 0
+        for name in ("a", "b", "z"):
+            assert ockpt.validate(f"{{root}}/{{name}}", deep=True).ok, name
+            got = ockpt.load_pytree(f"{{root}}/{{name}}")
+            assert np.array_equal(got["w"], tree["w"]) and got["s"] == "text", name
+        for argv in (
+            ["ls", root + "/b"],
+            ["inspect", root + "/b"],
+            ["convert", root + "/b", root + "/b.npz", "--skip-unsupported"],
+            ["diff", root + "/a", root + "/b"],
+            ["cp", root + "/z", root + "/z2", "--no-progress"],
+        ):
+            assert cli.main(argv) == 0, argv
+        assert not [m for m in sys.modules if m.split(".")[0] in {BLOCKED!r}], "imported"
+        print("ok")
+        """
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert result.stdout.strip().splitlines()[-1] == "ok"
+
+
+def test_tensorstore_is_an_extra():
+    """`pip install ockpt` does not install tensorstore; `pip install "ockpt[tensorstore]"`
+    does, and so does the test extra (Orbax needs it)."""
+    tomllib = pytest.importorskip("tomllib")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert not [r for r in project["dependencies"] if r.startswith("tensorstore")]
+    extras = project["optional-dependencies"]
+    assert [r for r in extras["tensorstore"] if r.startswith("tensorstore")]
+    assert [r for r in extras["test"] if r.startswith("tensorstore")]

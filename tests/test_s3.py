@@ -21,7 +21,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import FIXTURES
+from conftest import FIXTURES, HAVE_TENSORSTORE
+
+#: s3:// URLs are opened by tensorstore: without it (the suite run with OCKPT_BLOCK_TENSORSTORE,
+#: or ockpt installed without its `tensorstore` extra) they are refused, which
+#: tests/test_no_tensorstore.py checks.
+pytestmark = pytest.mark.skipif(
+    not HAVE_TENSORSTORE, reason="needs tensorstore: OCKPT_BLOCK_TENSORSTORE is set"
+)
 
 CASES = FIXTURES / "orbax-0.12.8"
 REFERENCE = Path(__file__).resolve().parents[1] / "reference"

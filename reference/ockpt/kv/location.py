@@ -33,13 +33,14 @@ _NODE_CACHE_BYTES = 256 << 20
 
 
 def import_tensorstore() -> Any:
-    """The tensorstore module, imported on first use (URLs and the tensorstore backend)."""
+    """The tensorstore module, imported on first use (URLs and the tensorstore backend): an
+    optional dependency, the ``tensorstore`` extra."""
     try:
         import tensorstore
     except ImportError as e:
         raise UnsupportedError(
-            f"this needs the tensorstore package ({e}); local directories can be read without "
-            "it with backend='python'"
+            f'this needs tensorstore ({e}): pip install "ockpt[tensorstore]"; local '
+            "directories are read and written without it (backend='python')"
         ) from None
     return tensorstore
 

@@ -71,8 +71,11 @@ _STAGE_KEYS_PER_ARRAY = 8
 
 
 def chunk_reads() -> int:
-    """tensorstore's process-wide count of array chunks read (for tests and diagnostics)."""
-    ts = kv.import_tensorstore()
+    """tensorstore's process-wide count of array chunks read (for tests and diagnostics); 0
+    while tensorstore is not imported (it has read nothing), so counting needs no tensorstore."""
+    ts = sys.modules.get("tensorstore")
+    if ts is None:
+        return 0
     for metric in ts.experimental_collect_matching_metrics("/tensorstore/cache/chunk_cache/reads"):
         return int(sum(v.get("value", 0) for v in metric["values"]))
     return 0
