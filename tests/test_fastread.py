@@ -333,3 +333,123 @@ def test_a_target_mismatch_is_refused_before_anything_is_read(tmp_path, monkeypa
     target["p19"] = np.zeros((8,), np.float32)
     got = ockpt.load_pytree(tmp_path / "c", target, backend="python")
     assert len(reads) == 20 and got["p7"].tolist() == [7.0] * 8
+
+
+# ---------------------------------------------------------------------------------------------
+# raw chunks read from their file straight into the rows of their outputs
+
+
+def _raw_tree():
+    """One leaf of 1 MiB in chunks of 128 KiB (>= DIRECT_BYTES) whose rows are 2 KiB."""
+    value = np.random.default_rng(5).standard_normal((256, 1024)).astype(np.float32)
+    sharding = jax.sharding.NamedSharding(_mesh((4, 2), ("x", "y")), P("x", "y"))
+    return value, {"w": jax.device_put(value, sharding)}
+
+
+@pytest.fixture
+def filled(monkeypatch):
+    """The buffers each scattered read fills, per call."""
+    from ockpt.kv.byterange import ByteRange
+
+    calls = []
+    real = ByteRange.read_scattered
+
+    def spy(self, buffers, at):
+        calls.append(buffers)
+        return real(self, buffers, at)
+
+    monkeypatch.setattr(ByteRange, "read_scattered", spy)
+    return calls
+
+
+def _no_buffered_reads(monkeypatch):
+    def fail(array, key):
+        raise AssertionError(f"{key} was read into a buffer")
+
+    monkeypatch.setattr(_fastread, "_fetch", fail)
+
+
+@pytest.mark.parametrize("use_ocdbt", [True, False], ids=["ocdbt", "files"])
+def test_raw_chunks_land_in_their_output_without_a_copy(tmp_path, monkeypatch, filled, use_ocdbt):
+    """A raw chunk is read by ``os.preadv`` into the rows of the numpy output: never into a
+    buffer first (`_fetch`), each output byte filled once, every buffer a view of the output."""
+    value, tree = _raw_tree()
+    save_pytree(tmp_path / "c", tree, layout="item", compression=None, use_ocdbt=use_ocdbt)
+    _no_buffered_reads(monkeypatch)
+    got = ockpt.load_pytree(tmp_path / "c", backend="python")["w"]
+    np.testing.assert_array_equal(got, value)
+    assert len(filled) == 8  # one read per chunk
+    buffers = [b for call in filled for b in call]
+    assert all(np.shares_memory(b, got) for b in buffers)
+    assert sum(len(b) for b in buffers) == got.nbytes
+    assert {len(b) for b in buffers} == {512 * 4}  # a chunk row each: half an output row
+
+
+@pytest.mark.parametrize(
+    "mesh_shape, spec", [((4, 2), P("x", "y")), ((8,), P("x", None))], ids=["saved", "rows"]
+)
+def test_raw_chunks_read_straight_into_jax_shards(tmp_path, monkeypatch, filled, mesh_shape, spec):
+    """Shards on the saved sharding, or cut across chunk rows, are filled from the file too."""
+    value, tree = _raw_tree()
+    save_pytree(tmp_path / "c", tree, layout="item", compression=None)
+    _no_buffered_reads(monkeypatch)
+    sharding = jax.sharding.NamedSharding(_mesh(mesh_shape, ("x", "y")[: len(mesh_shape)]), spec)
+    target = {"w": jax.ShapeDtypeStruct(value.shape, np.float32, sharding=sharding)}
+    got = ockpt.load_pytree(tmp_path / "c", target, backend="python")["w"]
+    np.testing.assert_array_equal(np.asarray(got), value)
+    assert sum(len(b) for call in filled for b in call) == value.nbytes
+
+
+@pytest.mark.parametrize("case", ["cast", "narrow rows", "column shards"])
+def test_raw_chunks_that_cannot_be_read_straight_take_a_buffer(tmp_path, monkeypatch, filled, case):
+    """Another dtype, rows under RUN_BYTES, or a region that is not one run of the chunk's
+    bytes: read through a buffer as before, with the same values."""
+    value, tree = _raw_tree()
+    save_pytree(tmp_path / "c", tree, layout="item", compression=None)
+    target: dict = {"w": np.zeros(value.shape, np.float64)}
+    if case == "narrow rows":
+        monkeypatch.setattr(_fastread, "RUN_BYTES", 4096)
+        target = {"w": np.zeros(value.shape, np.float32)}
+    elif case == "column shards":
+        sharding = jax.sharding.NamedSharding(_mesh((4,), ("x",)), P(None, "x"))
+        target = {"w": jax.ShapeDtypeStruct(value.shape, np.float32, sharding=sharding)}
+    got = ockpt.load_pytree(tmp_path / "c", target, backend="python")["w"]
+    np.testing.assert_array_equal(np.asarray(got), value.astype(np.asarray(got).dtype))
+    assert filled == []
+
+
+@pytest.mark.parametrize("damage", ["trailing", "truncated"])
+def test_raw_chunk_of_the_wrong_size_keeps_its_rule(tmp_path, damage):
+    """A raw chunk file that is not exactly its chunk's size is refused (ZARR-003) and
+    nothing of it is read straight into the output."""
+    value, tree = _raw_tree()
+    save_pytree(tmp_path / "c", tree, layout="item", compression=None, use_ocdbt=False)
+    chunk = tmp_path / "c" / "w" / "0.0"
+    data = chunk.read_bytes()
+    chunk.write_bytes(data + b"\0" if damage == "trailing" else data[:-4])
+    with pytest.raises(ockpt.FormatError, match="ZARR-003") as info:
+        ockpt.load_pytree(tmp_path / "c", backend="python")
+    assert "w/0.0" in str(info.value)
+
+
+def test_scattered_read_fills_buffers_across_short_reads(tmp_path, monkeypatch):
+    """`ByteRange.read_scattered` fills its buffers in order when ``os.preadv`` returns less
+    than asked (a signal, a page at a time), and refuses buffers that run past the range."""
+    from ockpt.kv import byterange
+    from ockpt.kv.files import open_range
+
+    data = bytes(range(256)) * 4
+    (tmp_path / "f").write_bytes(data)
+    real = os.preadv
+
+    def short(fd, buffers, offset):  # at most 3 bytes, into the first buffer only
+        return real(fd, [memoryview(buffers[0])[:3]], offset)
+
+    monkeypatch.setattr(byterange.os, "preadv", short)
+    out = np.zeros(100, np.uint8)
+    with open_range(str(tmp_path / "f")) as src:
+        assert src.read_scattered([out[:7], out[10:11], out[20:60], out[60:60]], 5) == 48
+        with pytest.raises(ValueError, match="run past"):
+            src.read_scattered([out], len(data) - 99)
+    assert bytes(out[:7]) == data[5:12] and bytes(out[10:11]) == data[12:13]
+    assert bytes(out[20:60]) == data[13:53] and not out[7:10].any()

@@ -2,19 +2,22 @@
 
 A stored value of hundreds of MiB (one zarr chunk holding a whole unsharded array, as Orbax
 writes them) is decoded straight from its file rather than read into memory first:
-`ByteRange` gives the zstd stream decoder a ``read(n)`` source, ``readinto`` for raw
-chunks, and indexing with tiny reads so that the frame's block headers can be walked to
-check its length (`ocdbt.format.zstd_frame_size`) without reading the blocks.
+`ByteRange` gives the zstd stream decoder a ``read(n)`` source, ``readinto`` and
+``read_scattered`` (many buffers, one ``os.preadv``) for raw chunks, and indexing with tiny
+reads so that the frame's block headers can be walked to check its length
+(`ocdbt.format.zstd_frame_size`) without reading the blocks.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any
 
 __all__ = ["ByteRange"]
 
 _WINDOW = 64  # bytes read per miss when indexing (block headers are 3 bytes)
+_IOV_MAX = 1024  # buffers per `os.preadv` call (Linux's IOV_MAX; POSIX guarantees 16)
 
 
 class ByteRange:
@@ -81,6 +84,32 @@ class ByteRange:
         data = self.pread(self.position, n)
         self.position += len(data)
         return data
+
+    def read_scattered(self, buffers: Sequence[Any], at: int) -> int:
+        """Fill the 1-D byte `buffers` (memoryviews, uint8 arrays) one after another from `at`
+        within the range: ``os.preadv`` copies from the page cache straight into them, so a
+        raw chunk lands in the rows of its output with no copy in between. The number of
+        bytes read (short only when the file shrank); buffers that run past the range are
+        refused."""
+        if at < 0 or at + sum(len(b) for b in buffers) > self.length:
+            raise ValueError(f"buffers from {at} run past a range of {self.length}")
+        got, i, head = 0, 0, None  # head: what is left of buffers[i] once partly filled
+        while i < len(buffers):
+            batch = list(buffers[i : i + _IOV_MAX])
+            if head is not None:
+                batch[0] = head
+            n = os.preadv(self.fd, batch, self.offset + at + got)
+            if not n:
+                break
+            got += n
+            for b in batch:
+                if n < len(b):
+                    head = b[n:]
+                    break
+                n -= len(b)
+                i += 1
+                head = None
+        return got
 
     def readinto(self, view: memoryview) -> int:
         """Fill `view` from the current position; the number of bytes read (short at the end

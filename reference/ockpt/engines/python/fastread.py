@@ -5,6 +5,8 @@ Each zarr chunk that any requested region overlaps is fetched and decoded once, 
 one thread per core, and copied straight into every output it overlaps: a full-array read and
 the shards of a resharded jax target each decode every chunk exactly once. zstd decoding
 (``zstandard``), ``os.pread`` and numpy copies release the GIL, so the threads run in parallel.
+A raw (uncompressed) chunk is read by ``os.preadv`` from its file straight into the rows of its
+outputs (`_read_raw`): one copy, out of the page cache.
 
 Requests are grouped by array (the reader issues all regions of one leaf together); a group's
 requests are yielded, in order, once all of its chunks are in. At most `max_in_flight` chunks
@@ -71,6 +73,14 @@ _ALIGN_FROM = 1 << 16
 STREAM_BYTES = 64 << 20
 SLAB_BYTES = 16 << 20
 _READ_SIZE = 1 << 20  # compressed bytes handed to the zstd stream decoder at a time
+
+#: Raw (uncompressed) chunks from this size on are read from their file straight into the
+#: rows of their outputs (`_read_raw`): one copy, not a read into a buffer and a copy out of
+#: it. Below it the one `os.dup` of the file that this takes is not worth saving a copy.
+DIRECT_BYTES = 1 << 16
+#: The smallest run of contiguous output bytes read by a raw chunk's `os.preadv` (one
+#: buffer each); narrower rows go through a buffer and a strided copy instead.
+RUN_BYTES = 1 << 11
 
 
 def _aligned(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
@@ -282,6 +292,67 @@ def _stream(
         return False
 
 
+def _runs(region: np.ndarray) -> list[np.ndarray] | None:
+    """The C-order contiguous runs of the view `region`, as 1-D uint8 views (one when it is
+    contiguous, else one per row of its contiguous trailing block); None when a run would be
+    under `RUN_BYTES` or the runs are not one strided sequence."""
+    if region.flags.c_contiguous:
+        return [region.reshape(-1).view(np.uint8)]
+    block, k = region.itemsize, region.ndim
+    while k > 0 and region.strides[k - 1] == block:
+        block *= region.shape[k - 1]
+        k -= 1
+    if block < RUN_BYTES:
+        return None
+    try:  # leading dimensions as one; copy=False raises where that needs a copy
+        rows = np.reshape(region, (-1, block // region.itemsize), copy=False)
+    except ValueError:
+        return None
+    return list(rows.view(np.uint8))
+
+
+def _raw_plan(
+    group: _Group,
+    chunk: tuple[int, ...],
+    stored: np.dtype,
+    lo: tuple[int, ...],
+    dests: list[tuple[int, tuple, tuple]],
+) -> list[tuple[int, list[np.ndarray]]] | None:
+    """How to read a raw chunk straight into its destinations: (offset within the chunk's
+    bytes, the destination's runs in memory) per destination. None when one of them cannot
+    be: another dtype, a part of the chunk that is not one run of its bytes (it must span
+    every dimension but the first), or runs under `RUN_BYTES`."""
+    if not chunk:
+        return None
+    row = math.prod(chunk[1:]) * stored.itemsize  # bytes per index along the first axis
+    plan = []
+    for n, sub, target in dests:
+        out = group.outs[n]
+        spans = all(
+            s == (low, low + c) for s, low, c in zip(sub[1:], lo[1:], chunk[1:], strict=True)
+        )
+        if out.dtype != stored or not spans:
+            return None
+        runs = _runs(out[(*target, ...)])
+        if runs is None:
+            return None
+        plan.append(((sub[0][0] - lo[0]) * row, runs))
+    return plan
+
+
+def _read_raw(src: ByteRange, nbytes: int, plan: list[tuple[int, list[np.ndarray]]]) -> bool:
+    """Read a raw chunk from its file into the runs of its destinations (`_raw_plan`): one
+    copy, from the page cache into the outputs. False (outputs in any state, nothing read
+    when the length is wrong) when the value is not exactly `nbytes` long or the file shrank:
+    the caller then reads it as any other chunk, which names the fault."""
+    if len(src) != nbytes:
+        return False
+    for at, runs in plan:
+        if src.read_scattered(runs, at) != sum(len(r) for r in runs):
+            return False
+    return True
+
+
 def _fetch(array: Any, key: str) -> Any:
     db = getattr(array._store, "db", None)
     if db is not None and hasattr(db, "get_into"):  # one OCDBT database: no fresh memory
@@ -397,10 +468,17 @@ def _read_chunk(group: _Group, index: tuple[int, ...], dests: list[tuple[int, tu
     chunk = tuple(meta.chunk_shape)
     lo = tuple(i * c for i, c in zip(index, chunk, strict=True))
     sharded = isinstance(meta, ArrayV3Metadata) and meta.sharding is not None
+    nbytes = math.prod(chunk) * array.dtype.itemsize
+    if not sharded and nbytes >= DIRECT_BYTES and _plain(meta.pipeline) == "raw":
+        plan = _raw_plan(group, chunk, array.dtype, lo, dests)
+        src = None if plan is None else array._store.value_range(key)
+        if plan is not None and src is not None:
+            with src:
+                if _read_raw(src, nbytes, plan):
+                    return
+            # not a raw chunk of its size: the paths below name the fault
     if _large_shard(meta, array.dtype) or (
-        not sharded
-        and math.prod(chunk) * array.dtype.itemsize > STREAM_BYTES
-        and _plain(meta.pipeline) is not None
+        not sharded and nbytes > STREAM_BYTES and _plain(meta.pipeline) is not None
     ):
         src = array._store.value_range(key)  # None: inline, absent, or not in one file
         if src is not None:
