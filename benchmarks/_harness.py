@@ -39,9 +39,12 @@ def log(text: str) -> None:
 
 def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The measured processes' environment: bytecode caching on (as in any install), so imports
-    are not recompiled in every process, and `reference/` importable."""
+    are not recompiled in every process, `reference/` importable, and numpy's BLAS on one
+    thread (`OPENBLAS_NUM_THREADS=1`, ockpt's and Orbax's processes alike: its idle threads
+    spun on the 2 cores the loads decode on, and no measured operation uses BLAS)."""
     env = dict(os.environ)
     env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env.setdefault("OPENBLAS_NUM_THREADS", "1")
     env["PYTHONPATH"] = os.pathsep.join(
         [str(ROOT / "reference"), *filter(None, [env.get("PYTHONPATH")])]
     )
