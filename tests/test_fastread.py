@@ -453,3 +453,31 @@ def test_scattered_read_fills_buffers_across_short_reads(tmp_path, monkeypatch):
             src.read_scattered([out], len(data) - 99)
     assert bytes(out[:7]) == data[5:12] and bytes(out[10:11]) == data[12:13]
     assert bytes(out[20:60]) == data[13:53] and not out[7:10].any()
+
+
+def test_one_chunk_shards_skip_the_generic_region_reader(tmp_path, monkeypatch):
+    """A zarr v3 shard of one inner chunk with plain codecs (every small array Orbax and ockpt
+    write) is decoded directly: the generic region reader is never called, the values are
+    exact, 0-d arrays included, and a damaged inner chunk is still refused."""
+    rng = np.random.default_rng(5)
+    tree = {f"w{i}": rng.standard_normal((3, 5)).astype(np.float32) for i in range(4)}
+    tree["scalar"] = np.float32(1.5)
+    tree["ints"] = np.arange(7, dtype=np.int64)
+    save_pytree(tmp_path / "c", tree)  # v1: zarr v3 in OCDBT
+
+    def generic(*args, **kwargs):
+        raise AssertionError("the generic region reader was called")
+
+    monkeypatch.setattr(_fastread, "read_region", generic)
+    got = ockpt.load_pytree(tmp_path / "c", backend="python")
+    for name, value in tree.items():
+        np.testing.assert_array_equal(got[name], value)
+    save_pytree(
+        tmp_path / "files", {"w": tree["w0"]}, use_ocdbt=False, layout="item", zarr_version=3
+    )
+    shard = tmp_path / "files" / "w" / "c" / "0" / "0"
+    data = bytearray(shard.read_bytes())
+    data[0] ^= 0xFF  # the inner chunk's zstd magic number
+    shard.write_bytes(bytes(data))
+    with pytest.raises(ockpt.FormatError, match="w/c/0/0"):
+        ockpt.load_pytree(tmp_path / "files", backend="python")

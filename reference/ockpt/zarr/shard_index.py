@@ -37,7 +37,10 @@ class ShardIndex:
     entries: np.ndarray  # uint64, shape grid + (2,)
 
     def get(self, index: tuple[int, ...]) -> tuple[int, int] | None:
-        off, nbytes = (int(x) for x in self.entries[index])
+        if self.entries.size == 2 and not any(index):  # one inner chunk, at (0, ..., 0)
+            off, nbytes = self.entries.reshape(2).tolist()
+        else:
+            off, nbytes = self.entries[index].tolist()
         return None if off == EMPTY else (off, nbytes)
 
 

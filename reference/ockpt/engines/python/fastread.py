@@ -120,6 +120,11 @@ class _Group:
         unit = chunk
         if _large_shard(meta, self.array.dtype):
             unit = tuple(meta.sharding.chunk_shape)
+        elif len(self.requests) == 1 and tuple(meta.shape) == chunk:  # one chunk, read whole
+            box = tuple(tuple(b) for b in self.requests[0].box)
+            if all(a == 0 and b == n for (a, b), n in zip(box, chunk, strict=True)):
+                yield (0,) * len(chunk), [(0, box, tuple(slice(0, n) for n in chunk))]
+                return
         by_unit: dict[tuple[int, ...], list[tuple[int, tuple, tuple]]] = {}
         for n, r in enumerate(self.requests):
             box = tuple(tuple(b) for b in r.box)
@@ -441,9 +446,31 @@ def _read_inner_chunk(
     _decode(group, sharding.codecs, inner, lo, data, dests, where=where, pointer=pointer)
 
 
-def _read_shard(group: _Group, data: Any, dests: list[tuple[int, tuple, tuple]]) -> None:
-    """Decode, from one zarr v3 shard's bytes, only the inner chunks each region needs."""
+def _read_shard(
+    group: _Group,
+    data: Any,
+    lo: tuple[int, ...],
+    dests: list[tuple[int, tuple, tuple]],
+    where: str,
+) -> None:
+    """Decode, from one zarr v3 shard's bytes (the shard at `lo`), only the inner chunks each
+    region needs. A shard of one inner chunk with plain codecs (Orbax's and ockpt's, every
+    small array) is decoded directly, without the generic region reader."""
     array = group.array
+    sharding = array.metadata.sharding
+    shard = tuple(array.metadata.chunk_shape)
+    if tuple(sharding.chunk_shape) == shard and _plain(sharding.codecs) is not None:
+        entry = sharding.decode_index(data, shard, file=where, pointer="shard index").get(
+            (0,) * len(shard)
+        )
+        if entry is None:
+            _missing(group, dests, f"{where}: inner chunk {[0] * len(shard)} of the shard")
+            return
+        offset, nbytes = entry
+        pointer = f"inner chunk {[0] * len(shard)}"
+        chunk = data[offset : offset + nbytes]
+        _decode(group, sharding.codecs, shard, lo, chunk, dests, where=where, pointer=pointer)
+        return
     get = lambda key: data  # noqa: E731 - the one shard this task reads
     for n, sub, target in dests:
         out = group.outs[n]
@@ -492,7 +519,7 @@ def _read_chunk(group: _Group, index: tuple[int, ...], dests: list[tuple[int, tu
     if data is None:
         _missing(group, dests, f"{where}: chunk {list(index)}")
     elif sharded:
-        _read_shard(group, data, dests)
+        _read_shard(group, data, lo, dests, where)
     else:
         _decode(group, meta.pipeline, chunk, lo, data, dests, where=where, pointer=None)
 
