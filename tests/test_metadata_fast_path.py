@@ -96,6 +96,7 @@ def test_whole_and_streamed_parse_agree(path, monkeypatch):
 
     data = path.read_bytes()
     assert len(data) <= _json._STREAM_ABOVE
+    monkeypatch.setattr(metadata, "_plain_document", lambda data, shared: None)
     streamed = []
     real = _json._parse_streamed
     monkeypatch.setattr(_json, "_parse_streamed", lambda *a: streamed.append(1) or real(*a))
@@ -121,3 +122,137 @@ def test_whole_and_streamed_parse_fault_alike(stream_above, monkeypatch):
     assert e.value.pointer.startswith("/tree_metadata/('x',)")
     with pytest.raises(DocumentError, match="JSON-001"):  # the JSON's fault comes first
         MetadataDocument.from_bytes(json.dumps(doc).encode() + b"}")
+
+
+# -- `_plain_document`: whole documents of plain entries, read by a regular expression ------
+
+
+def _outcome(data: bytes, monkeypatch, *, quick: bool):
+    """The document `from_bytes` gives for `data` (with or without `_plain_document`), or the
+    fault it raises as (type, message, rule, pointer)."""
+    monkeypatch.setattr(metadata, "_PARSED", {})
+    if not quick:
+        monkeypatch.setattr(metadata, "_plain_document", lambda data, shared: None)
+    try:
+        return MetadataDocument.from_bytes(data, file="f")
+    except DocumentError as e:
+        return type(e), str(e), e.rule, e.pointer
+    finally:
+        monkeypatch.undo()
+
+
+_ALL_FILES = sorted(FIXTURES.glob("**/_METADATA"))
+
+
+@pytest.mark.parametrize("path", _ALL_FILES, ids=lambda p: str(p.relative_to(FIXTURES)))
+def test_plain_document_equals_full_parser(path, monkeypatch):
+    data = path.read_bytes()
+    assert _outcome(data, monkeypatch, quick=True) == _outcome(data, monkeypatch, quick=False)
+
+
+def test_most_fixtures_take_the_plain_document_path():
+    """Orbax (0.4.8 to 0.12.8) and ockpt write plain documents: only escapes, a bad fixture
+    or an odd entry send one to the full parser."""
+    plain = [p for p in _ALL_FILES if metadata._plain_document(p.read_bytes(), {}) is not None]
+    assert len(plain) >= 0.9 * len(_ALL_FILES)
+
+
+_PLAIN = (
+    '{"tree_metadata": {'
+    '"(\'a\', \'0\')": {"key_metadata": [{"key": "a", "key_type": 2}, {"key": "0", '
+    '"key_type": 1}], "value_metadata": {"value_type": "jax.Array", "skip_deserialize": false, '
+    '"write_shape": [2, 3]}}, '
+    '"(\'b\',)": {"key_metadata": [{"key": "b", "key_type": 2}], "value_metadata": '
+    '{"value_type": "scalar", "write_shape": []}}, '
+    '"(\'c\',)": {"key_metadata": [{"key": "c", "key_type": 2}], "value_metadata": '
+    '{"value_type": "Dict", "skip_deserialize": true}}'
+    '}, "use_ocdbt": true, "use_zarr3": false, "custom_metadata": null}'
+)
+
+#: edits of `_PLAIN` (old, new, count): each either still plain or sent to the full parser
+_VARIANTS = [
+    ("", "", 0),
+    ('"key": "b"', '"key": "\\u0062"', 1),  # an escape
+    ("'b'", "'b\\\\x'", 1),  # a backslash in the tree key only: META-003
+    ('"key": "b"', '"key": "b}, {x"', 1),  # brackets in a key text
+    ('"key": "b"', '"key": "\u043a"', 1),  # a non-ASCII key, unescaped (META-003)
+    ('"key": "b"', '"key": "b\x01"', 1),  # a control character: JSON-001
+    ("('c',)", "('b',)", 1),  # a repeated tree key: JSON-002
+    ("('c',)", "('d',)", 1),  # a tree key unlike its key texts
+    ('"key_type": 1', '"key_type": 2', 1),  # the sequence index "0" as a dict key
+    ('"key": "0"', '"key": "01"', 1),  # not a sequence index: META-005
+    ('"key_type": 1', '"key_type": 3', 1),  # META-004
+    ('"key_type": 1', '"key_type": 1.0', 1),
+    ('"skip_deserialize": false', '"skip_deserialize": null', 1),
+    ('"skip_deserialize": false', '"skip_deserialize": 0', 1),
+    ("[2, 3]", "[2, -3]", 1),
+    ("[2, 3]", "[2, 3.0]", 1),
+    ("[2, 3]", "[2, 03]", 1),  # JSON-001
+    ("[2, 3]", "[2,3]", 1),
+    ("[2, 3]", "[" + "9" * 19 + "]", 1),
+    ("[2, 3]", "[" + "9" * 5000 + "]", 1),  # past int's digit limit
+    ("[2, 3]", "null", 1),
+    ('"write_shape": []', '"write_shape": [], "more": 1', 1),
+    ("}}, \"('b", '}, "more": 1}, "(\'b', 1),  # an unknown entry field
+    ('[{"key": "b", "key_type": 2}]', "[]", 1),
+    ('"value_type": "scalar"', '"value_type": 7', 1),
+    ('"value_type": "scalar"', '"value_type": "sc\\"alar"', 1),
+    ('", "skip_deserialize": true', '", "skip_deserialize": true, "write_shape": [1]', 1),
+    (
+        '"skip_deserialize": false, "write_shape": [2, 3]',
+        '"write_shape": [2, 3], "skip_deserialize": false',
+        1,
+    ),
+    (": {", ":{", 1),
+    (", ", ",", 1),
+    ('}, "use_ocdbt', '}, }, "use_ocdbt', 1),  # a trailing comma in tree_metadata
+    ('"use_ocdbt": true', '"use_ocdbt": tru', 1),
+    ('"use_ocdbt": true', '"use_ocdbt": 1', 1),
+    ('"use_ocdbt": true', '"tree_metadata": {}', 1),  # a repeated member
+    ('"custom_metadata": null', '"custom_metadata": ' + "[" * 70 + "]" * 70, 1),  # JSON-003
+    ('"custom_metadata": null}', '"custom_metadata": null}}', 1),  # extra data
+    ('"custom_metadata": null}', '"custom_metadata": null', 1),  # cut short
+    ('{"tree_metadata": {', '\ufeff{"tree_metadata": {', 1),  # a byte-order mark
+    ('{"tree_metadata": {', ' {"tree_metadata": {', 1),
+    (
+        '0\')": {"key_metadata": [{"key": "a", "key_type": 2}, {"key": "0"',
+        '1\')": {"key_metadata": [{"key": "a", "key_type": 2}, {"key": "1"',
+        1,
+    ),  # a sequence with a hole: META-006
+    (
+        '(\'c\',)": {"key_metadata": [{"key": "c"',
+        '(\'a\',)": {"key_metadata": [{"key": "a"',
+        1,
+    ),  # a leaf and a node: META-006
+    (
+        '(\'b\',)": {"key_metadata": [{"key": "b"',
+        '(\'\u043a\',)": {"key_metadata": [{"key": "\u043a"',
+        1,
+    ),  # a non-ASCII key
+]
+
+
+@pytest.mark.parametrize("old, new, count", _VARIANTS)
+def test_plain_document_faults_as_the_full_parser(old, new, count, monkeypatch):
+    text = _PLAIN.replace(old, new, count) if count else _PLAIN
+    assert text != _PLAIN or not count
+    for data in (text.encode("utf-8", "surrogatepass"), text.encode()[:-3] + b"\xff}"):
+        want = _outcome(data, monkeypatch, quick=False)
+        assert _outcome(data, monkeypatch, quick=True) == want
+
+
+def test_plain_document_reads_the_usual_shapes(monkeypatch):
+    """The mechanism: a plain document never reaches the JSON parser entry by entry, and
+    gives the full parser's document (keys and values shared alike)."""
+    calls = []
+    real = metadata._plain_entry
+    monkeypatch.setattr(metadata, "_plain_entry", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(metadata, "_PARSED", {})
+    doc = MetadataDocument.from_bytes(_PLAIN.encode())
+    assert calls == [] and len(doc.entries) == 3
+    assert doc.entries[0].value.write_shape == (2, 3) and doc.entries[1].value.write_shape == ()
+    assert doc.entries[1].value.skip_deserialize is None
+    assert doc.to_json() == json.loads(_PLAIN)
+    monkeypatch.setattr(metadata, "_PARSED", {})
+    monkeypatch.setattr(metadata, "_plain_document", lambda data, shared: None)
+    assert MetadataDocument.from_bytes(_PLAIN.encode()) == doc and len(calls) == 3

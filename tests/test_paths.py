@@ -122,6 +122,10 @@ def test_unflatten_inverts_flatten(tree):
             [((KeyEntry("a", D),), 1), ((KeyEntry("a", D), KeyEntry("b", D)), 2)],
             "both a leaf and a node",
         ),
+        (  # a leaf that is a dict is still no node
+            [((KeyEntry("a", D),), {}), ((KeyEntry("a", D), KeyEntry("b", D)), 2)],
+            "both a leaf and a node",
+        ),
         (
             [((KeyEntry("a", D), KeyEntry("b", D)), 2), ((KeyEntry("a", D),), 1)],
             "appears twice or holds children",

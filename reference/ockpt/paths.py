@@ -611,34 +611,36 @@ def unflatten(entries: Iterable[tuple[KeyPath, Any]], *, file: str = METADATA_FI
     when paths disagree on a node's kind, repeat, or leave holes in a sequence.
     """
     root: dict[str, Any] = {}
-    kinds: dict[tuple[str, ...], KeyType] = {}
-    leaf_paths: set[tuple[str, ...]] = set()
-    have_any = False
+    # the key type of each node, by the id of its dict (every node dict stays alive in the
+    # tree): no tuple of key texts is built or hashed per level of each path
+    kinds: dict[int, KeyType] = {}
+    root_leaf = have_any = False
     for path, value in entries:
-        texts = _texts(path)
         if not path:
             if have_any:
                 raise DocumentError("a root leaf beside other entries", rule="META-006", file=file)
-            have_any = True
-            leaf_paths.add(())
+            have_any = root_leaf = True
             root = {"": _leaf(value)}
             continue
-        if () in leaf_paths:
+        if root_leaf:
             raise DocumentError("a root leaf beside other entries", rule="META-006", file=file)
         have_any = True
         node = root
+        last = len(path) - 1
         for depth, entry in enumerate(path):
-            prefix = texts[:depth]
-            known = kinds.setdefault(prefix, entry.key_type)
-            if known is not entry.key_type:
+            key_type = entry.key_type
+            if kinds.setdefault(id(node), key_type) is not key_type:
+                texts = _texts(path)
                 raise DocumentError(
-                    f"node {tree_key(prefix)} has keys of both key types",
+                    f"node {tree_key(texts[:depth])} has keys of both key types",
                     rule="META-006",
                     file=file,
                     pointer=tree_key(texts),
                 )
-            if depth == len(path) - 1:
-                if entry.key in node or texts in kinds:
+            child = node.get(entry.key, _NO_CHILD)
+            if depth == last:
+                if child is not _NO_CHILD:  # a leaf, or a node of other paths
+                    texts = _texts(path)
                     raise DocumentError(
                         f"key path {tree_key(texts)} appears twice or holds children",
                         rule="META-006",
@@ -646,19 +648,25 @@ def unflatten(entries: Iterable[tuple[KeyPath, Any]], *, file: str = METADATA_FI
                         pointer=tree_key(texts),
                     )
                 node[entry.key] = _leaf(value)
-                leaf_paths.add(texts)
+            elif child is _NO_CHILD:
+                child = node[entry.key] = {}
+                node = child
+            elif id(child) in kinds:  # a node (a leaf is never one of the node dicts)
+                node = child
             else:
-                if texts[: depth + 1] in leaf_paths:
-                    raise DocumentError(
-                        f"{param_name(texts[: depth + 1])!r} is both a leaf and a node",
-                        rule="META-006",
-                        file=file,
-                        pointer=tree_key(texts[: depth + 1]),
-                    )
-                node = node.setdefault(entry.key, {})
-    if () in leaf_paths:
+                texts = _texts(path)
+                raise DocumentError(
+                    f"{param_name(texts[: depth + 1])!r} is both a leaf and a node",
+                    rule="META-006",
+                    file=file,
+                    pointer=tree_key(texts[: depth + 1]),
+                )
+    if root_leaf:
         return _materialize(root[""], (), kinds, file)
     return _materialize(root, (), kinds, file)
+
+
+_NO_CHILD: Any = object()
 
 
 def _leaf(value: Any) -> Any:
@@ -673,13 +681,14 @@ class _EmptyMarker:
 
 
 def _materialize(
-    node: Any, prefix: tuple[str, ...], kinds: Mapping[tuple[str, ...], KeyType], file: str
+    node: Any, prefix: tuple[str, ...], kinds: Mapping[int, KeyType], file: str
 ) -> Any:
     if isinstance(node, _EmptyMarker):
         return _EMPTY_VALUES[node.node]()
-    if not isinstance(node, dict) or prefix not in kinds:
+    kind = kinds.get(id(node)) if type(node) is dict else None
+    if kind is None:  # a leaf
         return node
-    if kinds[prefix] is KeyType.DICT:
+    if kind is KeyType.DICT:
         return {k: _materialize(v, prefix + (k,), kinds, file) for k, v in node.items()}
     indices = sorted(int(k) for k in node)
     if indices != list(range(len(indices))):

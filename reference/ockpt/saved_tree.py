@@ -15,7 +15,7 @@ from typing import Any, Literal
 from .documents.metadata import MetadataDocument
 from .errors import FormatError
 from .msgpack_legacy import Placeholder
-from .paths import EmptyNode, KeyType, find_collisions, param_name
+from .paths import EmptyNode, KeyPath, KeyType, find_collisions, param_name
 
 __all__ = [
     "Node",
@@ -75,20 +75,21 @@ EMPTY_VALUES: Mapping[EmptyNode, Callable[[], Any]] = {
 }
 
 
-def _insert(root: Node, path: tuple[tuple[str, KeyType], ...], value: Any) -> Any:
+def _insert(root: Node, path: KeyPath, value: Any) -> Any:
     if not path:
         return value
     node = root
-    for key, kind in path[:-1]:
-        node.kind = kind if not node.children else node.kind
-        child = node.children.get(key)
+    for entry in path[:-1]:
+        if not node.children:
+            node.kind = entry.key_type
+        child = node.children.get(entry.key)
         if not isinstance(child, Node):
-            child = node.children[key] = Node(KeyType.DICT)
+            child = node.children[entry.key] = Node(KeyType.DICT)
         node = child
-    key, kind = path[-1]
+    last = path[-1]
     if not node.children:
-        node.kind = kind
-    node.children[key] = value
+        node.kind = last.key_type
+    node.children[last.key] = value
     return root
 
 
@@ -102,8 +103,7 @@ def from_metadata(
     root = Node(KeyType.DICT)
     result: Any = root
     for entry in doc.entries:
-        texts = tuple(e.key for e in entry.path)
-        keyed = tuple((e.key, e.key_type) for e in entry.path)
+        texts = tuple([e.key for e in entry.path])  # a list: faster
         empty = entry.value.empty_node
         value: Any
         if empty is not None:
@@ -116,7 +116,7 @@ def from_metadata(
                 msgpack,
                 inline=msgpack_unreadable and entry.value.skip_deserialize is True,
             )
-        result = _insert(root, keyed, value)
+        result = _insert(root, entry.path, value)
     return result
 
 
