@@ -260,28 +260,34 @@ def write_arrays(
             )
         documents[array_prefix(a.param_name) + name] = stored[which]
     database = None
+    files = commit.BackgroundWriter()  # writes overlap encoding; flushed at commit (DIR-004)
     if use_ocdbt:
         directory = os.path.join(item_dir, process_dir(process_index))
-        # data files are flushed with the whole save at commit (commit.finish)
-        database = DatabaseWriter(directory, open_file=_deferred)
+        database = DatabaseWriter(directory, open_file=files.open)
 
         def sink(key: str, parts: list[Any]) -> None:
             database.put(key.encode(), parts)
     else:
 
         def sink(key: str, parts: list[Any]) -> None:
-            commit.write_file(os.path.join(item_dir, *key.split("/")), parts)
+            file = files.open(os.path.join(item_dir, *key.split("/")))
+            file.append(parts)
+            file.close()
 
     try:
-        for key, data in documents.items():
-            sink(key, [data])
-        _chunkwrite.write_chunks(
-            sink, arrays, zarr_version=zarr_version, compression_level=compression_level
-        )
+        try:
+            for key, data in documents.items():
+                sink(key, [data])
+            _chunkwrite.write_chunks(
+                sink, arrays, zarr_version=zarr_version, compression_level=compression_level
+            )
+        finally:
+            if database is not None:
+                database.close()
+        entries = None if database is None else database.commit()
     finally:
-        if database is not None:
-            database.close()
-    return None if database is None else database.commit()
+        files.finish()
+    return entries
 
 
 def _deferred(path: str) -> commit.NewFile:

@@ -5,9 +5,9 @@ generation: values up to `Config.max_inline_value_bytes` inline in the B+tree le
 ones appended as they come to data files ``d/<32 hex>`` of about `data_file_bytes` each (a
 larger value gets a file of its own), each flushed once when full; then the B+tree nodes in one
 more data file, then ``manifest.ocdbt`` last, so a database is readable only once everything it
-refers to is written. `merge` writes
-a database whose B+tree refers to values of other databases under the same directory (Orbax's
-root database over ``ocdbt.process_<N>/``), copying references, not values.
+refers to is written. `merge` writes a database whose B+tree refers to values of other
+databases under the same directory (Orbax's root database over ``ocdbt.process_<N>/``), copying
+references, not values.
 
 `build_btree` is pure: it lays entries out in leaves and interior nodes of at most
 `max_decoded_node_bytes` (estimated), key prefixes as §8.1 says, and returns the encoded nodes
@@ -107,18 +107,13 @@ class _Subtree:
 
 
 def _common_prefix(keys: Sequence[bytes]) -> bytes:
-    lo, hi = min(keys), max(keys)  # the common prefix of a set is that of its extremes
-    n = 0
-    for a, b in zip(lo, hi, strict=False):
-        if a != b:
-            break
-        n += 1
-    return lo[:n]
+    """The common prefix of a set of keys: that of its smallest and largest."""
+    return os.path.commonprefix([min(keys), max(keys)])
 
 
 def _groups(sizes: Sequence[int], limit: int) -> list[range]:
     """Consecutive index ranges whose summed sizes stay within `limit` (each holds at least
-    one item; an interior node at least two, unless there is only one item)."""
+    one item, so an item above the limit has a range of its own)."""
     out, start, total = [], 0, 0
     for i, size in enumerate(sizes):
         if i > start and total + size > limit:
