@@ -375,3 +375,27 @@ def test_a_copy_whose_commit_conflicts_leaves_nothing(tmp_path, monkeypatch):
     with pytest.raises(ockpt.WriteConflictError):
         transfer.copy(src, tmp_path / "dst", progress=False)
     assert sorted(os.listdir(tmp_path)) == ["src"]
+
+
+def test_background_writes_fail_the_save(tmp_path, monkeypatch):
+    """A write that fails on the writer's own thread (`commit.BackgroundWriter`) fails the
+    save with that error, and leaves no directory behind, committed or temporary."""
+    import errno
+
+    import numpy as np
+
+    import ockpt
+
+    def full(self, parts):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(commit.NewFile, "append", full)
+    tree = {"w": np.arange(300_000, dtype=np.float32)}
+    with pytest.raises(OSError):
+        ockpt.save_pytree(tmp_path / "c", tree)
+    assert list(tmp_path.iterdir()) == []
+    writer = commit.BackgroundWriter()
+    file = writer.open(str(tmp_path / "f"))
+    file.append([b"x" * 10])
+    with pytest.raises(OSError, match="No space"):
+        writer.finish()
