@@ -324,13 +324,22 @@ def profiles(
 
 
 def commit_stamp() -> str:
-    """The commit the run measured, '+local changes' when the working tree differs from it."""
+    """The commit the run measured, '+local changes' when the working tree differs from it
+    outside the results files (`run.py` and `scale.py` run one after the other write them)."""
     try:
         rev = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
+            [
+                "git",
+                "status",
+                "--porcelain",
+                "--untracked-files=no",
+                "--",
+                ".",
+                ":!benchmarks/RESULTS*.md",
+            ],
             cwd=ROOT,
             capture_output=True,
             text=True,
