@@ -398,3 +398,18 @@ def header(title: str, script: str, command: str, info: Mapping, seconds: float)
 
 def command_line(script: str) -> str:
     return "python " + " ".join([script, *sys.argv[1:]])
+
+
+def profiles_section(profiles: str) -> list[str]:
+    """The report's section of profiles of the ockpt operations behind missed goals."""
+    if not profiles:
+        return []
+    return [
+        "",
+        "## Profiles of the missed goals",
+        "",
+        "Each ockpt operation behind a missed goal, run once more under cProfile (the calling "
+        "thread only: work on other threads shows as waiting), sorted by cumulative time.",
+        "",
+        profiles,
+    ]

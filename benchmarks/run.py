@@ -515,17 +515,7 @@ def report(
         "",
         ceilings_text(rounds),
     ]
-    if extra["profiles"]:
-        lines += [
-            "",
-            "## Profiles of the missed goals",
-            "",
-            "Each ockpt operation behind a missed goal, run once more under cProfile (the "
-            "calling thread only: work on other threads shows as waiting), sorted by "
-            "cumulative time.",
-            "",
-            extra["profiles"],
-        ]
+    lines += h.profiles_section(extra["profiles"])
     return "\n".join(lines) + "\n"
 
 

@@ -226,17 +226,7 @@ def report(args: argparse.Namespace, rounds: list, checked: list, extra: dict) -
         "",
         operations_table(rounds, extra["groups"], args),
     ]
-    if extra["profiles"]:
-        lines += [
-            "",
-            "## Profiles of the missed goals",
-            "",
-            "Each ockpt operation behind a missed goal, run once more under cProfile (the "
-            "calling thread only: work on other threads shows as waiting), sorted by "
-            "cumulative time.",
-            "",
-            extra["profiles"],
-        ]
+    lines += h.profiles_section(extra["profiles"])
     return "\n".join(lines) + "\n"
 
 

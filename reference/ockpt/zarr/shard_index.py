@@ -27,7 +27,6 @@ __all__ = ["EMPTY", "ShardingCodec", "parse_sharding", "ShardIndex"]
 EMPTY = (1 << 64) - 1
 
 _HALF_EMPTY = "a shard index entry has one of offset, nbytes = 2**64-1 but not both"
-_OUTSIDE = "a shard index entry points outside the shard's chunk data"
 
 
 @dataclass(frozen=True)
@@ -82,14 +81,7 @@ class ShardingCodec:
             if (off == EMPTY) != (n == EMPTY):
                 raise fail(_HALF_EMPTY, "ZARR-015", file=file, pointer=pointer)
             if off != EMPTY and not (lo <= off <= hi and n <= hi - off):
-                raise fail(
-                    _OUTSIDE,
-                    "ZARR-015",
-                    file=file,
-                    pointer=pointer,
-                    expected=f"[{lo}, {hi})",
-                    got=(off, n),
-                )
+                raise _outside(lo, hi, off, n, file=file, pointer=pointer)
             return ShardIndex(np.array([off, n], dtype=np.uint64).reshape(grid + (2,)))
         entries = np.frombuffer(raw, dtype="<u8").reshape(grid + (2,))
         offsets, nbytes = entries[..., 0], entries[..., 1]
@@ -102,15 +94,20 @@ class ShardingCodec:
         bad |= n_s > (np.uint64(hi) - np.minimum(off_s, np.uint64(hi)))
         if np.any(bad):
             i = int(np.argmax(bad))
-            raise fail(
-                _OUTSIDE,
-                "ZARR-015",
-                file=file,
-                pointer=pointer,
-                expected=f"[{lo}, {hi})",
-                got=(int(off_s[i]), int(n_s[i])),
-            )
+            raise _outside(lo, hi, int(off_s[i]), int(n_s[i]), file=file, pointer=pointer)
         return ShardIndex(entries)
+
+
+def _outside(lo: int, hi: int, offset: int, nbytes: int, *, file: object, pointer: str | None):
+    """The error of an index entry pointing outside the chunk data ``[lo, hi)`` (ZARR-015)."""
+    return fail(
+        "a shard index entry points outside the shard's chunk data",
+        "ZARR-015",
+        file=file,
+        pointer=pointer,
+        expected=f"[{lo}, {hi})",
+        got=(offset, nbytes),
+    )
 
 
 @register_codec("sharding_indexed")
