@@ -275,19 +275,16 @@ def write_arrays(
             file.close()
 
     try:
-        try:
-            for key, data in documents.items():
-                sink(key, [data])
-            _chunkwrite.write_chunks(
-                sink, arrays, zarr_version=zarr_version, compression_level=compression_level
-            )
-        finally:
-            if database is not None:
-                database.close()
-        entries = None if database is None else database.commit()
+        for key, data in documents.items():
+            sink(key, [data])
+        _chunkwrite.write_chunks(
+            sink, arrays, zarr_version=zarr_version, compression_level=compression_level
+        )
+        return None if database is None else database.commit()
     finally:
+        if database is not None:
+            database.close()  # after a failure: its last data file
         files.finish()
-    return entries
 
 
 def _deferred(path: str) -> commit.NewFile:

@@ -40,9 +40,11 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 from .errors import FormatError, OckptWarning, WriteConflictError
 from .kv import Location
+from .kv.byterange import vectored
 from .names import (
     COMMIT_FILE,
     DELETED_SUFFIX,
@@ -376,14 +378,9 @@ class NewFile:
     def append(self, parts: Sequence[bytes | memoryview]) -> None:
         """Write the buffers at the end of the file, with as few ``writev`` calls as allowed."""
         views = [v for v in (memoryview(p).cast("B") for p in parts) if v.nbytes]
-        i = 0
-        while i < len(views):
-            written = os.writev(self._file.fileno(), views[i : i + _IOV_MAX])
-            while written and written >= views[i].nbytes:  # whole buffers written
-                written -= views[i].nbytes
-                i += 1
-            if written:  # a partial write: the rest of this buffer goes next
-                views[i] = views[i][written:]
+        fd = self._file.fileno()
+        if vectored(views, lambda batch, _: os.writev(fd, batch)) != sum(len(v) for v in views):
+            raise OSError(errno.EIO, "writev wrote nothing", self._file.name)
 
     def close(self, *, sync: bool | None = None) -> None:
         """fsync (`sync`, default: as constructed) or start the write-back, and close; a no-op
@@ -406,16 +403,16 @@ class BackgroundWriter:
     beyond that); `finish` waits for everything and raises the first failure.
     """
 
-    def __init__(self, *, max_bytes: int = 256 << 20, sync_on_close: bool = False) -> None:
+    def __init__(self, *, max_bytes: int = 256 << 20) -> None:
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="ockpt-write")
         self._pending: deque[tuple[Future[None], int]] = deque()
         self._held = 0
         self._max_bytes = max_bytes
-        self._sync_on_close = sync_on_close
 
     def open(self, path: str) -> _QueuedFile:
-        """A new file at `path` (created now) whose appends and close are queued."""
-        return _QueuedFile(self, NewFile(path, sync_on_close=self._sync_on_close))
+        """A new file at `path` (created now) whose appends and close are queued; a file of a
+        save's temporary directory, flushed with the rest at commit (`finish`)."""
+        return _QueuedFile(self, NewFile(path, sync_on_close=False))
 
     def submit(self, job: Callable[[], None], nbytes: int) -> None:
         while self._pending and (
@@ -463,25 +460,14 @@ def _start_writeback(fd: int) -> None:
     the fsync at commit."""
     global _libc_sync_file_range
     if _libc_sync_file_range is None:
-        func = None
-        if sys.platform.startswith("linux"):
-            try:
-                func = ctypes.CDLL(None, use_errno=True).sync_file_range
-                func.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-                func.restype = ctypes.c_int
-            except (OSError, AttributeError):
-                func = None
-        _libc_sync_file_range = func or False
+        args = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+        _libc_sync_file_range = _libc_function("sync_file_range", args) or False
     if _libc_sync_file_range:
         _libc_sync_file_range(fd, 0, 0, _SYNC_FILE_RANGE_WRITE)
 
 
 _SYNC_FILE_RANGE_WRITE = 2
 _libc_sync_file_range: object = None  # None: not looked up yet; False: not available
-
-
-#: Buffers per ``writev`` call (the smallest IOV_MAX of the platforms Python runs on is 1024).
-_IOV_MAX = 1024
 
 
 def replace_file(path: str, data: bytes) -> None:
@@ -534,7 +520,8 @@ def finish(pending: Pending, *, marker: bool = True) -> None:
     The renames happen under the parent's lock (DIR-008); the removal after it.
     """
     if marker:
-        write_file(os.path.join(pending.tmp, COMMIT_FILE), commit_text(pending.final).encode())
+        marker_file = os.path.join(pending.tmp, COMMIT_FILE)
+        write_file(marker_file, commit_text(pending.final).encode(), sync=False)  # flushed below
     _fsync_tree(pending.tmp)
     with _locked(os.path.dirname(pending.final)):
         doomed = _commit(pending)
@@ -706,24 +693,25 @@ _UNSUPPORTED = frozenset(
 _libc_renameat2: object = None  # None: not looked up yet; False: not available
 
 
+def _libc_function(name: str, argtypes: list[Any]) -> Any:
+    """The C library's function `name` returning an int (Linux only), or None where there is
+    none (``renameat2`` needs glibc 2.28 or later)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        func = getattr(ctypes.CDLL(None, use_errno=True), name)
+    except (OSError, AttributeError):
+        return None
+    func.argtypes = argtypes
+    func.restype = ctypes.c_int
+    return func
+
+
 def _load_renameat2():  # type: ignore[no-untyped-def]
     global _libc_renameat2
     if _libc_renameat2 is None:
-        func = None
-        if sys.platform.startswith("linux"):
-            try:
-                func = ctypes.CDLL(None, use_errno=True).renameat2  # glibc 2.28 and later
-                func.argtypes = [
-                    ctypes.c_int,
-                    ctypes.c_char_p,
-                    ctypes.c_int,
-                    ctypes.c_char_p,
-                    ctypes.c_uint,
-                ]
-                func.restype = ctypes.c_int
-            except (OSError, AttributeError):
-                func = None
-        _libc_renameat2 = func or False
+        args = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+        _libc_renameat2 = _libc_function("renameat2", args) or False
     return _libc_renameat2 or None
 
 

@@ -68,6 +68,7 @@ from .names import (
     V1_JSON_FILE,
     V1_MARKER,
 )
+from .ocdbt.write import Entry
 from .paths import EmptyNode, KeyEntry, KeyPath, KeyType, check_param_names, flatten, param_name
 from .random_keys import RandomKey
 from .save_options import UNSET, Compression, SaveOptions, StorageDtypes, Unset, from_keywords
@@ -640,9 +641,13 @@ def _check_custom_metadata(custom: Any) -> None:
 # Writing one item (every process), then committing (the primary)
 
 
-def _write_item(
-    item_dir: str, plan: _ItemPlan, opts: _Options, job: _Job
-) -> list[_zarr_write.Entry] | None:
+def _write_file(path: str, data: bytes) -> None:
+    """A file of the save's temporary directory, flushed to disk with all the others when the
+    save commits (`commit.finish`, DIR-004 step 5), not once more on its own."""
+    commit.write_file(path, data, sync=False)
+
+
+def _write_item(item_dir: str, plan: _ItemPlan, opts: _Options, job: _Job) -> list[Entry] | None:
     """This process's part of an item: its array pieces and its array_metadatas file; returns
     the entries of the process's OCDBT database (None without one)."""
     if job.primary:
@@ -659,7 +664,7 @@ def _write_item(
         )
     meta = _array_metadatas(plan)
     if meta is not None:
-        commit.write_file(os.path.join(item_dir, ARRAY_METADATAS_DIR, f"process_{job.index}"), meta)
+        _write_file(os.path.join(item_dir, ARRAY_METADATAS_DIR, f"process_{job.index}"), meta)
     return entries
 
 
@@ -668,7 +673,7 @@ def _finish_item(
     plan: _ItemPlan,
     opts: _Options,
     job: _Job,
-    entries: list[_zarr_write.Entry] | None,
+    entries: list[Entry] | None,
 ) -> None:
     """The primary's part after every process wrote: merge the databases (its own from
     `entries`, the others' from their files), write documents."""
@@ -676,7 +681,7 @@ def _finish_item(
         known = {} if entries is None else {job.index: entries}
         _zarr_write.merge_databases(item_dir, range(job.count), known=known)
     for name, data in _item_documents(plan, opts).items():
-        commit.write_file(os.path.join(item_dir, name), data)
+        _write_file(os.path.join(item_dir, name), data)
 
 
 @dataclass(frozen=True)
@@ -736,7 +741,7 @@ class _Save:
         """Write every part, merge, write documents and commit; on failure remove the
         temporary directory (primary) and re-raise."""
         error: BaseException | None = None
-        written: dict[str, list[_zarr_write.Entry] | None] = {}
+        written: dict[str, list[Entry] | None] = {}
         try:
             for rel, part in self.parts.items():
                 if not isinstance(part, _JsonPart):
@@ -765,25 +770,21 @@ class _Save:
                 raise full from error
             raise error
 
-    def _commit(
-        self, pending: commit.Pending, written: Mapping[str, list[_zarr_write.Entry] | None]
-    ) -> None:
+    def _commit(self, pending: commit.Pending, written: Mapping[str, list[Entry] | None]) -> None:
         """The primary's duties once every process has written (WRITE-032, DIR-004)."""
         for rel, part in self.parts.items():
             item_dir = os.path.join(pending.tmp, rel)
             if isinstance(part, _JsonPart):
-                commit.write_file(os.path.join(item_dir, part.file_name), part.data)
+                _write_file(os.path.join(item_dir, part.file_name), part.data)
             else:
                 plan, opts = part
                 _finish_item(item_dir, plan, opts, self.job, written.get(rel))
             if self.layout == "step":
                 final = os.path.join(pending.final, rel)
-                commit.write_file(
-                    os.path.join(item_dir, COMMIT_FILE), commit.commit_text(final).encode()
-                )
+                _write_file(os.path.join(item_dir, COMMIT_FILE), commit.commit_text(final).encode())
         if self.layout == "v1":
-            commit.write_file(os.path.join(pending.tmp, V1_MARKER), b"")
-        commit.write_file(
+            _write_file(os.path.join(pending.tmp, V1_MARKER), b"")
+        _write_file(
             os.path.join(pending.tmp, CHECKPOINT_METADATA_FILE),
             _checkpoint_metadata(self.handlers, self.custom_metadata, self.init_ns),
         )

@@ -11,13 +11,39 @@ reads so that the frame's block headers can be walked to check its length
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["ByteRange"]
+__all__ = ["ByteRange", "vectored"]
 
 _WINDOW = 64  # bytes read per miss when indexing (block headers are 3 bytes)
-_IOV_MAX = 1024  # buffers per `os.preadv` call (Linux's IOV_MAX; POSIX guarantees 16)
+#: Buffers per ``preadv``/``writev`` call (Linux's IOV_MAX; the smallest of the platforms
+#: Python runs on is 1024).
+IOV_MAX = 1024
+
+
+def vectored(buffers: Sequence[Any], call: Callable[[list[Any], int], int]) -> int:
+    """Move the bytes of the 1-D byte `buffers` (memoryviews, uint8 arrays), in order, with
+    ``call(batch, done)`` (a ``preadv`` or ``writev`` of at most `IOV_MAX` buffers, `done`
+    the bytes moved before it, returning how many it moved): a buffer moved in part is
+    continued by the next call. Returns the bytes moved: short only when a call moved none."""
+    done, i, head = 0, 0, None  # head: what is left of buffers[i] once partly moved
+    while i < len(buffers):
+        batch = list(buffers[i : i + IOV_MAX])
+        if head is not None:
+            batch[0] = head
+        n = call(batch, done)
+        if not n:
+            break
+        done += n
+        for b in batch:
+            if n < len(b):
+                head = b[n:]
+                break
+            n -= len(b)
+            i += 1
+            head = None
+    return done
 
 
 class ByteRange:
@@ -93,23 +119,8 @@ class ByteRange:
         refused."""
         if at < 0 or at + sum(len(b) for b in buffers) > self.length:
             raise ValueError(f"buffers from {at} run past a range of {self.length}")
-        got, i, head = 0, 0, None  # head: what is left of buffers[i] once partly filled
-        while i < len(buffers):
-            batch = list(buffers[i : i + _IOV_MAX])
-            if head is not None:
-                batch[0] = head
-            n = os.preadv(self.fd, batch, self.offset + at + got)
-            if not n:
-                break
-            got += n
-            for b in batch:
-                if n < len(b):
-                    head = b[n:]
-                    break
-                n -= len(b)
-                i += 1
-                head = None
-        return got
+        start = self.offset + at
+        return vectored(buffers, lambda batch, done: os.preadv(self.fd, batch, start + done))
 
     def readinto(self, view: memoryview) -> int:
         """Fill `view` from the current position; the number of bytes read (short at the end

@@ -3,8 +3,8 @@
 `DatabaseWriter` takes key/value pairs and commits them as one new database with a single
 generation: values up to `Config.max_inline_value_bytes` inline in the B+tree leaves, larger
 ones appended as they come to data files ``d/<32 hex>`` of about `data_file_bytes` each (a
-larger value gets a file of its own), each flushed once when full; then the B+tree nodes in one
-more data file, then ``manifest.ocdbt`` last, so a database is readable only once everything it
+larger value gets a file of its own), each closed when full; then the B+tree nodes in one more
+data file, then ``manifest.ocdbt`` last, so a database is readable only once everything it
 refers to is written. `merge` writes a database whose B+tree refers to values of other
 databases under the same directory (Orbax's root database over ``ocdbt.process_<N>/``), copying
 references, not values.
@@ -206,7 +206,7 @@ class DatabaseWriter:
     Args:
         directory: the database directory (need not exist).
         open_file: creates a new file (`OpenFile`); each file is opened once, its values
-            appended as they come, and closed (flushed) when full.
+            appended as they come, and closed when full (flushing it is the opener's choice).
         config: the manifest's configuration (default: Orbax's, `new_config`).
         data_file_bytes: out-of-line values are gathered into data files of about this size.
     """
@@ -238,7 +238,9 @@ class DatabaseWriter:
             self._entries[key] = b"".join(parts)
             return
         if length >= self._data_file_bytes:
-            self._entries[key] = IndirectDataReference(self._write(parts), 0, length)
+            file_id = DataFileId(b"", data_file_name())
+            self._write(file_id.path, parts)
+            self._entries[key] = IndirectDataReference(file_id, 0, length)
             return
         if self._file is None:
             file_id = DataFileId(b"", data_file_name())
@@ -259,19 +261,17 @@ class DatabaseWriter:
     def _open(self, file_id: DataFileId) -> NewFile:
         return self._open_file(os.path.join(self.directory, file_id.path.decode()))
 
-    def _write(self, parts: Sequence[bytes | memoryview]) -> DataFileId:
-        """A new data file holding `parts`, written and closed."""
-        file_id = DataFileId(b"", data_file_name())
-        file = self._open(file_id)
+    def _write(self, name: bytes, parts: Sequence[bytes | memoryview]) -> None:
+        """A new file `name` (relative to the database) holding `parts`, written and closed."""
+        file = self._open_file(os.path.join(self.directory, name.decode()))
         try:
             file.append(parts)
         finally:
             file.close()
-        return file_id
 
     def close(self) -> None:
-        """Close (and flush) the data file being filled; on failure too, before the caller
-        discards the database."""
+        """Close the data file being filled; on failure too, before the caller discards the
+        database."""
         if self._file is not None:
             file, self._file, self._size = self._file[1], None, 0
             file.close()
@@ -292,11 +292,7 @@ class DatabaseWriter:
                 compression=0 if config.compression is None else 1,
                 level=0 if config.compression is None else config.compression.level,
             )
-            file = self._open(node_file)
-            try:
-                file.append(blobs)
-            finally:
-                file.close()
+            self._write(node_file.path, blobs)
         else:
             empty = BtreeNodeStatistics(0, 0, 0)
             root, height = BtreeNodeReference(None, empty), 0
@@ -307,11 +303,7 @@ class DatabaseWriter:
             commit_time=time.time_ns() if commit_time is None else commit_time,
         )
         manifest = fmt.encode_manifest(Manifest(config, (version,), ()))
-        file = self._open_file(os.path.join(self.directory, MANIFEST_FILE))
-        try:
-            file.append([manifest])
-        finally:
-            file.close()
+        self._write(MANIFEST_FILE.encode(), [manifest])
         self._entries.clear()
         return entries
 
