@@ -9,7 +9,8 @@ unlink, rmtree, fsync, renameat2 through ctypes) and each item write that tensor
 counts as one event.
 ``OCKPT_KILL_AT=N`` kills the process with SIGKILL just before event N (1-based);
 ``OCKPT_NO_EXCHANGE=1`` makes renameat2 unavailable (the rename fallback of an overwrite);
-``OCKPT_TRACE=1`` adds the list of events (``"<call> <file name>"``) to the JSON line;
+``OCKPT_TRACE=1`` adds the list of events (``"<call> <file name>"``; for fsync, the absolute
+path of the file or directory flushed) to the JSON line;
 ``OCKPT_ENOSPC_AT=N`` makes event N (and every later write) fail with ENOSPC instead;
 ``OCKPT_WAIT_FOR=FILE`` waits until FILE exists before saving (to start two writers together).
 The last line printed is a JSON object: ``{"result": ..., "events": N}``.
@@ -55,11 +56,22 @@ def _wrap(module, name: str, *, writes=lambda *a, **k: True) -> None:  # type: i
 
     def wrapper(*args, **kwargs):  # type: ignore[no-untyped-def]
         if writes(*args, **kwargs):
-            first = args[0] if args and isinstance(args[0], (str, os.PathLike)) else ""
-            _event(f"{name} {os.path.basename(os.fspath(first))}" if TRACE else name)
+            _event(f"{name} {_subject(args)}" if TRACE else name)
         return original(*args, **kwargs)
 
     setattr(module, name, wrapper)
+
+
+def _subject(args: tuple) -> str:  # type: ignore[type-arg]
+    """What a call acts on, for the trace: the base name of a path argument; for a file
+    descriptor (fsync), the whole path it refers to (Linux /proc), or "?" elsewhere."""
+    first = args[0] if args else ""
+    if isinstance(first, int):
+        try:
+            return os.readlink(f"/proc/self/fd/{first}")
+        except OSError:
+            return "?"
+    return os.path.basename(os.fspath(first)) if isinstance(first, (str, os.PathLike)) else ""
 
 
 def _writing_open(file, mode="r", *args, **kwargs) -> bool:  # type: ignore[no-untyped-def]

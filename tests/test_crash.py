@@ -21,8 +21,10 @@ import subprocess
 import sys
 import time
 import warnings
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import pytest
@@ -30,12 +32,14 @@ import pytest
 import ockpt
 from ockpt import commit
 from ockpt.layout import Kind, is_temporary_name
-from ockpt.names import COMMIT_FILE, TMP_MARKER
+from ockpt.names import TMP_MARKER
 
 HERE = Path(__file__).resolve().parent
 CHILD = HERE / "_crash_child.py"
 sys.path.insert(0, str(HERE))
 from _crash_child import tree  # noqa: E402
+
+T = TypeVar("T")
 
 
 def child(*args: object, env: dict | None = None, timeout: float = 60) -> tuple[int, dict]:
@@ -113,26 +117,36 @@ def prepare_save(tmp_path: Path, name: str, ocdbt: str) -> tuple[Path, int]:
     return base, n
 
 
+def killed_at_each(points: Iterable[int], run: Callable[[int], T]) -> Iterator[T]:
+    """``run(kill_at)`` for each kill point, two children at a time (the checks of one kill
+    overlap the next children), the results in order."""
+    with ThreadPoolExecutor(2) as pool:
+        yield from pool.map(run, points)
+
+
 @pytest.mark.parametrize("ocdbt", ["1", "0"], ids=["ocdbt", "per_leaf"])
 def test_manager_save_killed_at_every_event(tmp_path, ocdbt):
-    """SIGKILL before each event of a manager save that also deletes the oldest step."""
+    """SIGKILL before each event of a manager save that also deletes the oldest step (every
+    one of its ~60 events with OCDBT, ~75 per leaf)."""
     base, n = prepare_save(tmp_path, "root", ocdbt)
-    # every third event with OCDBT, every fourth per-leaf, at different offsets (~27 kills in
-    # all keep the test near 40 s on two cores); OCKPT_CRASH_ALL=1 kills at every event
-    step = 1 if os.environ.get("OCKPT_CRASH_ALL") else (3 if ocdbt == "1" else 4)
-    points = range(1 if ocdbt == "1" else 2, n + 1, step)
-    seen_temporaries = 0
-    for kill_at in points:
+
+    def run(kill_at: int) -> tuple[Path, int, dict]:
         root = tmp_path / f"kill-{kill_at}"
         shutil.copytree(base, root)
         code, out = child("manager", root, 2, 2, ocdbt, env={"OCKPT_KILL_AT": str(kill_at)})
-        assert code == -signal.SIGKILL, (kill_at, out)
+        return root, code, out
+
+    seen_temporaries = 0
+    for root, code, out in killed_at_each(range(1, n + 1), run):
+        assert code == -signal.SIGKILL, (root.name, out)
         # step 1 always survives; step 0 only until step 2 is committed; step 2 whole or absent
         steps = check_root(root, must_have={1}, may_have={0, 2})
         assert 0 in steps or 2 in steps, steps
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            mgr = ockpt.CheckpointManager(root)  # the next start reports what was left
+            mgr = ockpt.CheckpointManager(  # the next start reports what was left
+                root, max_to_keep=2, save_options={"use_ocdbt": ocdbt == "1"}
+            )
         temporaries = mgr.temporaries()
         assert bool(temporaries) == any(
             issubclass(w.category, ockpt.OckptWarning) for w in caught
@@ -142,8 +156,7 @@ def test_manager_save_killed_at_every_event(tmp_path, ocdbt):
         assert mgr.temporaries() == []
         assert check_root(root, must_have={1}, may_have={0, 2}) == steps
         if 2 not in steps:  # the next start saves the step again
-            code, out = child("manager", root, 2, 2, ocdbt)
-            assert out["result"] == "saved", out
+            assert mgr.save(2, tree(2))
             assert check_root(root, must_have={1, 2}, may_have=set()) == [1, 2]
         shutil.rmtree(root)
     assert seen_temporaries > 0  # some kills did leave a temporary directory behind
@@ -152,19 +165,84 @@ def test_manager_save_killed_at_every_event(tmp_path, ocdbt):
 def test_pytree_save_killed_leaves_nothing_detected(tmp_path):
     """A plain save killed at each event: the path is absent or a whole checkpoint."""
     code, out = child("pytree", tmp_path / "probe", 5)
-    n = out["events"]
-    for kill_at in range(1, n + 1, 4):
-        path = tmp_path / f"ckpt-{kill_at}"
+
+    def run(kill_at: int) -> tuple[Path, int]:
+        path = tmp_path / f"kill-{kill_at}" / "ckpt"  # a directory each: children run at once
         code, _ = child("pytree", path, 5, env={"OCKPT_KILL_AT": str(kill_at)})
+        return path, code
+
+    for path, code in killed_at_each(range(1, out["events"] + 1), run):
         assert code == -signal.SIGKILL
         if path.exists():
             assert_tree_equal(ockpt.load_pytree(path, backend="python"), tree(5))
         else:
             with pytest.raises(ockpt.NotACheckpointError):
                 ockpt.load_pytree(path, backend="python")
-        for p in tmp_path.iterdir():
+        for p in path.parent.iterdir() if path.parent.exists() else ():
             if is_temporary_name(p.name):
                 assert ockpt.detect(p).kind is Kind.TEMPORARY
+
+
+#: the trace's events that write (create a file or directory, or data through tensorstore)
+_WRITES = ("open ", "mkdir ", "_write_item ", "_finish_item ")
+
+
+def assert_flushed_in_order(trace: list[str], final: Path) -> None:
+    """DIR-004 steps 4 to 6 in a save's trace (``OCKPT_TRACE``): every file and directory of
+    the checkpoint now at `final` was fsynced under its temporary name after the last write
+    and before the commit rename, each directory after everything in it; then the parent
+    directory was fsynced, before anything else happened."""
+    tmp_name = next(t.split()[1] for t in trace if t.startswith(f"mkdir {final.name}{TMP_MARKER}"))
+    tmp = final.parent / tmp_name
+    # the commit: the last rename with the temporary directory as its source (with the
+    # rename fallback, renameat2 is tried first and does nothing)
+    commit_at = max(
+        i for i, t in enumerate(trace) if t in (f"_renameat2 {tmp_name}", f"rename {tmp_name}")
+    )
+    flushed = {t.split(" ", 1)[1]: i for i, t in enumerate(trace) if t.startswith("fsync ")}
+    at: dict[Path, int] = {}
+    for dirpath, dirs, names in os.walk(final):
+        for entry in [Path(dirpath), *(Path(dirpath) / n for n in (*dirs, *names))]:
+            under_tmp = tmp / entry.relative_to(final)
+            assert str(under_tmp) in flushed, f"{under_tmp} never fsynced"
+            at[entry] = flushed[str(under_tmp)]
+    assert max(at.values()) < commit_at, "an fsync after the commit rename"
+    for entry, i in at.items():
+        if entry != final:
+            assert i < at[entry.parent], f"{entry.parent} fsynced before {entry.name}"
+    first_flush = min(at.values())
+    late = [t for t in trace[first_flush:commit_at] if t.startswith(_WRITES)]
+    assert not late, f"written after the flush began: {late}"
+    # the parent's fsync comes next: before the old checkpoint or an old step is renamed
+    # aside or removed (a later fsync of the parent, by the removal, does not count)
+    assert trace[commit_at + 1 : commit_at + 2] == [f"fsync {final.parent}"], trace[commit_at:]
+
+
+@pytest.mark.parametrize(
+    "mode", ["pytree", "manager-ocdbt", "manager-per_leaf", "overwrite", "overwrite-rename"]
+)
+def test_save_flushes_before_the_commit_rename(tmp_path, mode):
+    """DIR-004: a crash cannot show a committed name over unflushed bytes, nor lose the commit
+    once the save returned. SIGKILL leaves the page cache intact, so the kills above cannot see a
+    missing fsync; the order of the fsync calls in the trace can."""
+    env = {"OCKPT_TRACE": "1"}
+    if mode == "overwrite-rename":
+        env["OCKPT_NO_EXCHANGE"] = "1"
+    if mode.startswith("manager"):
+        ocdbt = "1" if mode == "manager-ocdbt" else "0"
+        root = tmp_path / "root"
+        for step in (0, 1):
+            _events(root, step, 2, ocdbt)
+        code, out = child("manager", root, 2, 2, ocdbt, env=env)  # also deletes step 0
+        final = root / "2"
+        assert not (root / "0").exists()
+    else:
+        final = tmp_path / "c"
+        if mode.startswith("overwrite"):
+            ockpt.save_pytree(final, tree(OLD))
+        code, out = child("pytree" if mode == "pytree" else "overwrite", final, NEW, env=env)
+    assert code == 0 and out["result"] == "saved", out
+    assert_flushed_in_order(out["trace"], final)
 
 
 def test_two_writers_one_step(tmp_path):
@@ -308,20 +386,6 @@ def test_disk_full_tmpfs(tmp_path):
 OLD, NEW, NEXT = 1, 2, 3
 
 
-def _overwrite_points(trace: list[str], aside_at: int, commit_at: int) -> list[int]:
-    """Kill points: every event from the last one before the old checkpoint is moved to a few
-    events into its removal (the renames and everything around them), the commit marker, and
-    a sample of the others (the array writes, the fsyncs, the removal). OCKPT_CRASH_ALL=1
-    kills at every event."""
-    n = len(trace)
-    if os.environ.get("OCKPT_CRASH_ALL"):
-        return list(range(1, n + 1))
-    marker = max(i for i, t in enumerate(trace[:commit_at], 1) if t == f"open {COMMIT_FILE}")
-    removal = next(i for i, t in enumerate(trace, 1) if t.startswith("rmtree") and i > commit_at)
-    around = range(aside_at - 1, removal + 3)
-    return sorted({*range(2, marker, 8), marker, marker + 1, *around, *range(removal + 3, n, 6), n})
-
-
 @pytest.mark.parametrize("exchange", [True, False], ids=["exchange", "rename_fallback"])
 def test_overwrite_killed_at_every_event(tmp_path, monkeypatch, exchange):
     """SIGKILL before each event of ``save_pytree(path, new, overwrite=True)`` over an old
@@ -354,8 +418,6 @@ def test_overwrite_killed_at_every_event(tmp_path, monkeypatch, exchange):
         aside_at = trace.index("rename c") + 1
         commit_at = trace.index(f"rename {tmp_name}") + 1
         assert commit_at == aside_at + 1, trace
-    points = _overwrite_points(trace, aside_at, commit_at)
-    assert {aside_at, commit_at, commit_at + 1} <= set(points)
 
     def run(kill_at: int) -> tuple[int, int, dict]:
         root = tmp_path / f"kill-{kill_at}"
@@ -363,10 +425,8 @@ def test_overwrite_killed_at_every_event(tmp_path, monkeypatch, exchange):
         code, out = child("overwrite", root / "c", NEW, env={**env, "OCKPT_KILL_AT": str(kill_at)})
         return kill_at, code, out
 
-    with ThreadPoolExecutor(2) as pool:  # two children at a time: ~16 kills, ~20 s
-        results = list(pool.map(run, points))
     missing = 0
-    for kill_at, code, out in results:
+    for kill_at, code, out in killed_at_each(range(1, len(trace) + 1), run):  # ~60 events
         assert code == -signal.SIGKILL, (kill_at, out)
         root = tmp_path / f"kill-{kill_at}"
         path = root / "c"

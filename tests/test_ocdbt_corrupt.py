@@ -3,12 +3,18 @@ the message; and a bounded fuzz test: mutated envelopes and nodes only ever rais
 
 from __future__ import annotations
 
+import shutil
 import struct
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
+import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import ockpt
+from conftest import FIXTURES
 from ocdbt_support import build_database
 from ockpt.errors import FormatError, MissingDataError, OcdbtError
 from ockpt.ocdbt import Database
@@ -214,6 +220,116 @@ def test_trailing_bytes(db_dir):
         "OCDBT-007",
         lambda: fmt.decode_btree_node((db_dir / "d" / "node").read_bytes(), file="d/node"),
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# bytes after the zstd frame of a compressed manifest or node (OCDBT-006)
+
+#: what a damaged structure holds after its zstd frame, inside its envelope
+AFTER_FRAME = {
+    "zero": b"\0",
+    "text": b"junk!",
+    "frame": zstandard.ZstdCompressor().compress(b"x" * 10),  # a second whole frame
+    "skippable": struct.pack("<II", 0x184D2A50, 0),  # an empty skippable frame
+}
+
+
+def after_frame(envelope: bytes, extra: bytes) -> bytes:
+    """The zstd-compressed `envelope` with `extra` between its frame and its CRC (length and
+    CRC fixed, so only the frame check can refuse it)."""
+    assert envelope[13] == 1  # compression_format 1: the body is one zstd frame
+    return reseal(envelope[:-4] + extra + b"\0" * 4)
+
+
+@pytest.mark.parametrize(
+    "magic", [fmt.MANIFEST_MAGIC, fmt.VERSION_NODE_MAGIC, fmt.BTREE_NODE_MAGIC]
+)
+def test_bytes_after_the_zstd_frame_of_each_structure(magic):
+    decode = {
+        fmt.MANIFEST_MAGIC: fmt.decode_manifest,
+        fmt.VERSION_NODE_MAGIC: fmt.decode_version_tree_node,
+        fmt.BTREE_NODE_MAGIC: fmt.decode_btree_node,
+    }[magic]
+    good = fmt.encode_envelope(magic, b"\0" * 64, compression=1)
+    for name, extra in AFTER_FRAME.items():
+        err = raises("OCDBT-006", lambda e=extra: decode(after_frame(good, e), file="d/x"))
+        assert "bytes after the zstd frame" in str(err) and "d/x" in str(err), name
+    try:  # without them the frame passes: whatever fails then is the body
+        decode(good, file="d/x")
+    except OcdbtError as e:
+        assert e.rule != "OCDBT-006", str(e)
+
+
+def damage_after_frame(ckpt: Path, where: str, extra: bytes) -> Path:
+    """Put `extra` after the zstd frame of the root `manifest.ocdbt`, of the root database's B+tree
+    node, or of the first generation's node of the per-process database (read by --deep only),
+    the manifest pointing at the new length; return the damaged file."""
+    if where == "manifest":
+        path = ckpt / "manifest.ocdbt"
+        path.write_bytes(after_frame(path.read_bytes(), extra))
+        return path
+    db_dir = ckpt if where == "root node" else ckpt / "ocdbt.process_0"
+    db = Database(db_dir)
+    m = db.manifest
+    db.close()
+    n = len(m.versions) - 1 if where == "root node" else 0
+    version = m.versions[n]
+    loc = version.root.location
+    path = db_dir / loc.file_id.path.decode()
+    data = path.read_bytes()
+    assert (loc.offset, loc.length) == (0, len(data))  # the node is the whole file
+    path.write_bytes(after_frame(data, extra))
+    root = replace(version.root, location=replace(loc, length=len(data) + len(extra)))
+    versions = (*m.versions[:n], replace(version, root=root), *m.versions[n + 1 :])
+    (db_dir / "manifest.ocdbt").write_bytes(fmt.encode_manifest(replace(m, versions=versions)))
+    return path
+
+
+WHERE = ["manifest", "root node", "old process node"]
+
+
+@pytest.fixture
+def sharded(tmp_path) -> Path:
+    """A copy of a real Orbax 0.12.8 checkpoint whose manifests and nodes are zstd-compressed."""
+    ckpt = tmp_path / "checkpoint"
+    shutil.copytree(FIXTURES / "orbax-0.12.8" / "sharded" / "checkpoint", ckpt)
+    return ckpt
+
+
+@pytest.mark.parametrize("where", WHERE)
+def test_real_database_rewritten_without_extra_bytes_reads(sharded, where):
+    """The control of the test below: the rewrite alone breaks nothing."""
+    damage_after_frame(sharded, where, b"")
+    assert ockpt.validate(sharded, deep=True).ok
+    ockpt.load_pytree(sharded, backend="python")
+
+
+@pytest.mark.parametrize("extra", sorted(AFTER_FRAME))
+@pytest.mark.parametrize("where", WHERE)
+def test_bytes_after_the_zstd_frame_of_a_real_node(sharded, where, extra):
+    """Every reader of a compressed manifest or node refuses bytes after its frame, naming the
+    file: the python backend's load and the validator (OCDBT-006). The per-process node of an
+    older generation is read only by a deep validation."""
+    path = damage_after_frame(sharded, where, AFTER_FRAME[extra])
+
+    def named(findings) -> bool:  # type: ignore[no-untyped-def]
+        return any(
+            f.rule == "OCDBT-006"
+            and f.file == str(path)
+            and "bytes after the zstd frame" in f.message
+            for f in findings
+        )
+
+    report = ockpt.validate(sharded, deep=True)
+    assert not report.ok and named(report.findings), report.format_text()
+    shallow = named(ockpt.validate(sharded).findings)
+    if where == "old process node":
+        assert not shallow  # a generation the checkpoint no longer refers to
+    else:
+        assert shallow
+        load = lambda: ockpt.load_pytree(sharded, backend="python")  # noqa: E731
+        err = raises("OCDBT-006", load, file=str(path))
+        assert "bytes after the zstd frame" in str(err)
 
 
 @pytest.mark.parametrize("path", [b"../outside", b"/abs/path", b"d/../../x", b"d//x", b"d\\x"])
