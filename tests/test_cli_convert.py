@@ -104,3 +104,48 @@ def test_pt_output(tmp_path):
     assert raw.tobytes() == want["params.emb"].tobytes()
     record = _record.load_expected(CASES / "v1_pytree")
     assert state["tag"] == record["items"]["state"]["items"]["tag"]["value"]
+
+
+def test_unknown_output_suffix_is_named(tmp_path):
+    """A mistyped suffix is a usage error listing the known outputs, not 'both sides are Orbax'."""
+    result = ockpt("convert", str(CASES / "sharded" / "checkpoint"), str(tmp_path / "m.safetensor"))
+    assert result.returncode == 2, result.stderr
+    assert "unknown output format '.safetensor'" in result.stderr
+    assert "known: .safetensors, .safetensors.index.json, .npz, .pt" in result.stderr
+    assert "both sides" not in result.stderr and list(tmp_path.iterdir()) == []
+
+
+def test_refusals_name_the_command_line_flags(tmp_path):
+    """An existing output (file, Hugging Face folder, Orbax directory) is kept unless
+    --overwrite; the messages name --overwrite and --skip-unsupported, never the Python
+    keywords."""
+    src = str(CASES / "v1_pytree" / "checkpoint")
+    for dst, extra in [("m.safetensors", ()), ("hf", ("--to", "hf")), ("m.pt", ())]:
+        ok("convert", src, str(tmp_path / dst), *extra, "--no-progress")
+        again = ockpt("convert", src, str(tmp_path / dst), *extra, "--no-progress")
+        assert again.returncode == 1 and "pass --overwrite to replace it" in again.stderr
+        assert "overwrite=True" not in again.stderr and "Traceback" not in again.stderr
+        ok("convert", src, str(tmp_path / dst), *extra, "--overwrite", "--no-progress")
+    ok("convert", str(tmp_path / "m.safetensors"), str(tmp_path / "back"), "--no-progress")
+    again = ockpt("convert", str(tmp_path / "m.safetensors"), str(tmp_path / "back"))
+    assert again.returncode == 1 and "pass --overwrite" in again.stderr
+    assert "overwrite=True" not in again.stderr
+    refused = ockpt("convert", src, str(tmp_path / "x.npz"))
+    assert refused.returncode == 1 and "pass --skip-unsupported" in refused.stderr
+    assert "--widen" in refused.stderr and "skip_unsupported" not in refused.stderr
+
+
+def test_widen_and_metadata_strings_are_named_in_the_summary(tmp_path):
+    src = str(CASES / "v1_pytree" / "checkpoint")
+    result = ok("convert", src, str(tmp_path / "m.npz"), "--widen", "--no-progress")
+    assert "wrote 7 leaves" in result
+    run = ockpt("convert", src, str(tmp_path / "n.npz"), "--widen", "--no-progress")
+    assert "widened params.emb: bfloat16 stored as float32 (exact)" in run.stderr
+    with np.load(tmp_path / "m.npz") as data:
+        want = _record_arrays("v1_pytree", "state")["params.emb"]
+        assert data["params.emb"].dtype == np.float32
+        assert np.array_equal(data["params.emb"], want.astype(np.float32))
+    run = ockpt("convert", src, str(tmp_path / "m.safetensors"), "--json", "--no-progress")
+    assert json.loads(run.stdout)["metadata_strings"] == ["tag"]
+    got = safetensors_numpy.load_file(str(tmp_path / "m.safetensors"))
+    assert got["step"].shape == () and "tag" not in got

@@ -75,8 +75,8 @@ def test_safetensors_refuses_unsupported_with_clear_error(tmp_path):
     dst = tmp_path / "model.safetensors"
     with pytest.raises(UnsupportedError, match="complex128.*safetensors has no dtype"):
         convert(str(CASES / "numpy_dtypes" / "checkpoint"), str(dst))
-    with pytest.raises(UnsupportedError, match="holds only tensors, not strings"):
-        convert(str(CASES / "v1_pytree" / "checkpoint"), str(dst))
+    with pytest.raises(UnsupportedError, match="complex128.*safetensors has no dtype"):
+        convert(str(CASES / "numpy_dtypes" / "checkpoint"), str(dst), widen=True)  # no wider
     assert not os.listdir(tmp_path)
 
 
@@ -124,28 +124,129 @@ def test_npz_keeps_strings_and_scalars(tmp_path):
     assert not dst.exists() and not list(tmp_path.iterdir())
     record = _record.load_expected(CASES / "scalars_strings")
     nodes = {".".join(map(str, p)): n for p, n in _record.iter_nodes(record["items"][""])}
-    # a copy without the NUL string
-    with np.load(_npz_without_nul(src, tmp_path)) as data:
+    result = convert(src, str(dst), skip_unsupported=True)  # all but the NUL-ended string
+    assert [n for n, _ in result.skipped] == ["str_json_special"]
+    with np.load(dst) as data:
         assert str(data["str_unicode"]) == nodes["str_unicode"]["value"]
         assert data["int_min"].dtype == np.int64 and int(data["int_min"]) == -(2**63)
 
 
-def _npz_without_nul(src: str, tmp_path) -> str:
-    out = tmp_path / "clean.npz"
-    # The same writer, on every leaf but the NUL-terminated string.
-    from ockpt.convert import OrbaxSource, _write_npz
+def _scalar_record() -> dict[str, dict]:
+    """The scalars_strings fixture's leaves (scalars and strings) by '.'-joined key path."""
+    record = _record.load_expected(CASES / "scalars_strings")
+    nodes = _record.iter_nodes(record["items"][""])
+    return {".".join(map(str, p)): n for p, n in nodes if n["type"] in ("scalar", "string")}
 
-    with OrbaxSource(src) as source:
-        items = [
-            (leaf.name("."), leaf) for leaf in source.leaves if leaf.key != ("str_json_special",)
-        ]
 
-        class _Bar:
-            def update(self, n: int) -> None:
-                pass
+def _zero_d(node: dict) -> np.ndarray:
+    """A recorded scalar as the 0-d array of the dtype it is stored as."""
+    return _record.decode_tree({**node, "zero_d": True}, CASES / "scalars_strings")
 
-        _write_npz(source, items, str(out), bar=_Bar())
-    return str(out)
+
+def test_string_leaves_go_into_safetensors_metadata(tmp_path):
+    """Item 3: a string leaf is a __metadata__ entry (leaf name -> text, the NUL-ended one
+    too), in a single file, in every shard, and in a Hugging Face folder beside "format"."""
+    src = str(CASES / "scalars_strings" / "checkpoint")
+    strings = {k: n["value"] for k, n in _scalar_record().items() if n["type"] == "string"}
+    assert "str_json_special" in strings and strings["str_json_special"].endswith("\0")
+    result = convert(src, str(tmp_path / "s.safetensors"), skip_unsupported=True)
+    assert set(result.metadata_strings) == set(strings)
+    with safe_open(str(tmp_path / "s.safetensors"), framework="numpy") as f:
+        assert f.metadata() == strings
+    result = convert(
+        src, str(tmp_path / "hf"), dst_format="hf", max_shard_size="32B", skip_unsupported=True
+    )
+    shards = [f for f in result.files if f.endswith(".safetensors")]
+    assert len(shards) > 1
+    for shard in shards:
+        with safe_open(shard, framework="numpy") as f:
+            assert f.metadata() == {"format": "pt", **strings}
+    with open_source(str(tmp_path / "hf")) as source:  # and the folder reads back
+        assert {leaf.name(".") for leaf in source.leaves} == {
+            k for k, n in _scalar_record().items() if n["type"] == "scalar"
+        }
+
+
+def test_zero_d_scalars_stay_zero_d_in_every_format(tmp_path):
+    """Item 3: every 0-d leaf of the real fixture is 0-d, with its exact bits, in each output
+    as that format's own library reads it back."""
+    torch = pytest.importorskip("torch")
+    src = str(CASES / "scalars_strings" / "checkpoint")
+    want = {k: _zero_d(n) for k, n in _scalar_record().items() if n["type"] == "scalar"}
+    assert len(want) == 27
+    for name in ("s.safetensors", "s.npz", "s.pt", "hf"):
+        fmt = "hf" if name == "hf" else None
+        convert(src, str(tmp_path / name), dst_format=fmt, skip_unsupported=True, progress=False)
+    got = {
+        "safetensors": _st_tensors(tmp_path / "s.safetensors"),
+        "hf": _st_tensors(tmp_path / "hf" / "model.safetensors"),
+        "pt": {
+            k: v.numpy()
+            for k, v in torch.load(tmp_path / "s.pt", weights_only=True).items()
+            if not isinstance(v, str)
+        },  # fmt: skip
+    }
+    with np.load(tmp_path / "s.npz") as data:
+        got["npz"] = {k: data[k] for k in data.files if data[k].dtype.kind != "U"}
+    for fmt, tensors in got.items():
+        assert set(tensors) == set(want), fmt
+        for key, value in tensors.items():
+            assert value.shape == () and value.dtype == want[key].dtype, (fmt, key)
+            assert _bits(value) == _bits(want[key]), (fmt, key)
+
+
+def test_widen_stores_ml_dtypes_exactly_in_npz(tmp_path):
+    """Item 3: --widen puts bfloat16 and every float8 / float4 type into float32 (int4 and
+    int2 into int8), value for value: bfloat16 by its bits (NaN payloads kept), the others
+    as ml_dtypes converts them (NaN stays NaN); the result names each widened leaf."""
+    src = str(CASES / "dtype_bit_patterns" / "checkpoint")
+    want = _arrays("dtype_bit_patterns")
+    result = convert(src, str(tmp_path / "w.npz"), widen=True, progress=False)
+    widened = {name: (a, b) for name, a, b in result.widened}
+    assert widened == {
+        name: (name, "int8" if name.startswith("int") else "float32") for name in want
+    }
+    with np.load(tmp_path / "w.npz") as data:
+        for name, value in want.items():
+            stored = data[name]
+            assert stored.dtype == np.dtype(widened[name][1]) and stored.shape == value.shape
+            if name == "bfloat16":
+                assert np.array_equal(stored.view(np.uint32) >> 16, value.view(np.uint16))
+                continue
+            back = value.astype(stored.dtype)
+            same = (stored == back) | (np.isnan(stored) & np.isnan(back))
+            assert same.all() and np.array_equal(np.signbit(stored), np.signbit(back)), name
+            if name.startswith("int"):
+                assert np.array_equal(
+                    stored.astype(value.dtype).view(np.uint8), value.view(np.uint8)
+                )
+    # without --widen the same conversion is refused, naming the flag
+    with pytest.raises(UnsupportedError, match="--widen"):
+        convert(src, str(tmp_path / "x.npz"))
+
+
+def test_existing_outputs_are_kept_unless_overwrite(tmp_path):
+    """Item 3: like `ockpt cp`, every output format refuses an existing output, naming the
+    command-line flag; --overwrite replaces it."""
+    src = str(CASES / "v1_pytree" / "checkpoint")
+    outputs = {
+        "m.safetensors": {},
+        "m.npz": {"widen": True},
+        "hf": {"dst_format": "hf"},
+        "sharded/model.safetensors": {"max_shard_size": "40B"},
+    }
+    for name, kw in outputs.items():
+        convert(src, str(tmp_path / name), progress=False, **kw)
+        before = sorted(p.stat().st_mtime_ns for p in tmp_path.rglob("*") if p.is_file())
+        with pytest.raises(ockpt.WriteConflictError, match="pass --overwrite") as e:
+            convert(src, str(tmp_path / name), progress=False, **kw)
+        assert "overwrite=True" not in str(e.value)
+        assert sorted(p.stat().st_mtime_ns for p in tmp_path.rglob("*") if p.is_file()) == before
+        convert(src, str(tmp_path / name), overwrite=True, progress=False, **kw)
+    convert(str(tmp_path / "m.safetensors"), str(tmp_path / "back"), progress=False)
+    with pytest.raises(ockpt.WriteConflictError, match="pass --overwrite"):
+        convert(str(tmp_path / "m.safetensors"), str(tmp_path / "back"), progress=False)
+    convert(str(tmp_path / "m.safetensors"), str(tmp_path / "back"), overwrite=True, progress=False)
 
 
 def test_pt_state_dict_bit_equal(tmp_path):
@@ -171,12 +272,13 @@ def test_pt_without_torch_is_a_clear_error(tmp_path, monkeypatch):
 
 def test_key_collisions_and_sep(tmp_path):
     src = str(CASES / "odd_keys_no_ocdbt" / "checkpoint")
-    with pytest.raises(ValueError, match="both join to"):
+    with pytest.raises(ValueError, match="both become.*try --sep"):
         convert(src, str(tmp_path / "a.safetensors"), sep="/", skip_unsupported=True)
     result = convert(src, str(tmp_path / "b.safetensors"), sep=".", skip_unsupported=True)
     with safe_open(str(tmp_path / "b.safetensors"), framework="numpy") as f:
         assert "dot.a.b" in f.keys() and "slash.a/b" in f.keys()
-        assert result.leaves == len(f.keys())
+        assert result.leaves == len(f.keys()) + len(result.metadata_strings)
+        assert "string_unicode.über 😀" in f.metadata()
 
 
 def test_roundtrip_safetensors_to_orbax_every_layout(tmp_path):

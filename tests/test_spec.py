@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import subprocess
@@ -200,6 +201,9 @@ def _python_blocks() -> list[tuple[str, int, str]]:
 def test_python_examples_run(where, index, code):
     if not HAVE_TENSORSTORE and 'backend="tensorstore"' in code:
         pytest.skip("needs tensorstore: OCKPT_BLOCK_TENSORSTORE is set")
+    for package in ("torch", "transformers"):  # the Hugging Face example (ockpt[test] has them)
+        if f"import {package}\n" in code and importlib.util.find_spec(package) is None:
+            pytest.skip(f"needs {package}: pip install {package}")
     path = os.pathsep.join(filter(None, [str(ROOT / "reference"), os.environ.get("PYTHONPATH")]))
     env = dict(os.environ, PYTHONPATH=path)  # (OCKPT_BLOCK_TENSORSTORE's blocker on it kept)
     result = subprocess.run(

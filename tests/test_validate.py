@@ -87,7 +87,9 @@ def test_progress_is_reported():
         deep=True,
         progress=lambda done, total, what: seen.append((done, total, what)),
     )
-    assert seen and all(0 < d <= t for d, t, _ in seen)
+    total = seen[0][1]  # bytes, known before the first call and fixed (one bar)
+    assert total > 0 and all(0 <= d <= t == total for d, t, _ in seen)
+    assert [d for d, _, _ in seen] == sorted(d for d, _, _ in seen) and seen[-1][0] == total
     assert {"arrays", "chunks", "ocdbt nodes"} <= {w for _, _, w in seen}
 
 
@@ -233,6 +235,33 @@ VALIDATION_RULE_CASES = {
 def test_each_validation_rule_has_a_bad_variant(rule, name):
     assert EXPECTED[name]["validator"]["rule"] == rule
     assert rule in validate(BAD / name / EXPECTED[name]["path"]).rules
+
+
+#: Each check of VAL-006 and the corpus variant that breaks it: the file its finding names and
+#: what the message says (the other VAL-006 checks would report the variant with other words).
+VAL_006_CASES = {
+    "zarr_shape_disagrees_scalar": ("scalar/.zarray", "is a scalar in _METADATA"),
+    "zarr_write_shape_disagrees": ("_METADATA", "write_shape [1, 3, 1] of leaf 'x' in _METADATA"),
+    "array_metadatas_write_shape_too_large": (
+        "array_metadatas/process_0",
+        "write_shape [9, 3] of 'x' does not fit the array's shape [8, 3]",
+    ),
+    "array_metadatas_disagree": ("array_metadatas/process_0", "is [2, 3] here but [1, 3]"),
+    "array_metadatas_chunk_shape_disagrees": (
+        "array_metadatas/process_0",
+        "chunk_shape [1, 1] of 'x' differs from the zarr chunk shape [1, 3]",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(VAL_006_CASES))
+def test_each_val_006_check_has_a_bad_variant(name):
+    """Every check of VAL-006 (scalar rank, the two write_shapes fitting the array and agreeing,
+    the chunk_shape of array_metadatas) reports its own variant, naming the file at fault."""
+    file, words = VAL_006_CASES[name]
+    path = BAD / name / EXPECTED[name]["path"]
+    found = [f for f in validate(path).findings if f.rule == "VAL-006"]
+    assert any(f.file == str(path / file) and words in f.message for f in found), found
 
 
 def test_layout_002_only_where_the_writer_writes_the_marker(tmp_copy):

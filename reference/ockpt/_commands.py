@@ -18,7 +18,12 @@ import numpy as np
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 
-__all__ = ["add_parsers", "add_where"]
+__all__ = ["JSON_HELP", "PATH_HELP", "add_parsers", "add_where"]
+
+#: The help of every command's ``--json`` switch.
+JSON_HELP = "print machine-readable JSON on stdout instead of text"
+#: The help of a checkpoint path argument.
+PATH_HELP = "item, v1 checkpoint, step or manager root: a directory or an s3:// / gs:// URL"
 
 
 def _dump(data: Any) -> None:
@@ -169,24 +174,63 @@ def _cmd_convert(args: argparse.Namespace) -> int:
         overwrite=args.overwrite,
         progress=not args.no_progress,
         select=args.select or (),
+        rules=_convert_rules(args),
+        widen=args.widen,
+        dry_run=args.dry_run,
+        config=args.config,
     )
     if args.json:
         _dump(result.to_json())
-    else:
-        if result.select:
-            print(_selection_summary(result), file=sys.stderr)
-        for name, why in result.skipped:
-            print(f"skipped {name}: {why}", file=sys.stderr)
-        for name, impl in result.random_keys:
-            print(
-                f"{name}: a typed PRNG key ({impl}), written as its uint32 key data",
-                file=sys.stderr,
-            )
-        print(
-            f"wrote {result.leaves} leaves ({result.bytes} bytes) as {result.format}: "
-            + ", ".join(result.files)
-        )
+        return EXIT_OK
+    for row in result.mapping:
+        print(_mapping_line(row))
+    if result.select:
+        print(_selection_summary(result), file=sys.stderr)
+    for name, why in result.skipped:
+        print(f"skipped {name}: {why}", file=sys.stderr)
+    for name, impl in result.random_keys:
+        print(f"{name}: a typed PRNG key ({impl}), written as its uint32 key data", file=sys.stderr)
+    for name, dtype, stored in result.widened:
+        print(f"widened {name}: {dtype} stored as {stored} (exact)", file=sys.stderr)
+    if result.metadata_strings:
+        names = ", ".join(result.metadata_strings)
+        print(f"string leaves in the safetensors __metadata__: {names}", file=sys.stderr)
+    verb = "would write" if result.dry_run else "wrote"
+    print(
+        f"{verb} {result.leaves} leaves ({result.bytes} bytes) as {result.format}: "
+        + ", ".join(result.files)
+    )
     return EXIT_OK
+
+
+def _convert_rules(args: argparse.Namespace) -> Any:
+    """--rules files first, then --rename / --transpose / --dtype (`ockpt.convert_rules`)."""
+    from .convert_rules import Rules, load_rules_file, parse_rules
+
+    rules = Rules()
+    for path in args.rules or ():
+        rules = rules + load_rules_file(path)
+    return rules + parse_rules(
+        rename=args.rename or (), transpose=args.transpose or (), dtype=args.dtype or ()
+    )
+
+
+def _mapping_line(row: dict[str, Any]) -> str:
+    """A dry run's line: ``src (shape) dtype -> dst (shape) dtype  file``."""
+
+    def shape(dims: list[int]) -> str:
+        return "(" + ", ".join(map(str, dims)) + ("," if len(dims) == 1 else "") + ")"
+
+    notes = []
+    if row["transposed"] is not None:
+        notes.append("transposed " + ",".join(map(str, row["transposed"])))
+    if row["widened"]:
+        notes.append("widened")
+    note = f" [{'; '.join(notes)}]" if notes else ""
+    return (
+        f"{row['source']} {shape(row['source_shape'])} {row['source_dtype']} -> "
+        f"{row['target']} {shape(row['shape'])} {row['dtype']}{note}  {row['file']}"
+    )
 
 
 def _selection_summary(result: Any) -> str:
@@ -229,27 +273,36 @@ def add_where(p: argparse.ArgumentParser, *, validate: bool = False) -> None:
 
 def add_parsers(sub: Any) -> None:
     """Add the data commands to the `ockpt` subparsers."""
-    json_help = "machine-readable output"
+    json_help = JSON_HELP
     p = sub.add_parser(
         "inspect",
         help="tree with shape, dtype, bytes, chunks and sharding per leaf; steps of a manager",
         description="Show every leaf of a checkpoint (item, v1 checkpoint, step or manager "
         "root; local or s3:// / gs:// URL) without reading array data.",
     )
-    p.add_argument("path")
+    p.add_argument("path", help=PATH_HELP)
     add_where(p)
     p.add_argument("--json", action="store_true", help=json_help)
     p.set_defaults(func=_cmd_inspect)
 
-    p = sub.add_parser("ls", help="steps, checkpointables and items with commit state and times")
-    p.add_argument("path")
+    p = sub.add_parser(
+        "ls",
+        help="steps, checkpointables and items with commit state and times",
+        description="List a checkpoint's steps, checkpointables and items, each with its "
+        "kind, handler, storage, commit state and commit time. Exit 1 when PATH is no "
+        "checkpoint.",
+    )
+    p.add_argument("path", help=PATH_HELP)
     p.add_argument("--json", action="store_true", help=json_help)
     p.set_defaults(func=_cmd_ls)
 
     p = sub.add_parser(
-        "cat", help="values of one leaf (or a slice of it), or of a JSON or random-key item"
+        "cat",
+        help="values of one leaf (or a slice of it), or of a JSON or random-key item",
+        description="Print the values of one leaf, or a slice of it read without reading the "
+        "rest, or the whole value of a JSON or random-key item.",
     )
-    p.add_argument("path")
+    p.add_argument("path", help=PATH_HELP)
     p.add_argument(
         "leaf",
         nargs="?",
@@ -269,8 +322,8 @@ def add_parsers(sub: Any) -> None:
         description="Compare two checkpoints (Orbax, safetensors or npz). Exit 0 when equal, "
         "1 when different, 2 on errors.",
     )
-    p.add_argument("a")
-    p.add_argument("b")
+    p.add_argument("a", help="a checkpoint (as for inspect), .safetensors(.index.json) or .npz")
+    p.add_argument("b", help="the checkpoint or file to compare A with")
     p.add_argument("--rtol", type=float, default=0.0, help="relative tolerance (default 0)")
     p.add_argument("--atol", type=float, default=0.0, help="absolute tolerance (default 0)")
     p.add_argument("--sep", choices=(".", "/"), default=".", help="key separator for flat files")
@@ -283,17 +336,27 @@ def add_parsers(sub: Any) -> None:
 
     p = sub.add_parser(
         "convert",
-        help="Orbax <-> safetensors (single or sharded), .npz; Orbax -> PyTorch .pt",
+        help="Orbax <-> safetensors (single or sharded), .npz; Orbax -> PyTorch .pt or a "
+        "Hugging Face folder",
         description="Convert leaf by leaf. The format comes from the suffix (.safetensors, "
-        ".safetensors.index.json, .npz, .pt); anything else is an Orbax checkpoint directory.",
+        ".safetensors.index.json, .npz, .pt) or --to (hf: a Hugging Face folder, "
+        "model.safetensors or model-0000N-of-0000M.safetensors with "
+        "model.safetensors.index.json); an Orbax checkpoint directory is written from "
+        "safetensors or .npz. --rename, --transpose and --dtype map names and layouts onto "
+        "another model's state_dict; --dry-run prints the mapping.",
     )
-    p.add_argument("src")
-    p.add_argument("dst")
-    formats = ("orbax", "safetensors", "npz", "pt")
+    p.add_argument("src", help="a checkpoint (as for inspect), .safetensors(.index.json) or .npz")
+    p.add_argument("dst", help="the output file, folder (--to hf) or checkpoint directory")
+    formats = ("orbax", "safetensors", "npz", "pt", "hf")
     p.add_argument("--to", dest="to_format", choices=formats, help="output format")
-    p.add_argument("--from", dest="from_format", choices=formats[:3], help="input format")
+    p.add_argument(
+        "--from", dest="from_format", choices=("orbax", "safetensors", "npz"), help="input format"
+    )
     p.add_argument("--sep", choices=(".", "/"), default=".", help="key separator (default .)")
-    p.add_argument("--max-shard-size", help="shard safetensors output, e.g. 5GB or 500MiB")
+    p.add_argument(
+        "--max-shard-size",
+        help="shard safetensors output, e.g. 5GB (decimal) or 500MiB; --to hf: default 5GB",
+    )
     p.add_argument(
         "--skip-unsupported",
         action="store_true",
@@ -306,6 +369,49 @@ def add_parsers(sub: Any) -> None:
         help="convert only the leaves under this leaf name or matching this glob over leaf "
         "names (params, 'params/**', '**/kernel'); repeatable",
     )
+    p.add_argument(
+        "--rename",
+        action="append",
+        metavar="REGEX=REPLACEMENT",
+        help="rename leaves: every rule applies, in order, as re.sub to the result of the one "
+        "before ('^params\\.=', 'kernel$=weight'); split at the first '=' (\\= inside REGEX)",
+    )
+    p.add_argument(
+        "--transpose",
+        action="append",
+        metavar="PATTERN[=AXES]",
+        help="store the 2-D leaves whose name PATTERN matches (re.search) transposed, as a "
+        "flax Dense kernel (in, out) becomes a torch Linear weight (out, in); =AXES (3,2,0,1) "
+        "permutes a leaf of any rank; the first matching rule applies",
+    )
+    p.add_argument(
+        "--dtype",
+        action="append",
+        metavar="PATTERN=DTYPE",
+        help="store matching floating (or integer) leaves as DTYPE ('.*=bfloat16'); leaves of "
+        "another family keep theirs; the first matching rule applies",
+    )
+    p.add_argument(
+        "--rules",
+        action="append",
+        metavar="FILE.json",
+        help='rename / transpose / dtype rules from a JSON file: {"rename": [[REGEX, '
+        'REPLACEMENT], ...], "transpose": [PATTERN, ...], "dtype": ["PATTERN=DTYPE", ...]}; '
+        "applied before the command line's",
+    )
+    p.add_argument(
+        "--widen",
+        action="store_true",
+        help="store a dtype the output lacks (bfloat16, float8 in .npz; int4) in the narrowest "
+        "one it has that holds every value exactly (float32, int8); the summary names them",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the mapping (source name, shape, dtype -> target name, shape, dtype, file) "
+        "and write nothing",
+    )
+    p.add_argument("--config", help="--to hf: a config.json to copy into the folder")
     add_where(p)
     p.add_argument("--layout", choices=("v1", "item"), default="v1", help="Orbax output layout")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output")
@@ -316,9 +422,12 @@ def add_parsers(sub: Any) -> None:
     p = sub.add_parser(
         "cp",
         help="copy a checkpoint to or from a bucket (commit_success.txt written last)",
+        description="Copy a checkpoint between local directories and s3:// / gs:// URLs. "
+        "Unfinished saves are left out; in a bucket commit_success.txt is written last, so "
+        "readers see a step only once it is complete.",
     )
-    p.add_argument("src")
-    p.add_argument("dst")
+    p.add_argument("src", help="the checkpoint to copy: a directory or a URL")
+    p.add_argument("dst", help="where the copy goes (must not exist unless --overwrite)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing destination")
     p.add_argument("--json", action="store_true", help=json_help)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

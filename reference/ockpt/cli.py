@@ -9,7 +9,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, fields
 from typing import Any
 
-from ._commands import add_where
+from . import __version__
+from ._commands import JSON_HELP, PATH_HELP, add_where
 from .errors import OckptError, PathNotFoundError
 from .layout import Kind, Layout, detect
 from .paths import leaf_name, param_name
@@ -91,37 +92,24 @@ def _cmd_tree(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _progress_printer():  # type: ignore[no-untyped-def]
-    """A progress line on stderr, redrawn at most every 0.2 s (only on a terminal)."""
-    import time
-
-    last = [0.0]
-
-    def show(done: int, total: int, what: str) -> None:
-        now = time.monotonic()
-        if now - last[0] < 0.2 and done < total:
-            return
-        last[0] = now
-        sys.stderr.write(f"\rvalidating: {done}/{total} {what}\033[K")
-        sys.stderr.flush()
-
-    return show
-
-
 def _cmd_validate(args: argparse.Namespace) -> int:
+    from . import _progress
     from .validate import validate
 
-    show = _progress_printer() if sys.stderr.isatty() and not args.no_progress else None
+    # a deep check reads every byte: one bar towards the bytes of the checkpoint's files
+    show = _progress.enabled(args.deep and not args.no_progress)
     try:
-        report = validate(args.path, step=args.step, item=args.item, deep=args.deep, progress=show)
+        with _progress.Tracker("validating", enabled=show) as bar:
+            report = validate(
+                args.path,
+                step=args.step,
+                item=args.item,
+                deep=args.deep,
+                progress=bar if show else None,
+            )
     except OSError as e:  # a path that does not exist or is no directory, an unreadable file
-        if show is not None:
-            sys.stderr.write("\r\033[K")
         print(f"ockpt: {e}", file=sys.stderr)
         return EXIT_USAGE
-    if show is not None:
-        sys.stderr.write("\r\033[K")
-        sys.stderr.flush()
     if args.json:
         json.dump(report.to_json(), sys.stdout, indent=2)
         print()
@@ -130,12 +118,29 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     return EXIT_OK if report.ok else EXIT_INVALID
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="ockpt", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("detect", help="say what each path is (item, v1, manager root, ...)")
-    p.add_argument("paths", nargs="+")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+def build_parser() -> argparse.ArgumentParser:
+    """The `ockpt` argument parser: every subcommand and every argument with its help text."""
+    parser = argparse.ArgumentParser(
+        prog="ockpt",
+        description="Inspect, validate, compare, convert and copy Orbax checkpoints (local "
+        "directories or s3:// / gs:// URLs) without JAX or Orbax. Exit status: 0 success, "
+        "1 a checkpoint problem (diff: differences), 2 a usage or I/O error.",
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"ockpt {__version__}", help="print the version"
+    )
+    sub = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", help="what to do (COMMAND --help)"
+    )
+    p = sub.add_parser(
+        "detect",
+        help="say what each path is (item, v1, manager root, ...)",
+        description="Say what each path is (pytree item, v1 checkpoint, step, manager root, "
+        "temporary save, ...), with its steps and items and their commit state. Exit 0 when "
+        "every path is a checkpoint, 1 when one is not, 2 when one does not exist.",
+    )
+    p.add_argument("paths", nargs="+", metavar="PATH", help="directories or s3:// / gs:// URLs")
+    p.add_argument("--json", action="store_true", help=JSON_HELP)
     p.set_defaults(func=_cmd_detect)
     p = sub.add_parser(
         "tree",
@@ -145,19 +150,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         "item, a v1 checkpoint, a step or a manager root (latest committed step unless "
         "--step), local or an s3:// / gs:// URL.",
     )
-    p.add_argument("path")
+    p.add_argument("path", help=PATH_HELP)
     add_where(p)
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--json", action="store_true", help=JSON_HELP)
     p.set_defaults(func=_cmd_tree)
     p = sub.add_parser(
         "validate",
         help="check a whole checkpoint against the spec (exit 0 valid, 1 invalid, 2 error)",
+        description="Check a local checkpoint (item, v1 checkpoint, step or manager root) "
+        "against the spec; each finding names its rule id. Exit 0 valid, 1 invalid, 2 on a "
+        "usage or I/O error.",
     )
-    p.add_argument("path")
+    p.add_argument("path", help="a local checkpoint directory")
     add_where(p, validate=True)
     p.add_argument("--deep", action="store_true", help="decode every OCDBT node and every chunk")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.add_argument("--no-progress", action="store_true", help="no progress line on a terminal")
+    p.add_argument("--json", action="store_true", help=JSON_HELP)
+    p.add_argument(
+        "--no-progress", action="store_true", help="no progress bar (--deep on a terminal)"
+    )
     p.set_defaults(func=_cmd_validate)
     from . import _commands  # inspect, ls, cat, diff, convert, cp
 
@@ -165,6 +175,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .conformance.cli import add_parser as _add_conformance  # ockpt conformance
 
     _add_conformance(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run `ockpt` with `argv` (default: the process's arguments); returns the exit status."""
+    parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra and getattr(args, "leaf", "") is None and len(extra) == 1:
         args.leaf = extra[0]  # `cat PATH --item I LEAF`: an optional positional after an option

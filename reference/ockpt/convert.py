@@ -1,4 +1,5 @@
-"""Orbax checkpoints to and from the formats other stacks load: safetensors, .npz, PyTorch .pt.
+"""Orbax checkpoints to and from the formats other stacks load: safetensors, Hugging Face
+folders, .npz, PyTorch .pt.
 
 A conversion streams leaf by leaf: a *source* lists its leaves (key path, shape, dtype) and reads
 any leaf in blocks along its first axis; a *sink* writes each block as it comes. Memory stays
@@ -10,10 +11,18 @@ near one block (at most `BLOCK_BYTES`, or one leaf's row), not the whole checkpo
   blocks. The safetensors library decides which dtypes the format has (its `TensorSpec`
   refuses the others) and checks every written file when it is reopened. With
   ``max_shard_size`` the output is sharded with a ``<stem>.safetensors.index.json`` as the
-  Hugging Face convention has it.
+  Hugging Face convention has it. String leaves go into the header's ``__metadata__`` (target
+  name -> text; every shard carries them all).
+* Orbax -> a Hugging Face folder (``"hf"``, a directory): ``model.safetensors`` when the
+  tensors fit in ``max_shard_size`` (default `HF_MAX_SHARD_SIZE`, "5GB", decimal, as
+  huggingface_hub), else ``model-0000N-of-0000M.safetensors`` and
+  ``model.safetensors.index.json`` (``metadata.total_size``, ``weight_map``): a tensor closes
+  the current shard when it would take it past the limit, so one larger than the limit gets a
+  shard of its own. ``__metadata__`` has ``"format": "pt"`` as ``save_pretrained`` writes it.
+  Other files of the folder (config.json, a tokenizer) are left alone; `config` copies one in.
 * Orbax -> .npz: each leaf is a stored (uncompressed) ``<key>.npy`` member, written through
   numpy's own ``.npy`` header functions. numpy files have no bfloat16, float8 or int4: such
-  leaves are refused with an error (the choice documented here) unless skipped.
+  leaves are refused with an error (the choice documented here) unless skipped, or widened.
 * Orbax -> .pt: a ``torch.save`` state_dict of tensors. Each tensor is backed by a temporary
   file (``torch.from_file``), so torch serializes from file pages, not from a copy of the
   checkpoint in memory. torch is optional: imported only for this format.
@@ -25,9 +34,24 @@ Keys: the leaf's key path joined with `sep` (``"."``, the default and Orbax's pa
 separator, or ``"/"``); flat names are split on `sep` back into nested dicts. `select` keeps only
 the leaves that its patterns (leaf names of subtrees, or globs over leaf names: spec
 key-paths §7.4) select, so an export can leave out, say, the optimizer state. Two key paths
-that join to the same name are refused. Strings are kept in .npz (0-d unicode arrays) and .pt
-(Python str); safetensors has only tensors, so string leaves are refused unless skipped. Empty
-containers and None hold no data and are left out of flat formats.
+that become the same name are refused. Strings are kept in .npz (0-d unicode arrays; one ending
+in NUL is refused, as numpy drops it), .pt (Python str) and safetensors (``__metadata__``).
+0-d leaves stay 0-d in every format. Empty containers and None hold no data and are left out of
+flat formats.
+
+Flat outputs take `rules` (`ockpt.convert_rules`: ordered renames, transpositions and casts,
+matched on the source names). A transposed leaf streams too: its output rows are slices of the
+source along the permutation's first axis (for a 2-D transpose, column blocks), each block at
+most `BLOCK_BYTES` and spanning whole stored chunks when one fits, so a leaf is read whole only
+when it is at most `BLOCK_BYTES`. `widen` stores a dtype the output lacks in the narrowest one
+it has that holds every value exactly (bfloat16, float8, float4 -> float32; int4, int2 ->
+int8): bfloat16 by its bits (NaN payloads too), the others through ml_dtypes (NaN stays NaN,
+though a NaN's payload bits may not). Rules and `widen` do not apply to an Orbax output.
+
+Outputs: an existing output file (or a folder's weight files) is replaced only with
+`overwrite`, as `ockpt cp` does; the refusal names the command-line flag. The format is
+`dst_format` or the output's suffix; from an Orbax source, an unknown suffix
+(``model.safetensor``) is a `ValueError` listing the known ones.
 """
 
 from __future__ import annotations
@@ -47,7 +71,8 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from . import dtypes
-from .errors import FormatError, NotACheckpointError, UnsupportedError
+from .convert_rules import Rules
+from .errors import FormatError, NotACheckpointError, UnsupportedError, WriteConflictError
 from .kv import is_url
 from .kv.files import open_regular, read_file
 from .limits import LIMITS
@@ -67,23 +92,16 @@ __all__ = [
     "convert",
     "ConvertResult",
     "BLOCK_BYTES",
+    "HF_MAX_SHARD_SIZE",
 ]
 
-FORMATS = ("orbax", "safetensors", "npz", "pt")
+#: Output formats; "hf" is a Hugging Face folder of safetensors weights (input: "safetensors").
+FORMATS = ("orbax", "safetensors", "npz", "pt", "hf")
 #: The largest block read from a source and written to a sink at once.
 BLOCK_BYTES = 64 << 20
 _INDEX_SUFFIX = ".safetensors.index.json"
 #: dtypes .npy describes natively (no ml_dtypes extension types).
 _NUMPY_NAMES = tuple(n for n in dtypes.SUPPORTED if n not in dtypes.EXTENSION_NAMES)
-#: numpy dtype names torch has a tensor dtype for (sub-byte ints are refused).
-_TORCH_NAMES = _NUMPY_NAMES + (
-    "bfloat16",
-    "float8_e4m3fn",
-    "float8_e4m3fnuz",
-    "float8_e5m2",
-    "float8_e5m2fnuz",
-    "float8_e8m0fnu",
-)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -100,6 +118,7 @@ class Leaf:
     dtype: np.dtype | None = None
     ref: Any = field(default=None, compare=False, repr=False)  # the source's own handle
     random_key_impl: str | None = None  # a typed PRNG key: the leaf is its uint32 key data
+    chunk_shape: tuple[int, ...] | None = None  # the stored chunks, where the source has them
 
     @property
     def nbytes(self) -> int:
@@ -185,6 +204,7 @@ class OrbaxSource(Source):
                     np.dtype(node.dtype),
                     node,
                     random_key_impl=node.random_key_impl,
+                    chunk_shape=tuple(node.chunk_shape) if node.chunk_shape else None,
                 )
             )
 
@@ -432,7 +452,7 @@ def open_source(
 
 
 # ---------------------------------------------------------------------------------------------
-# Sinks.
+# Sizes and blocks.
 
 
 def parse_size(text: str | int) -> int:
@@ -458,23 +478,190 @@ def _bytes_of(block: np.ndarray) -> memoryview:
     return memoryview(arr.view(np.uint8))
 
 
-def _why_not(fmt: str, leaf: Leaf, source: Source) -> str | None:
-    """Why the format `fmt` cannot hold `leaf`, or None when it can."""
-    if leaf.kind == "string":
-        if fmt == "safetensors":
-            return "safetensors holds only tensors, not strings"
-        if fmt == "npz" and str(source.read(leaf)).endswith("\0"):  # numpy drops trailing NULs
-            return "a string ending in NUL cannot be stored in .npy exactly; use .pt"
-        return None
-    assert leaf.dtype is not None
-    name = leaf.dtype.name
-    if fmt == "safetensors" and _safetensors_code(leaf.dtype) is None:
+# ---------------------------------------------------------------------------------------------
+# The plan: each leaf as the output stores it.
+
+
+@dataclass(frozen=True)
+class _Target:
+    """A leaf as the output stores it: its name there and, for arrays, its shape and dtype
+    after the rules (`axes`: a transposition) and `widen`."""
+
+    leaf: Leaf
+    name: str
+    shape: tuple[int, ...] = ()
+    dtype: np.dtype | None = None
+    axes: tuple[int, ...] | None = None
+    widened: bool = False
+
+    @property
+    def nbytes(self) -> int:
+        if self.dtype is None:
+            return 0
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+    def row(self, sep: str, file: str) -> dict[str, Any]:
+        """The dry run's line: source name, shape, dtype -> target name, shape, dtype, file."""
+        leaf = self.leaf
+        return {
+            "source": leaf.name(sep),
+            "source_shape": list(leaf.shape),
+            "source_dtype": str(leaf.dtype or "string"),
+            "target": self.name,
+            "shape": list(self.shape),
+            "dtype": str(self.dtype or "string"),
+            "transposed": list(self.axes) if self.axes is not None else None,
+            "widened": self.widened,
+            "file": file,
+        }
+
+
+#: What `widen` turns a dtype that a format lacks into: the first of these that the format
+#: holds and that holds every value exactly (`dtypes.cast_kind`).
+_WIDER = ("uint8", "int8", "int16", "float32", "float64")
+
+
+def _lacks(fmt: str, dtype: np.dtype) -> str | None:
+    """Why the format `fmt` cannot hold `dtype`, or None when it can."""
+    name = dtype.name
+    if fmt in ("safetensors", "hf") and _safetensors_code(dtype) is None:
         return f"safetensors has no dtype {name}"
     if fmt == "npz" and name not in _NUMPY_NAMES:
-        return f".npy has no dtype {name} (use safetensors or .pt, which have it)"
-    if fmt == "pt" and name not in _TORCH_NAMES:
+        return f".npy has no dtype {name} (use safetensors or .pt, which have it, or --widen)"
+    if fmt == "pt" and name not in dtypes.TORCH_NAMES:
         return f"PyTorch has no tensor dtype {name}"
     return None
+
+
+def _wider(fmt: str, dtype: np.dtype) -> np.dtype | None:
+    """The narrowest dtype `fmt` holds that holds every value of `dtype`, or None."""
+    for name in _WIDER:
+        wide = dtypes.SUPPORTED[name]
+        if dtypes.cast_kind(dtype, wide) == "exact" and _lacks(fmt, wide) is None:
+            return wide
+    return None
+
+
+def _string_value(source: Source, leaf: Leaf) -> str:
+    """A string leaf's text (an Orbax string leaf read as bytes is UTF-8)."""
+    value = source.read(leaf)
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+def _string_problem(fmt: str, source: Source, leaf: Leaf) -> str | None:
+    """Why `fmt` cannot hold this string exactly, or None."""
+    if fmt == "npz" and _string_value(source, leaf).endswith("\0"):  # numpy drops trailing NULs
+        return "a string ending in NUL cannot be stored in .npy exactly; use .pt or safetensors"
+    return None
+
+
+def _target(
+    leaf: Leaf, fmt: str, sep: str, rules: Rules, widen: bool
+) -> tuple[_Target, str | None]:
+    """The leaf as `fmt` will store it, and why it cannot (None when it can)."""
+    source_name = leaf.name(sep)
+    name = rules.target_name(source_name)
+    if leaf.kind == "string":
+        return _Target(leaf, name), None
+    assert leaf.dtype is not None
+    axes = rules.axes(source_name, leaf.shape)
+    shape = leaf.shape if axes is None else tuple(leaf.shape[a] for a in axes)
+    dtype = rules.cast(source_name, leaf.dtype)
+    widened = False
+    if widen and _lacks(fmt, dtype) is not None and (wide := _wider(fmt, dtype)) is not None:
+        dtype, widened = wide, True
+    return _Target(leaf, name, shape, dtype, axes, widened), _lacks(fmt, dtype)
+
+
+def _plan(
+    source: Source,
+    leaves: list[Leaf],
+    fmt: str,
+    *,
+    sep: str,
+    rules: Rules,
+    widen: bool,
+    skip_unsupported: bool,
+) -> tuple[list[_Target], list[tuple[str, str]]]:
+    """The targets of the leaves a flat format `fmt` can hold, and the (name, why) of those
+    skipped; a leaf it cannot hold is an error unless `skip_unsupported`."""
+    targets: list[_Target] = []
+    skipped: list[tuple[str, str]] = []
+    by_name: dict[str, _Target] = {}
+    for leaf in leaves:
+        target, why = _target(leaf, fmt, sep, rules, widen)
+        if why is None and leaf.kind == "string":
+            why = _string_problem(fmt, source, leaf)
+        if why is not None:
+            if not skip_unsupported:
+                raise UnsupportedError(
+                    f"leaf {leaf.name(sep)!r} ({target.dtype or 'string'}): {why}; pass "
+                    "--skip-unsupported to leave such leaves out"
+                )
+            skipped.append((leaf.name(sep), why))
+            continue
+        if target.name in by_name:
+            other = by_name[target.name].leaf
+            hint = "check the --rename rules" if rules.rename else f"try --sep {_other(sep)}"
+            raise ValueError(
+                f"key paths {list(other.key)} and {list(leaf.key)} both become "
+                f"{target.name!r}; {hint}"
+            )
+        by_name[target.name] = target
+        targets.append(target)
+    return targets, skipped
+
+
+def _other(sep: str) -> str:
+    return "/" if sep == "." else "."
+
+
+def _cast(block: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """`block` as `dtype`; bfloat16 -> float32 by its bits (exact for every pattern, NaN
+    payloads too: bfloat16 is the top half of a float32)."""
+    if block.dtype.name == "bfloat16" and dtype == np.float32:
+        return (block.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+    return dtypes.astype(block, dtype)
+
+
+def _target_blocks(source: Source, target: _Target) -> Iterator[np.ndarray]:
+    """The target's values in C order, in blocks of at most `BLOCK_BYTES` (or one row of the
+    output, when a row is larger), transposed and cast as planned."""
+    leaf = target.leaf
+    assert leaf.dtype is not None and target.dtype is not None
+    budget = max(1, BLOCK_BYTES * leaf.dtype.itemsize // max(1, target.dtype.itemsize))
+    if target.axes is None:
+        blocks = source.blocks(leaf, min(budget, BLOCK_BYTES))
+    else:
+        blocks = _permuted_blocks(source, leaf, target.axes, min(budget, BLOCK_BYTES))
+    for block in blocks:
+        yield block if block.dtype == target.dtype else _cast(block, target.dtype)
+
+
+def _permuted_blocks(
+    source: Source, leaf: Leaf, axes: tuple[int, ...], max_bytes: int
+) -> Iterator[np.ndarray]:
+    """``numpy.transpose(leaf, axes)`` in C-ordered blocks: output rows are slices of the
+    source along axis ``axes[0]`` (for a 2-D transpose, column blocks), so a block is read
+    and permuted with nothing else of the leaf in memory. Blocks span whole stored chunks
+    along that axis when a whole chunk fits in `max_bytes`, so each chunk is decoded once."""
+    axis = axes[0]
+    extent = leaf.shape[axis] if leaf.shape else 0
+    if leaf.nbytes <= max_bytes or extent == 0:
+        yield np.ascontiguousarray(np.transpose(source.read(leaf), axes))
+        return
+    count = max(1, max_bytes // max(1, leaf.nbytes // extent))
+    chunk = leaf.chunk_shape[axis] if leaf.chunk_shape else extent
+    if chunk < extent and count >= chunk:
+        count -= count % chunk
+    for start in range(0, extent, count):
+        index = [slice(None)] * len(leaf.shape)
+        index[axis] = slice(start, start + count)
+        yield np.ascontiguousarray(np.transpose(source.read(leaf, tuple(index)), axes))
+
+
+# ---------------------------------------------------------------------------------------------
+# Sinks.
 
 
 def _atomic_path(dst: str) -> str:
@@ -492,130 +679,205 @@ def _removed_on_error(path: str) -> Iterator[None]:
         raise
 
 
-def _write_safetensors(
-    source: Source, items: list[tuple[str, Leaf]], dst: str, *, max_shard_size: int | None, bar
-) -> list[str]:
-    shards: list[list[tuple[str, Leaf]]] = [[]]
+def _refuse_existing(paths: Sequence[str], *, overwrite: bool) -> None:
+    """Like `ockpt cp`: an existing output is replaced only with --overwrite."""
+    existing = [p for p in paths if os.path.lexists(p)]
+    if existing and not overwrite:
+        shown = ", ".join(existing[:3]) + (f" and {len(existing) - 3} more" if existing[3:] else "")
+        raise WriteConflictError(f"{shown}: exists; pass --overwrite to replace it")
+
+
+@dataclass(frozen=True)
+class _SafetensorsPlan:
+    """The files of a safetensors output: `shards` (file, its tensors) and the index file
+    (None for a single file), Hugging Face's naming: ``<stem>-0000N-of-0000M.safetensors``."""
+
+    shards: list[tuple[str, list[_Target]]]
+    index: str | None
+
+    @property
+    def files(self) -> list[str]:
+        return [f for f, _ in self.shards] + ([self.index] if self.index else [])
+
+
+def _plan_safetensors(
+    targets: list[_Target], dst: str, max_shard_size: int | None
+) -> _SafetensorsPlan:
+    """Tensors in order; a shard closes when the next tensor would take it past
+    `max_shard_size` (so a tensor larger than the limit gets a shard of its own), as
+    huggingface_hub's ``split_state_dict_into_shards`` does."""
+    groups: list[list[_Target]] = [[]]
     size = 0
-    for name, leaf in items:
-        if max_shard_size is not None and shards[-1] and size + leaf.nbytes > max_shard_size:
-            shards.append([])
+    for target in targets:
+        if target.dtype is None:
+            continue  # strings go into every shard's __metadata__
+        if max_shard_size is not None and groups[-1] and size + target.nbytes > max_shard_size:
+            groups.append([])
             size = 0
-        shards[-1].append((name, leaf))
-        size += leaf.nbytes
+        groups[-1].append(target)
+        size += target.nbytes
     index_out = dst.endswith(_INDEX_SUFFIX)
-    base = os.path.dirname(dst) or "."
+    base = os.path.dirname(dst)
     stem = os.path.basename(dst)
     stem = stem[: -len(_INDEX_SUFFIX)] if index_out else stem[: -len(".safetensors")]
-    if len(shards) == 1 and not index_out:
-        names = [dst]
-    else:
-        n = len(shards)
-        names = [os.path.join(base, f"{stem}-{i + 1:05d}-of-{n:05d}.safetensors") for i in range(n)]
-    os.makedirs(base, exist_ok=True)
+    if len(groups) == 1 and not index_out:
+        return _SafetensorsPlan([(dst, groups[0])], None)
+    n = len(groups)
+    names = [os.path.join(base, f"{stem}-{i + 1:05d}-of-{n:05d}.safetensors") for i in range(n)]
+    index = dst if index_out else os.path.join(base, f"{stem}{_INDEX_SUFFIX}")
+    return _SafetensorsPlan(list(zip(names, groups, strict=True)), index)
+
+
+def _metadata(
+    source: Source, targets: list[_Target], base: dict[str, str]
+) -> dict[str, str] | None:
+    """The ``__metadata__`` of each file: `base` and every string leaf (target name -> text)."""
+    out = dict(base)
+    for target in targets:
+        if target.dtype is None:
+            if target.name in out:
+                raise ValueError(
+                    f"string leaf {target.leaf.name('.')!r} would be __metadata__ key "
+                    f"{target.name!r}, which the output already uses; --rename it"
+                )
+            out[target.name] = _string_value(source, target.leaf)
+    return out or None
+
+
+def _write_safetensors(
+    source: Source, plan: _SafetensorsPlan, metadata: dict[str, str] | None, *, bar
+) -> list[str]:
     weight_map: dict[str, str] = {}
-    for file, shard in zip(names, shards, strict=True):
+    for file, shard in plan.shards:
         # Largest items first keeps every tensor aligned to its item size (as the library does).
-        shard = sorted(shard, key=lambda it: -(it[1].dtype.itemsize if it[1].dtype else 0))
-        header: dict[str, Any] = {}
+        shard = sorted(shard, key=lambda t: -(t.dtype.itemsize if t.dtype else 0))
+        header: dict[str, Any] = {"__metadata__": metadata} if metadata else {}
         offset = 0
-        for name, leaf in shard:
-            assert leaf.dtype is not None
-            code = _safetensors_code(leaf.dtype)
-            end = offset + leaf.nbytes
-            header[name] = {"dtype": code, "shape": list(leaf.shape), "data_offsets": [offset, end]}
+        for target in shard:
+            assert target.dtype is not None
+            end = offset + target.nbytes
+            header[target.name] = {
+                "dtype": _safetensors_code(target.dtype),
+                "shape": list(target.shape),
+                "data_offsets": [offset, end],
+            }
             offset = end
-            weight_map[name] = os.path.basename(file)
+            weight_map[target.name] = os.path.basename(file)
         text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
         text += b" " * (-len(text) % 8)
+        os.makedirs(os.path.dirname(file) or ".", exist_ok=True)
         tmp = _atomic_path(file)
         with _removed_on_error(tmp), open(tmp, "wb") as f:
             f.write(struct.pack("<Q", len(text)))
             f.write(text)
-            for _, leaf in shard:
-                for block in source.blocks(leaf):
+            for target in shard:
+                for block in _target_blocks(source, target):
                     f.write(_bytes_of(block))
                     bar.update(block.nbytes)
         from safetensors import safe_open
 
         with safe_open(tmp, framework="numpy") as check:  # the library checks what we wrote
-            if set(check.keys()) != {name for name, _ in shard}:
+            if set(check.keys()) != {t.name for t in shard}:
                 raise AssertionError(f"{tmp}: written tensors do not match the plan")
         os.replace(tmp, file)
-    if len(names) > 1 or index_out:
-        index_path = dst if index_out else os.path.join(base, f"{stem}{_INDEX_SUFFIX}")
-        total = sum(leaf.nbytes for _, leaf in items)
+    if plan.index is not None:
+        total = sum(t.nbytes for _, shard in plan.shards for t in shard)
         index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
-        with open(index_path, "w", encoding="utf-8") as f:
+        tmp = _atomic_path(plan.index)
+        with _removed_on_error(tmp), open(tmp, "w", encoding="utf-8") as f:
             json.dump(index, f, indent=2, ensure_ascii=False)
             f.write("\n")
-        names.append(index_path)
-    return names
+        os.replace(tmp, plan.index)
+    return plan.files
 
 
-def _write_npz(source: Source, items: list[tuple[str, Leaf]], dst: str, *, bar) -> list[str]:
+#: The weight files of a Hugging Face folder (`--to hf`): one, or shards and their index.
+_HF_WEIGHTS = re.compile(r"model(-\d{5}-of-\d{5})?\.safetensors|model\.safetensors\.index\.json")
+_HF_FILE = "model.safetensors"
+#: huggingface_hub's default ``max_shard_size`` (transformers 4.x's too; 5.x's is 50GB).
+HF_MAX_SHARD_SIZE = "5GB"
+
+
+def _hf_stale(outdir: str, plan: _SafetensorsPlan) -> list[str]:
+    """Weight files already in `outdir` that this conversion would not write."""
+    if not os.path.isdir(outdir):
+        return []
+    ours = {os.path.basename(f) for f in plan.files}
+    names = sorted(n for n in os.listdir(outdir) if _HF_WEIGHTS.fullmatch(n) and n not in ours)
+    return [os.path.join(outdir, n) for n in names]
+
+
+def _copy_config(config: str, outdir: str) -> str:
+    """`config` (a JSON object, as from_pretrained needs it) copied to OUTDIR/config.json."""
+    data = read_file(config, limit=LIMITS.max_json_bytes, rule="JSON-003")
+    try:
+        ok = isinstance(json.loads(data), dict)
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError(f"--config {config}: not a JSON object")
+    dst = os.path.join(outdir, "config.json")
+    tmp = _atomic_path(dst)
+    with _removed_on_error(tmp), open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, dst)
+    return dst
+
+
+def _write_npz(source: Source, targets: list[_Target], dst: str, *, bar) -> list[str]:
     fmt = np.lib.format
     tmp = _atomic_path(dst)
     with (
         _removed_on_error(tmp),
         zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED, allowZip64=True) as zf,
     ):
-        for name, leaf in items:
-            with zf.open(f"{name}.npy", "w", force_zip64=True) as f:
-                if leaf.kind == "string":
-                    text = str(source.read(leaf))  # no trailing NUL: `_why_not` refused it
-                    fmt.write_array(f, np.array(text), allow_pickle=False)
+        for target in targets:
+            with zf.open(f"{target.name}.npy", "w", force_zip64=True) as f:
+                if target.dtype is None:  # no trailing NUL: `_string_problem` refused it
+                    value = np.array(_string_value(source, target.leaf))
+                    fmt.write_array(f, value, allow_pickle=False)
                     continue
-                assert leaf.dtype is not None
-                dtype = leaf.dtype.newbyteorder("<") if leaf.dtype.byteorder == ">" else leaf.dtype
+                dtype = target.dtype
+                dtype = dtype.newbyteorder("<") if dtype.byteorder == ">" else dtype
                 d = {
                     "descr": fmt.dtype_to_descr(dtype),
                     "fortran_order": False,
-                    "shape": leaf.shape,
+                    "shape": target.shape,
                 }
                 try:
                     fmt.write_array_header_1_0(f, d)
                 except ValueError:
                     fmt.write_array_header_2_0(f, d)
-                for block in source.blocks(leaf):
+                for block in _target_blocks(source, target):
                     f.write(_bytes_of(block))
                     bar.update(block.nbytes)
     os.replace(tmp, dst)
     return [dst]
 
 
-def _import_torch():  # type: ignore[no-untyped-def]
-    try:
-        import torch
-    except ImportError:
-        raise UnsupportedError(
-            "writing a PyTorch .pt file needs PyTorch: pip install torch"
-        ) from None
-    return torch
+def _write_pt(source: Source, targets: list[_Target], dst: str, *, bar) -> list[str]:
+    from .torch.state_dict import import_torch
 
-
-def _write_pt(source: Source, items: list[tuple[str, Leaf]], dst: str, *, bar) -> list[str]:
-    torch = _import_torch()
+    torch = import_torch("writing a PyTorch .pt file")
     state: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="ockpt-pt-", dir=os.path.dirname(dst) or ".") as tmpd:
-        for i, (name, leaf) in enumerate(items):
-            if leaf.kind == "string":
-                state[name] = str(source.read(leaf))
+        for i, target in enumerate(targets):
+            if target.dtype is None:
+                state[target.name] = _string_value(source, target.leaf)
                 continue
-            assert leaf.dtype is not None
-            tdtype = getattr(torch, leaf.dtype.name)
-            count = int(np.prod(leaf.shape, dtype=np.int64))
+            tdtype = getattr(torch, target.dtype.name)
+            count = int(np.prod(target.shape, dtype=np.int64))
             if count == 0:
-                state[name] = torch.empty(leaf.shape, dtype=tdtype)
+                state[target.name] = torch.empty(target.shape, dtype=tdtype)
                 continue
             file = os.path.join(tmpd, f"{i}.bin")
             with open(file, "wb") as f:
-                for block in source.blocks(leaf):
+                for block in _target_blocks(source, target):
                     f.write(_bytes_of(block))
                     bar.update(block.nbytes)
             # File-backed (mmap) storage: torch.save reads it from page cache, not a copy.
             flat = torch.from_file(file, shared=True, size=count, dtype=tdtype)
-            state[name] = flat.reshape(leaf.shape)
+            state[target.name] = flat.reshape(target.shape)
         tmp = _atomic_path(dst)
         torch.save(state, tmp)
         state.clear()
@@ -664,8 +926,9 @@ def _write_orbax(
 
 @dataclass(frozen=True)
 class ConvertResult:
-    """What `convert` wrote: its files (or checkpoint directory), the leaves it skipped as
-    unsupported, and, with `select`, its patterns and the leaf names they left out."""
+    """What `convert` wrote (or, with `dry_run`, would write): its files (or checkpoint
+    directory), the leaves it skipped as unsupported, with `select` its patterns and the leaf
+    names they left out, the leaves `widen` widened and, for a dry run, the mapping."""
 
     format: str
     files: tuple[str, ...]
@@ -675,9 +938,13 @@ class ConvertResult:
     select: tuple[str, ...] = ()
     left_out: tuple[str, ...] = ()
     random_keys: tuple[tuple[str, str], ...] = ()  # (name, implementation): written as key data
+    widened: tuple[tuple[str, str, str], ...] = ()  # (target name, dtype, stored dtype)
+    metadata_strings: tuple[str, ...] = ()  # string leaves written to safetensors __metadata__
+    dry_run: bool = False
+    mapping: tuple[dict[str, Any], ...] = ()  # with dry_run: `_Target.row` of every leaf
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "format": self.format,
             "files": list(self.files),
             "leaves": self.leaves,
@@ -686,7 +953,51 @@ class ConvertResult:
             "select": list(self.select),
             "left_out": list(self.left_out),
             "random_keys": [{"name": n, "impl": i} for n, i in self.random_keys],
+            "widened": [{"name": n, "dtype": a, "stored": b} for n, a, b in self.widened],
+            "metadata_strings": list(self.metadata_strings),
+            "dry_run": self.dry_run,
         }
+        if self.dry_run:
+            out["mapping"] = list(self.mapping)
+        return out
+
+
+#: Output names `guess_format` knows, for the error on a name it does not.
+_KNOWN_OUTPUTS = (
+    ".safetensors, .safetensors.index.json, .npz, .pt (.pth, .bin), a folder with --to hf, "
+    "or an Orbax checkpoint directory (from safetensors or .npz)"
+)
+
+
+def _output_format(src: str, dst: str, src_format: str | None, dst_format: str | None) -> str:
+    """The output format: `dst_format`, else by `dst`'s suffix. An Orbax source makes an
+    unknown suffix (``model.safetensor``) a usage error rather than an Orbax output."""
+    if dst_format is not None:
+        if dst_format not in FORMATS:
+            raise ValueError(f"unknown output format {dst_format!r}; known: {', '.join(FORMATS)}")
+        return dst_format
+    fmt = guess_format(dst)
+    if fmt == "orbax" and (src_format or guess_format(src)) == "orbax":
+        suffix = os.path.splitext(os.path.basename(dst.rstrip("/")))[1]
+        if suffix:
+            raise ValueError(
+                f"unknown output format {suffix!r} ({dst}); known: {_KNOWN_OUTPUTS}, "
+                "or pass --to FORMAT"
+            )
+    return fmt
+
+
+def _output_files(
+    fmt: str, targets: list[_Target], dst: str, shard: int | None
+) -> tuple[_SafetensorsPlan | None, list[str]]:
+    """The safetensors plan (safetensors and hf) and the files the output will have."""
+    if fmt == "hf":
+        plan = _plan_safetensors(targets, os.path.join(dst, _HF_FILE), shard)
+        return plan, plan.files
+    if fmt == "safetensors":
+        plan = _plan_safetensors(targets, dst, shard)
+        return plan, plan.files
+    return None, [dst]
 
 
 def convert(
@@ -704,97 +1015,163 @@ def convert(
     overwrite: bool = False,
     progress: bool = True,
     select: Sequence[str] = (),
+    rules: Rules | None = None,
+    widen: bool = False,
+    dry_run: bool = False,
+    config: str | None = None,
 ) -> ConvertResult:
     """Convert `src` to `dst`, leaf by leaf (see the module docstring for each format).
 
     `select`: patterns (spec key-paths §7.4); only the leaves they select are converted, and
-    each must select one (`LeafNameError`, PATH-007).
+    each must select one (`LeafNameError`, PATH-007). `rules` (`ockpt.convert_rules`) rename,
+    transpose and cast leaves of a flat output; `widen` stores a dtype the output lacks in the
+    narrowest one it has that holds every value exactly. `dry_run` plans, checks and returns
+    the mapping without writing. `config`: a ``config.json`` copied into a `hf` folder.
 
     `dst` may be a kvstore URL (``s3://``, ``gs://``): the output is written to a local
     temporary directory and then uploaded, ``commit_success.txt`` last (`transfer.copy`).
     """
-    from . import _progress
-
     if sep not in (".", "/"):
         raise ValueError(f"sep must be '.' or '/', not {sep!r}")
-    out_fmt = dst_format or guess_format(dst)
-    if out_fmt not in FORMATS:
-        raise ValueError(f"unknown format {out_fmt!r}; one of {FORMATS}")
+    rules = rules or Rules()
+    out_fmt = _output_format(src, dst, src_format, dst_format)
     remote = is_url(dst) and not dst.startswith("file://")
     if dst.startswith("file://"):
         dst = dst[len("file://") :]
     shard = None if max_shard_size is None else parse_size(max_shard_size)
-    if shard is not None and out_fmt != "safetensors":
-        raise ValueError("--max-shard-size applies to safetensors output only")
+    if shard is not None and out_fmt not in ("safetensors", "hf"):
+        raise ValueError("--max-shard-size applies to safetensors and hf output only")
+    if out_fmt == "hf" and shard is None:
+        shard = parse_size(HF_MAX_SHARD_SIZE)
+    if config is not None and out_fmt != "hf":
+        raise ValueError("--config applies to --to hf only")
+    if out_fmt == "orbax" and (rules or widen):
+        raise UnsupportedError("--rename, --transpose, --dtype and --widen apply to flat outputs")
     with open_source(src, format=src_format, sep=sep, step=step, item=item) as source:
         if source.format == "orbax" and out_fmt == "orbax":
             raise UnsupportedError(
-                "both sides are Orbax checkpoints: copy one with `ockpt cp SRC DST`"
+                "both sides are Orbax checkpoints: copy one with `ockpt cp SRC DST`; to convert, "
+                f"name an output {_KNOWN_OUTPUTS}"
             )
-        selected = source.leaves
-        left_out: list[str] = []
-        select = (select,) if isinstance(select, str) else tuple(select)
-        if select:
-            keep = set(select_paths(select, [leaf.key for leaf in selected], file=source.path))
-            left_out = [leaf_name(x.key) for i, x in enumerate(selected) if i not in keep]
-            selected = [x for i, x in enumerate(selected) if i in keep]
-        chosen: list[Leaf] = []
-        skipped: list[tuple[str, str]] = []
-        for leaf in selected:
-            why = None if out_fmt == "orbax" else _why_not(out_fmt, leaf, source)
-            if why is not None:
-                if not skip_unsupported:
-                    raise UnsupportedError(
-                        f"leaf {leaf.name(sep)!r} ({leaf.dtype or 'string'}): {why}; pass "
-                        "--skip-unsupported to leave such leaves out"
-                    )
-                skipped.append((leaf.name(sep), why))
-                continue
-            chosen.append(leaf)
-        items: list[tuple[str, Leaf]] = []
-        if out_fmt != "orbax":
-            names: dict[str, Leaf] = {}
-            for leaf in chosen:
-                name = leaf.name(sep)
-                if name in names:
-                    raise ValueError(
-                        f"key paths {list(names[name].key)} and {list(leaf.key)} both join to "
-                        f"{name!r} with sep {sep!r}; try --sep {'/' if sep == '.' else '.'}"
-                    )
-                names[name] = leaf
-                items.append((name, leaf))
-        total = sum(leaf.nbytes for leaf in chosen)
-        work = tempfile.mkdtemp(prefix="ockpt-convert-") if remote else None
-        try:
-            local = dst
-            if work is not None:
-                local = os.path.join(work, dst.rstrip("/").rsplit("/", 1)[-1] or "out")
-            with _progress.bar(total, f"{out_fmt}", enabled=progress) as bar:
-                if out_fmt == "safetensors":
-                    files = _write_safetensors(source, items, local, max_shard_size=shard, bar=bar)
-                elif out_fmt == "npz":
-                    files = _write_npz(source, items, local, bar=bar)
-                elif out_fmt == "pt":
-                    files = _write_pt(source, items, local, bar=bar)
-                else:
-                    files = _write_orbax(
-                        source, chosen, local, layout=layout, overwrite=overwrite, bar=bar
-                    )
-            if work is not None:
-                files = _upload(files, local, dst, out_fmt, overwrite=overwrite, progress=progress)
-        finally:
-            if work is not None:
-                shutil.rmtree(work, ignore_errors=True)
+        selected, left_out, select = _selected(source, select)
+        if out_fmt == "orbax":
+            targets = [_Target(x, x.name(sep), x.shape, x.dtype) for x in selected]
+            skipped: list[tuple[str, str]] = []
+        else:
+            targets, skipped = _plan(
+                source,
+                selected,
+                out_fmt,
+                sep=sep,
+                rules=rules,
+                widen=widen,
+                skip_unsupported=skip_unsupported,
+            )
+        plan, files = _output_files(out_fmt, targets, dst, shard)
+        if not remote:
+            _refuse_existing(files, overwrite=overwrite)
+            if out_fmt == "hf":
+                _refuse_existing(_hf_stale(dst, plan) if plan else [], overwrite=overwrite)
+        if dry_run:
+            mapping = _mapping(targets, plan, files, sep)
+        else:
+            mapping = ()
+            files = _write(
+                source,
+                targets,
+                dst,
+                out_fmt,
+                shard,
+                remote=remote,
+                layout=layout,
+                overwrite=overwrite,
+                progress=progress,
+                config=config,
+            )
     return ConvertResult(
         out_fmt,
         tuple(files),
-        len(chosen),
-        total,
+        len(targets),
+        sum(t.nbytes for t in targets),
         tuple(skipped),
         tuple(select),
         tuple(left_out),
-        tuple((x.name(sep), x.random_key_impl) for x in chosen if x.random_key_impl is not None),
+        tuple((t.name, t.leaf.random_key_impl) for t in targets if t.leaf.random_key_impl),
+        tuple((t.name, str(t.leaf.dtype), str(t.dtype)) for t in targets if t.widened),
+        tuple(t.name for t in targets if t.dtype is None and out_fmt in ("safetensors", "hf")),
+        dry_run,
+        mapping,
     )
+
+
+def _selected(
+    source: Source, select: Sequence[str] | str
+) -> tuple[list[Leaf], list[str], tuple[str, ...]]:
+    """The leaves `select` keeps, the leaf names it leaves out, and the patterns."""
+    patterns = (select,) if isinstance(select, str) else tuple(select)
+    if not patterns:
+        return source.leaves, [], ()
+    keep = set(select_paths(patterns, [leaf.key for leaf in source.leaves], file=source.path))
+    left_out = [leaf_name(x.key) for i, x in enumerate(source.leaves) if i not in keep]
+    return [x for i, x in enumerate(source.leaves) if i in keep], left_out, patterns
+
+
+def _mapping(
+    targets: list[_Target], plan: _SafetensorsPlan | None, files: list[str], sep: str
+) -> tuple[dict[str, Any], ...]:
+    """Every target's dry-run row, with the file that will hold it."""
+    where = {id(t): f for f, shard in plan.shards for t in shard} if plan else {}
+    default = "__metadata__ of every file" if plan else files[0]  # strings in safetensors
+    return tuple(t.row(sep, where.get(id(t), default)) for t in targets)
+
+
+def _write(
+    source: Source,
+    targets: list[_Target],
+    dst: str,
+    fmt: str,
+    shard: int | None,
+    *,
+    remote: bool,
+    layout: str,
+    overwrite: bool,
+    progress: bool,
+    config: str | None,
+) -> list[str]:
+    """Write the planned output (locally, or to a temporary directory and then upload it)."""
+    from . import _progress
+
+    work = tempfile.mkdtemp(prefix="ockpt-convert-") if remote else None
+    try:
+        local = dst
+        if work is not None:
+            local = os.path.join(work, dst.rstrip("/").rsplit("/", 1)[-1] or "out")
+        plan, _ = _output_files(fmt, targets, local, shard)
+        total = sum(t.nbytes for t in targets)
+        with _progress.bar(total, fmt, enabled=progress) as bar:
+            if plan is not None:
+                base = {"format": "pt"} if fmt == "hf" else {}  # as save_pretrained writes
+                files = _write_safetensors(source, plan, _metadata(source, targets, base), bar=bar)
+                if fmt == "hf":
+                    for stale in _hf_stale(local, plan):  # --overwrite: a folder of one model
+                        os.remove(stale)
+                    if config is not None:
+                        files.append(_copy_config(config, local))
+            elif fmt == "npz":
+                files = _write_npz(source, targets, local, bar=bar)
+            elif fmt == "pt":
+                files = _write_pt(source, targets, local, bar=bar)
+            else:
+                leaves = [t.leaf for t in targets]
+                files = _write_orbax(
+                    source, leaves, local, layout=layout, overwrite=overwrite, bar=bar
+                )
+        if work is not None:
+            files = _upload(files, local, dst, fmt, overwrite=overwrite, progress=progress)
+    finally:
+        if work is not None:
+            shutil.rmtree(work, ignore_errors=True)
+    return files
 
 
 def _upload(

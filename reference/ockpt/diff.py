@@ -184,17 +184,20 @@ def diff(
             name = leaf_name(la.key)
             if la.kind != lb.kind:
                 out.append(Difference("kind", name, la.kind, lb.kind))
+                bar.update(la.nbytes)  # not compared: counted so the bar ends at its total
                 continue
             if la.kind == "string":
                 va, vb = a.read(la), b.read(lb)
                 report.compared += 1
                 if va != vb:
                     out.append(Difference("values", name, va, vb, 1, 1))
+                bar.update(la.nbytes)
                 continue
             if la.dtype != lb.dtype:
                 out.append(Difference("dtype", name, str(la.dtype), str(lb.dtype)))
             if la.shape != lb.shape:
                 out.append(Difference("shape", name, list(la.shape), list(lb.shape)))
+                bar.update(la.nbytes)
                 continue
             report.compared += 1
             count, size, biggest, first = _compare_values(

@@ -40,6 +40,7 @@ __all__ = [
     "SUPPORTED",
     "EXTENSION_NAMES",
     "NOT_WRITABLE",
+    "TORCH_NAMES",
     "FloatLayout",
     "FLOAT_LAYOUTS",
     "SUB_BYTE_BITS",
@@ -100,6 +101,18 @@ SUPPORTED: dict[str, np.dtype] = {
 #: the reference writer refuses them before writing anything, as no Orbax release could
 #: restore them (spec/arrays.md §7).
 NOT_WRITABLE = frozenset({"float8_e4m3", "float6_e2m3fn", "float6_e3m2fn", "uint2", "uint4"})
+
+#: Names in the table that PyTorch has a tensor dtype of the same name and width for
+#: (`ockpt.torch`, the .pt converter); it lacks the sub-byte integers, float4, float6 and the
+#: other float8 variants.
+TORCH_NAMES = _NUMPY_NAMES + (
+    "bfloat16",
+    "float8_e4m3fn",
+    "float8_e4m3fnuz",
+    "float8_e5m2",
+    "float8_e5m2fnuz",
+    "float8_e8m0fnu",
+)
 
 # ---------------------------------------------------------------------------------------------
 # Bit layouts (spec/arrays.md §7.1, §7.2).

@@ -205,6 +205,10 @@ _ALL: dict[str, Rule] = {
         ("LOAD-053", "error", "a manager root loads its latest committed step or the one asked"),
         ("LOAD-054", "error", "an unfinished (temporary) save must never be read"),
         ("LOAD-055", "error", "a step removed while listed or read is absent, not a failure"),
+        ("LOAD-060", "error", "state dict names: key texts joined; two leaves on one name refused"),
+        ("LOAD-061", "error", "torch dtypes keep bits; dtypes torch lacks refused unless widened"),
+        ("LOAD-062", "error", "scalars stay 0-d tensors; strings stay str (or are left out)"),
+        ("LOAD-063", "error", "a sharded (DCP) read reads only the chunks its regions overlap"),
     ),
     **_rules(
         "ocdbt.md",

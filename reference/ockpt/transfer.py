@@ -115,6 +115,19 @@ def _markers(layout: Layout) -> list[str]:
     return [""]
 
 
+def _begin_local(local: str, display: str, *, overwrite: bool) -> commit.Pending:
+    """Start the copy into the local directory `local`; a refusal names it as the user gave
+    it (`display`) and the command's flag (DIR-002), as the refusals for URLs do."""
+    try:
+        return commit.begin(local, overwrite=overwrite)
+    except WriteConflictError as e:
+        raise WriteConflictError(
+            "a checkpoint already exists there; pass --overwrite to replace it",
+            rule=e.rule,
+            file=display,
+        ) from None
+
+
 def copy(src: Any, dst: Any, *, overwrite: bool = False, progress: bool = True) -> int:
     """Copy the checkpoint at `src` to `dst`; returns the number of files written."""
     from . import _progress
@@ -127,7 +140,7 @@ def copy(src: Any, dst: Any, *, overwrite: bool = False, progress: bool = True) 
     pending = None
     target: _LocalTarget | _StoreTarget
     if d.local is not None:
-        pending = commit.begin(d.local, overwrite=overwrite)
+        pending = _begin_local(d.local, d.display, overwrite=overwrite)
         target = _LocalTarget(pending.tmp)
     else:
         target = _StoreTarget(d.kvstore(context))
@@ -142,15 +155,15 @@ def copy(src: Any, dst: Any, *, overwrite: bool = False, progress: bool = True) 
         key=lambda k: (-k.count("/"), k),
     )
     data_keys = [k for k in keys if k not in set(commits)]
-    total = sum(1 for _ in data_keys) + len(commits)
+    total = len(data_keys) + len(commits)  # files, known before the first is copied
     try:
         with _progress.bar(total, "copying", enabled=progress, unit="file") as bar:
             for key in data_keys:  # read through the hardened open (PATH-003..005)
                 value = s.read(key, context=context, limit=_MAX_FILE_BYTES, rule="LIMIT-001")
+                bar.update(1)
                 if value is None:
                     continue  # removed meanwhile
                 target.write(key, value)
-                bar.update(1)
             target.wait()
             for key in commits:  # last, deepest first: a reader sees a step only when complete
                 data = s.read(key, context=context, limit=_MAX_FILE_BYTES, rule="LIMIT-001")

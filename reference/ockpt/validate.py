@@ -75,7 +75,10 @@ from .schema import check_document
 
 __all__ = ["validate", "Report", "Progress"]
 
-#: progress(done, total, what): called as work proceeds (total may grow while listing).
+#: progress(done, total, what): bytes of the checkpoint's files checked so far, and the bytes
+#: of all its files (known before the first call, never changing); `what` names the work at hand
+#: ("arrays", "chunks", "ocdbt nodes"; "done" last). A deep check's chunk values count as they
+#: are decoded; the last call gives `done == total`.
 Progress = Callable[[int, int, str], None]
 
 #: the largest JSON document read (JSON-003)
@@ -175,6 +178,20 @@ def _names(loc: Location) -> set[str]:
     return set(listing.files | listing.dirs | listing.other)
 
 
+def _tree_bytes(loc: Location | None, depth: int = 0) -> int:
+    """The bytes of the regular files under the local directory `loc`: the total a progress
+    bar counts towards. Only sizes are read (no file is opened); what cannot be listed or is
+    deeper than `LIMITS.max_depth` counts as nothing (the checks report it)."""
+    if loc is None or loc.local is None or depth > LIMITS.max_depth:
+        return 0
+    try:
+        listing = loc.listdir()
+        total = sum(files.size_inside(loc.local, name) or 0 for name in listing.files)
+    except (OckptError, OSError):
+        return 0
+    return total + sum(_tree_bytes(loc.join(name), depth + 1) for name in listing.dirs)
+
+
 # ---------------------------------------------------------------------------------------------
 # the validator
 
@@ -212,13 +229,11 @@ class _Validator:
     def error(self, error: OckptError, *, file: str | None) -> None:
         self.add(_from_error(error, file=file))
 
-    def tick(self, what: str, n: int = 1) -> None:
-        self._done += n
+    def tick(self, what: str, nbytes: int = 0) -> None:
+        """Count `nbytes` more of the checkpoint's files as checked, and tell `progress`."""
+        self._done += nbytes
         if self.progress is not None:
-            self.progress(self._done, max(self._total, self._done), what)
-
-    def plan(self, n: int) -> None:
-        self._total += n
+            self.progress(min(self._done, self._total), self._total, what)
 
     # -- dispatch ---------------------------------------------------------------------------
 
@@ -237,7 +252,11 @@ class _Validator:
             rule = "VAL-001" if e.rule == "LOAD-050" else e.rule or "VAL-001"
             self.report(rule, e.message, file=e.file or path)
             return Kind.NOT_A_CHECKPOINT.value
+        if self.progress is not None:
+            self._total = _tree_bytes(chosen.target.location)
         self.layout(chosen.target, top=True)
+        if self.progress is not None:  # the documents and nodes, checked but not counted
+            self.progress(self._total, self._total, "done")
         return chosen.target.kind.value
 
     def layout(self, layout: Layout, *, top: bool = False) -> None:
@@ -692,7 +711,6 @@ class _ItemCheck:
             )
         strict = self.doc is not None and self.doc.store_array_data_equal_to_fill_value is True
         use_zarr3 = getattr(self.doc, "use_zarr3", None) if self.doc is not None else None
-        v.plan(len(array_leaves))
         for name, leaf in sorted(array_leaves.items()):
             v.tick("arrays")
             v.checked["arrays"] += 1
@@ -863,10 +881,8 @@ class _ItemCheck:
     def decode_chunks(self, name: str, meta: Any, indices: list, prefix: str, where: str) -> None:
         v = self.v
         shape, chunk = tuple(meta.shape), tuple(meta.chunk_shape)
-        v.plan(len(indices))
         problems = 0
         for index in indices:
-            v.tick("chunks")
             v.checked["chunks"] += 1
             box = [
                 (i * c, min((i + 1) * c, s)) for i, c, s in zip(index, chunk, shape, strict=True)
@@ -897,8 +913,14 @@ class _ItemCheck:
             streamed = self.check_streamed(meta, prefix + meta.chunk_key(index), nbytes, file)
             return None if streamed else e.message
         out = np.empty(size, dtype=meta.numpy_dtype)
-        read_region(meta, self.store.get, out, box, prefix=prefix, missing="error", file=where)
+        read_region(meta, self.counted_get, out, box, prefix=prefix, missing="error", file=where)
         return None
+
+    def counted_get(self, key: str) -> bytes | None:
+        """The stored value of `key`, its bytes counted as checked (progress)."""
+        value = self.store.get(key)
+        self.v.tick("chunks", 0 if value is None else len(value))
+        return value
 
     def check_streamed(self, meta: Any, key: str, nbytes: int, file: str) -> bool:
         """Check a chunk or shard of `nbytes` decoded, read in pieces from its file (or from
@@ -911,6 +933,7 @@ class _ItemCheck:
         value = src if src is not None else self.store.get(key)
         if value is None:
             raise missing_chunk(f"{file}: chunk")  # removed since it was listed
+        self.v.tick("chunks", len(value))
         with src if src is not None else contextlib.nullcontext():
             if len(value) > LIMITS.max_chunk_bytes:  # the bound a read of it has (ZARR-003)
                 raise ZarrFormatError(

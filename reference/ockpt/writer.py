@@ -86,6 +86,9 @@ __all__ = [
     "V1_PYTREE_HANDLER",
     "V1_JSON_HANDLER",
     "metadata_document",
+    "prepare_save",
+    "Job",
+    "ShardedArray",
 ]
 
 #: Handler names written in `_CHECKPOINT_METADATA.item_handlers` (data, never imported).
@@ -140,29 +143,55 @@ def _resolve(options: SaveOptions, layout: str) -> _Options:
 
 
 # ---------------------------------------------------------------------------------------------
-# Processes (jax.distributed). A single-process save never imports jax for this.
+# Processes: jax.distributed by default, or a job the caller describes (`Job`). A single-process
+# save never imports jax for this.
+
+#: This process's int32 vector -> every process's, stacked in process order (``(count, n)``).
+AllGather = Callable[[np.ndarray], np.ndarray]
 
 
 @dataclass(frozen=True)
-class _Job:
+class Job:
+    """The processes that write one save together: this one's `index` among `count` (the
+    primary is index 0), and how they exchange small integer vectors.
+
+    `all_gather` None uses jax's ``multihost_utils.process_allgather`` (a job of
+    ``jax.distributed``); a job of another framework passes its own collective, for example
+    `ockpt.torch.OrbaxWriter` one over ``torch.distributed``. Every barrier of a save
+    (`agree`, `share`, compression="auto") is one call of it, made by every process in the
+    same order.
+    """
+
     index: int
     count: int
+    all_gather: AllGather | None = None
 
     @property
     def primary(self) -> bool:
         return self.index == 0
 
+    def gather(self, values: np.ndarray) -> np.ndarray:
+        """Every process's int32 `values` (this one's included), shape ``(count, len)``."""
+        mine = np.asarray(values, dtype=np.int32).reshape(-1)
+        if self.count == 1:
+            return mine.reshape(1, -1)
+        if self.all_gather is None:
+            from jax.experimental import multihost_utils
+
+            got = multihost_utils.process_allgather(mine)
+        else:
+            got = self.all_gather(mine)
+        return np.asarray(got).reshape(self.count, -1)
+
     def agree(self, ok: bool, what: str) -> None:
         """Barrier: raise on every process if `ok` is False on any of them."""
         if self.count == 1:
             return
-        from jax.experimental import multihost_utils
-
-        flags = np.asarray(multihost_utils.process_allgather(np.array([1 if ok else 0])))
+        flags = self.gather(np.array([1 if ok else 0]))[:, 0]
         if not ok:
             return  # the caller re-raises its own error
         if not flags.all():
-            failed = [int(i) for i in np.flatnonzero(flags.reshape(-1) == 0)]
+            failed = [int(i) for i in np.flatnonzero(flags == 0)]
             raise OckptError(f"save failed on process(es) {failed} while {what}")
 
     def share(self, token: int) -> int:
@@ -170,25 +199,42 @@ class _Job:
         without x64 has no 64-bit integers)."""
         if self.count == 1:
             return token
-        from jax.experimental import multihost_utils
-
-        halves = np.array([token >> 24, token & 0xFFFFFF], dtype=np.int32)
-        got = np.asarray(multihost_utils.process_allgather(halves)).reshape(self.count, 2)
+        got = self.gather(np.array([token >> 24, token & 0xFFFFFF]))
         return (int(got[0, 0]) << 24) | int(got[0, 1])
 
 
-def _job() -> _Job:
+def _job() -> Job:
     jax = sys.modules.get("jax")
     if jax is None:
-        return _Job(0, 1)
+        return Job(0, 1)
     try:
-        return _Job(int(jax.process_index()), int(jax.process_count()))
+        return Job(int(jax.process_index()), int(jax.process_count()))
     except Exception:  # noqa: BLE001 - a jax without a backend: single process
-        return _Job(0, 1)
+        return Job(0, 1)
 
 
 # ---------------------------------------------------------------------------------------------
 # Leaves
+
+
+@dataclass(frozen=True)
+class ShardedArray:
+    """A global array given as the pieces this process writes, without jax: stored and
+    described like a `jax.Array` leaf (``value_type`` ``jax.Array``, its `write_shape`, its
+    `sharding` in ``_sharding``). `ockpt.torch.OrbaxWriter` saves DTensors as these.
+
+    Every process of the job passes the same `shape`, `dtype`, `write_shape` and `sharding`.
+    `pieces` are this process's regions (global start index, host array of `dtype`); each is
+    a whole number of `write_shape` blocks (blocks at the array's edge may be cut short), and
+    each block is written by exactly one process of the job (WRITE-030). The chunk grid is
+    `write_shape`, divided as for a jax.Array's shard (WRITE-010).
+    """
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    write_shape: tuple[int, ...]
+    pieces: tuple[_zarr_write.Piece, ...] = ()
+    sharding: ShardingSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -275,6 +321,9 @@ def _classify(path: KeyPath, value: Any) -> _Leaf:
                 rule="WRITE-006",
             )
         value = value.to_jax()
+    if isinstance(value, ShardedArray):
+        _check_array(path, value.shape, value.dtype)
+        return _Leaf(path, "jax", value)
     jax_array = _jax_array_type()
     if jax_array is not None and isinstance(value, jax_array):
         key = _jax.key_parts(value)
@@ -404,7 +453,7 @@ def _sharding_spec(sharding: Any) -> ShardingSpec | None:
     return None
 
 
-def _plan(tree: Any, opts: _Options, job: _Job, *, copy: bool) -> _ItemPlan:
+def _plan(tree: Any, opts: _Options, job: Job, *, copy: bool) -> _ItemPlan:
     leaves = [_classify(path, value) for path, value in _walk(tree)]
     _check_names(leaves, use_ocdbt=opts.use_ocdbt)
     plan = _ItemPlan(leaves, [])
@@ -426,6 +475,8 @@ def _plan(tree: Any, opts: _Options, job: _Job, *, copy: bool) -> _ItemPlan:
             plan.arrays.append(
                 _zarr_write.ArrayWrite(leaf.name, shape, dtype, chunk, shard, pieces, job.primary)
             )
+        elif isinstance(leaf.value, ShardedArray):
+            plan.arrays.append(_plan_sharded(leaf, opts, job, plan, copy=copy))
         elif leaf.kind == "jax":
             plan.arrays.append(_plan_jax(leaf, opts, job, plan, copy=copy))
     for a in plan.arrays:
@@ -456,7 +507,7 @@ def _compresses(pieces: tuple[_zarr_write.Piece, ...], level: int) -> bool | Non
     return len(raw) > AUTO_MAX_GROWTH * size
 
 
-def _choose_compression(plan: _ItemPlan, opts: _Options, job: _Job) -> None:
+def _choose_compression(plan: _ItemPlan, opts: _Options, job: Job) -> None:
     """compression="auto" (WRITE-015): per array, zstd where it pays on a sample, no
     compressor elsewhere. Every process must write the same zarr metadata, so in a
     multi-process job an array is compressed when any process's sample says so (or none
@@ -465,9 +516,7 @@ def _choose_compression(plan: _ItemPlan, opts: _Options, job: _Job) -> None:
     votes = [_compresses(a.pieces, opts.compression_level) for a in plan.arrays]
     codes = np.array([-1 if v is None else int(v) for v in votes], dtype=np.int8)
     if job.count > 1 and len(codes):
-        from jax.experimental import multihost_utils
-
-        every = np.asarray(multihost_utils.process_allgather(codes)).reshape(job.count, -1)
+        every = job.gather(codes)
         keep = (every == 1).any(axis=0) | (every == -1).all(axis=0)
     else:
         keep = codes != 0
@@ -478,7 +527,7 @@ def _choose_compression(plan: _ItemPlan, opts: _Options, job: _Job) -> None:
 
 
 def _plan_jax(
-    leaf: _Leaf, opts: _Options, job: _Job, plan: _ItemPlan, *, copy: bool
+    leaf: _Leaf, opts: _Options, job: Job, plan: _ItemPlan, *, copy: bool
 ) -> _zarr_write.ArrayWrite:
     """One jax.Array: the chunk grid is its shard shape; each unique shard (replica 0) is
     copied to the host by the process that holds it (WRITE-030)."""
@@ -509,6 +558,45 @@ def _plan_jax(
             host = np.array(host, copy=True)  # own the bytes: the device buffer may be reused
         pieces.append(_zarr_write.Piece(start, np.require(host, requirements="C")))
     plan.jax_meta[leaf.name] = (write_shape, chunk, _sharding_spec(arr.sharding))
+    shard = _zarr_write.shard_shape_for(write_shape, chunk, opts.chunk_byte_size)
+    return _zarr_write.ArrayWrite(leaf.name, shape, dtype, chunk, shard, tuple(pieces), job.primary)
+
+
+def _plan_sharded(
+    leaf: _Leaf, opts: _Options, job: Job, plan: _ItemPlan, *, copy: bool
+) -> _zarr_write.ArrayWrite:
+    """One `ShardedArray`: as `_plan_jax`, its pieces given rather than found in shards."""
+    arr: ShardedArray = leaf.value
+    shape = tuple(int(n) for n in arr.shape)
+    write_shape = tuple(int(n) for n in arr.write_shape)
+    if len(write_shape) != len(shape) or any(w < 1 for w in write_shape):
+        raise ValueError(f"leaf {leaf.name!r}: write_shape {write_shape} for shape {shape}")
+    src = np.dtype(arr.dtype)
+    dtype = _storage_dtype(opts, leaf.name, src)
+    chunk = _zarr_write.chunk_shape_for(
+        write_shape, dtype.itemsize, opts.chunk_byte_size, array_shape=shape
+    )
+    pieces = []
+    for piece in arr.pieces:
+        value = np.asarray(piece.value)
+        start = tuple(int(i) for i in piece.start)
+        if (
+            value.dtype != src
+            or len(start) != len(shape)
+            or any(i < 0 or i + n > m for i, n, m in zip(start, value.shape, shape, strict=True))
+        ):
+            raise ValueError(
+                f"leaf {leaf.name!r}: a piece of {value.dtype} {value.shape} at {start} does "
+                f"not lie in the {src} array of shape {shape}"
+            )
+        if value.size == 0:
+            continue
+        if dtype != src:
+            value = value.astype(dtype)
+        elif copy:
+            value = np.array(value, copy=True)
+        pieces.append(_zarr_write.Piece(start, np.require(value, requirements="C")))
+    plan.jax_meta[leaf.name] = (write_shape, chunk, arr.sharding)
     shard = _zarr_write.shard_shape_for(write_shape, chunk, opts.chunk_byte_size)
     return _zarr_write.ArrayWrite(leaf.name, shape, dtype, chunk, shard, tuple(pieces), job.primary)
 
@@ -577,7 +665,7 @@ def _array_metadatas(plan: _ItemPlan) -> bytes | None:
     ).to_bytes()
 
 
-def _all_documents(plan: _ItemPlan, opts: _Options, job: _Job) -> dict[str, bytes]:
+def _all_documents(plan: _ItemPlan, opts: _Options, job: Job) -> dict[str, bytes]:
     """Every JSON document of an item, by file name, `array_metadatas` included."""
     docs = _item_documents(plan, opts)
     meta = _array_metadatas(plan)
@@ -647,7 +735,7 @@ def _write_file(path: str, data: bytes) -> None:
     commit.write_file(path, data, sync=False)
 
 
-def _write_item(item_dir: str, plan: _ItemPlan, opts: _Options, job: _Job) -> list[Entry] | None:
+def _write_item(item_dir: str, plan: _ItemPlan, opts: _Options, job: Job) -> list[Entry] | None:
     """This process's part of an item: its array pieces and its array_metadatas file; returns
     the entries of the process's OCDBT database (None without one)."""
     if job.primary:
@@ -672,7 +760,7 @@ def _finish_item(
     item_dir: str,
     plan: _ItemPlan,
     opts: _Options,
-    job: _Job,
+    job: Job,
     entries: list[Entry] | None,
 ) -> None:
     """The primary's part after every process wrote: merge the databases (its own from
@@ -711,7 +799,7 @@ class _Save:
     layout: Literal["v1", "item", "step"]
     custom_metadata: Mapping[str, Any] | None
     overwrite: bool
-    job: _Job
+    job: Job
     handlers: str | Mapping[str, str]
     init_ns: int = field(default_factory=time.time_ns)
 
@@ -740,6 +828,24 @@ class _Save:
     def write(self, pending: commit.Pending) -> None:
         """Write every part, merge, write documents and commit; on failure remove the
         temporary directory (primary) and re-raise."""
+        written = self.write_parts(pending)
+        error: BaseException | None = None
+        if self.job.primary:
+            try:
+                self.commit_parts(pending, written)
+            except BaseException as e:  # noqa: BLE001 - re-raised after the barrier
+                error = e
+        try:
+            self.job.agree(error is None, "committing")
+        except BaseException as e:  # noqa: BLE001
+            error = error or e
+        if error is not None:
+            _raise(error, pending)
+
+    def write_parts(self, pending: commit.Pending) -> dict[str, list[Entry] | None]:
+        """Every process: write its part of every item, then wait for the others (WRITE-032).
+        On a failure anywhere the primary removes the temporary directory and every process
+        raises. Returns what `commit_parts` needs of this process (its databases' entries)."""
         error: BaseException | None = None
         written: dict[str, list[Entry] | None] = {}
         try:
@@ -753,22 +859,23 @@ class _Save:
             self.job.agree(error is None, "writing arrays")
         except BaseException as e:  # noqa: BLE001
             error = error or e
-        if error is None and self.job.primary:
-            try:
-                self._commit(pending, written)
-            except BaseException as e:  # noqa: BLE001
-                error = e
-        if error is not None and self.job.primary:
-            commit.abort(pending)
-        try:
-            self.job.agree(error is None, "committing")
-        except BaseException as e:  # noqa: BLE001
-            error = error or e
         if error is not None:
-            full = _disk_full(error, pending.final)
-            if full is not None:
-                raise full from error
-            raise error
+            if self.job.primary:
+                commit.abort(pending)
+            _raise(error, pending)
+        return written
+
+    def commit_parts(
+        self, pending: commit.Pending, written: Mapping[str, list[Entry] | None]
+    ) -> None:
+        """The primary, once every process has written (`write_parts`): merge the databases,
+        write the documents and commit; on failure remove the temporary directory and raise.
+        No barrier: the caller tells the other processes how it went."""
+        try:
+            self._commit(pending, written)
+        except BaseException as e:  # noqa: BLE001
+            commit.abort(pending)
+            _raise(e, pending)
 
     def _commit(self, pending: commit.Pending, written: Mapping[str, list[Entry] | None]) -> None:
         """The primary's duties once every process has written (WRITE-032, DIR-004)."""
@@ -800,12 +907,14 @@ def prepare_save(
     custom_metadata: Any,
     copy: bool,
     options: SaveOptions,
+    job: Job | None = None,
 ) -> _Save:
     """Plan a save before anything is written: its parts (host copies made), options and
-    handlers; bad options, leaves and targets are refused here."""
+    handlers; bad options, leaves and targets are refused here. `job`: the processes that
+    save together (None: those of jax.distributed, or this process alone)."""
     opts = _resolve(options, "item" if layout == "step" else layout)
     _check_custom_metadata(custom_metadata)
-    job = _job()
+    job = _job() if job is None else job
     final = commit.check_target(path, overwrite=overwrite)  # refuse early, before copying
     parts: dict[str, _Part] = {}
     handlers: str | dict[str, str]
@@ -1136,6 +1245,14 @@ def save_pytree_async(
         save.write(pending)
         return SaveHandle(None)
     return SaveHandle(lambda: save.write(pending))
+
+
+def _raise(error: BaseException, pending: commit.Pending) -> None:
+    """Re-raise `error` of a save to `pending`, a full disk as the OSError it is."""
+    full = _disk_full(error, pending.final)
+    if full is not None:
+        raise full from error
+    raise error
 
 
 def _disk_full(error: BaseException, final: str) -> OSError | None:

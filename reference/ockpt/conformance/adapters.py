@@ -4,6 +4,8 @@ Spec strings (``--impl`` on the command line, ``adapters=`` of `run`):
 
 - ``ockpt-tensorstore``, ``ockpt-python``: the reference reader with either backend (the
   writer is the same for both, so only ``ockpt-tensorstore`` declares writes);
+- ``ockpt-torch-dcp``: a consumer reading through `torch.distributed.checkpoint` with
+  `ockpt.torch.OrbaxReader` (needs PyTorch);
 - ``orbax``: real Orbax, whatever release is installed: `conformance/adapters/orbax_adapter.py`
   of the ockpt repository (it imports orbax, so it lives outside the package);
 - ``cmd:PROGRAM {checkpoint} {out}`` or ``cmd(capabilities.json):PROGRAM ...``: any
@@ -21,13 +23,16 @@ import importlib
 import importlib.util
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from ..dtypes import SUPPORTED
 from .protocol import Adapter, WriteCase
 
-__all__ = ["OckptAdapter", "load_adapter", "BUILTIN", "find_repo_file"]
+__all__ = ["OckptAdapter", "TorchDcpAdapter", "load_adapter", "BUILTIN", "find_repo_file"]
 
 RELEASES = ["0.3", "0.4", "0.5", "0.10", "0.11", "0.12"]
 #: dtypes tensorstore (and so ockpt's writer) cannot store.
@@ -115,9 +120,137 @@ class OckptAdapter:
         return {bytes(k): entry(bytes(kv.read(k).result().value)) for k in kv.list().result()}
 
 
+class TorchDcpAdapter:
+    """A consumer through PyTorch: ``dcp.load`` (one process, ``no_dist=True``) with
+    `ockpt.torch.OrbaxReader` fills a state dict of plain tensors (and str for string leaves)
+    allocated from the reader's DCP metadata; the tree is then rebuilt from
+    `pytree_metadata` (containers, None, empty nodes) and the tensors given back as numpy.
+
+    It loads without a target only. Leaves of dtypes torch lacks (int4, float6, ...) are read
+    widened (exact, spec/loading.md §9.1) and narrowed back to their stored dtype; a typed PRNG
+    key is its uint32 key data from DCP with the implementation `pytree_metadata` records.
+    Names join key texts with ``.``, or, when a key of the checkpoint holds a dot, with a
+    separator no key holds.
+    """
+
+    name = "ockpt-torch-dcp"
+    capabilities: dict[str, Any] = {
+        "reads": {
+            "layouts": ["item", "v1", "manager"],
+            "zarr": [2, 3],
+            "ocdbt": [True, False],
+            "releases": RELEASES,
+            "options": [],
+            "multiprocess": True,
+            "typed_keys": True,
+            "targets": False,
+        },
+        "writes": {},
+        "deviations": {
+            "LOAD-023": "a dtype torch lacks is read widened (float8_e3m4 as float16): every value "
+            "is exact (spec/loading.md §4.2), but NaN payloads are not kept",
+        },
+    }
+
+    @property
+    def version(self) -> str:
+        import torch
+
+        from .. import __version__
+
+        return f"ockpt {__version__} through torch {torch.__version__} (DCP)"
+
+    def write(self, case: WriteCase, directory: Path) -> None:
+        raise NotImplementedError("ockpt-torch-dcp is a reader")
+
+    def read(
+        self,
+        path: Path,
+        target: Any = None,
+        *,
+        step: int | None = None,
+        item: str | None = None,
+        **options: Any,
+    ) -> Any:
+        import warnings
+
+        import torch
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.metadata import BytesStorageMetadata
+
+        from ..reader import open as open_checkpoint
+        from ..torch import OrbaxReader
+
+        if target is not None or any(options.values()):
+            raise NotImplementedError("ockpt-torch-dcp loads without a target or options only")
+        with open_checkpoint(path, step=step, item=item) as ckpt:
+            tree = ckpt.metadata
+        sep = _separator(tree)
+        reader = OrbaxReader(path, step=step, item=item, sep=sep, widen=True)
+        state: dict[str, Any] = {}
+        for name, md in reader.read_metadata().state_dict_metadata.items():
+            if isinstance(md, BytesStorageMetadata):
+                state[name] = ""
+            else:
+                state[name] = torch.empty(md.size, dtype=md.properties.dtype)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "assuming the intent is to load in a single process"
+            dcp.load(state, storage_reader=reader, no_dist=True)
+        reader.close()
+        return _rebuilt(tree, state, sep, ())
+
+
+def _key_texts(tree: Any) -> Iterator[str]:
+    """Every dict key text of a `pytree_metadata` tree."""
+    if isinstance(tree, dict):
+        for k, v in tree.items():
+            yield str(k)
+            yield from _key_texts(v)
+    elif isinstance(tree, (list, tuple)):
+        for v in tree:
+            yield from _key_texts(v)
+
+
+def _separator(tree: Any) -> str:
+    """``.`` unless a key holds it; then the first of ``/`` and two control characters that
+    no key holds."""
+    keys = set(_key_texts(tree))
+    return next(s for s in (".", "/", "\x1f", "\x1e") if not any(s in k for k in keys))
+
+
+def _rebuilt(node: Any, state: dict[str, Any], sep: str, key: tuple[str, ...]) -> Any:
+    """The `pytree_metadata` tree `node` with each leaf's value from the loaded `state`, as
+    numpy in the stored dtype."""
+    import torch
+
+    from ..dtypes import astype
+    from ..random_keys import RandomKey
+
+    if isinstance(node, dict):
+        return {k: _rebuilt(v, state, sep, (*key, str(k))) for k, v in node.items()}
+    if isinstance(node, (list, tuple)):
+        return type(node)(_rebuilt(v, state, sep, (*key, str(i))) for i, v in enumerate(node))
+    if node is None:
+        return None
+    value = state[sep.join(key)]
+    if isinstance(value, str):
+        return value
+    stored = np.dtype(node.dtype)
+    if stored.isbuiltin != 2:
+        array = value.numpy()
+    elif value.dtype == getattr(torch, stored.name, None):  # bfloat16, float8: the same bits
+        array = value.view(getattr(torch, f"uint{8 * stored.itemsize}")).numpy().view(stored)
+    else:  # read widened: narrowed back, exactly
+        array = astype(value.numpy(), stored)
+    if node.random_key_impl is not None:
+        return RandomKey(node.random_key_impl, array)
+    return array[()] if node.value_type == "scalar" else array
+
+
 BUILTIN = {
     "ockpt-tensorstore": lambda: OckptAdapter("tensorstore"),
     "ockpt-python": lambda: OckptAdapter("python"),
+    "ockpt-torch-dcp": TorchDcpAdapter,
 }
 ALIASES = {"orbax": "conformance/adapters/orbax_adapter.py"}
 #: the example C reader: built from the repository's source with the local toolchain

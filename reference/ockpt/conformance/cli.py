@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
+from pathlib import Path
+from typing import Any
 
 DEFAULT_IMPLS = ["ockpt-tensorstore", "ockpt-python"]
 
@@ -22,14 +25,32 @@ def add_parser(subparsers: object) -> None:
         ),
     )
     p.add_argument("--impl", action="append", help="an adapter (repeat); default: both ockpt")
-    p.add_argument("--report", help="write the Markdown report here (and its .json twin)")
-    p.add_argument("--json", dest="json_path", help="write the JSON report here")
-    p.add_argument("--fixtures", help="golden fixtures directory (default: ./fixtures)")
+    p.add_argument(
+        "--report", metavar="FILE", help="write the Markdown report here (and its .json twin)"
+    )
+    p.add_argument(
+        "--report-json",
+        metavar="FILE",
+        help="write the JSON report here (default with --report: its twin, FILE.json)",
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print the JSON report on stdout instead of the Markdown one",
+    )
+    p.add_argument(
+        "--fixtures", metavar="DIR", help="golden fixtures directory (default: ./fixtures)"
+    )
     p.add_argument("--group", action="append", help="run only these groups (repeat)")
-    p.add_argument("--workdir", help="keep what the producers wrote here")
+    p.add_argument("--workdir", metavar="DIR", help="keep what the producers wrote here")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=run_command)
-    sub = p.add_subparsers(dest="conformance_command", metavar="{export,read}")
+    sub = p.add_subparsers(
+        dest="conformance_command",
+        metavar="{export,read}",
+        help="export the cases for another language, or read one checkpoint as a command "
+        "reader (default: run the suite)",
+    )
     e = sub.add_parser(
         "export",
         help="write the golden fixtures, the bad-data tier and a versioned manifest to DIR",
@@ -50,6 +71,7 @@ def add_parser(subparsers: object) -> None:
         choices=["fixtures", "bad_corpus", "databases"],
         help="export only these groups (repeat)",
     )
+    e.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
     r = sub.add_parser(
         "read",
         help="ockpt as a program of the command protocol: read CHECKPOINT, write OUT",
@@ -74,7 +96,6 @@ def run_command(args: argparse.Namespace) -> int:
         if "device_count" not in flags:
             os.environ["XLA_FLAGS"] = (flags + " --xla_force_host_platform_device_count=8").strip()
         os.environ.setdefault("JAX_PLATFORMS", "cpu")
-    from . import report
     from .runner import ALL_GROUPS, run
 
     def show(msg: str) -> None:
@@ -91,16 +112,7 @@ def run_command(args: argparse.Namespace) -> int:
     )
     if not args.quiet and sys.stderr.isatty():
         sys.stderr.write("\r\033[K")
-    if args.report:
-        jp = report.write(result, args.report, args.json_path)
-        print(f"wrote {args.report} and {jp}")
-    elif args.json_path:
-        import json
-
-        with open(args.json_path, "w", encoding="utf-8") as f:
-            json.dump(result.to_json(), f, indent=1)
-    else:
-        print(report.to_markdown(result))
+    _write_reports(args, result)
     undocumented = result.failures(documented=False)
     print(
         f"{sum(r.status == 'pass' for r in result.results)} passed, "
@@ -109,6 +121,27 @@ def run_command(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return 1 if undocumented else 0
+
+
+def _write_reports(args: argparse.Namespace, result: Any) -> None:
+    """The report files asked for (--report, --report-json), then stdout: the JSON report with
+    --json, else the Markdown one where no file was asked for (stdout stays pure JSON with
+    --json: what was written is said on stderr)."""
+    from . import report
+
+    said = sys.stderr if args.json else sys.stdout
+    if args.report:
+        jp = report.write(result, args.report, args.report_json)
+        print(f"wrote {args.report} and {jp}", file=said)
+    elif args.report_json:
+        text = json.dumps(result.to_json(), indent=1)
+        Path(args.report_json).write_text(text + "\n", encoding="utf-8")
+        print(f"wrote {args.report_json}", file=said)
+    if args.json:
+        json.dump(result.to_json(), sys.stdout, indent=1)
+        print()
+    elif not (args.report or args.report_json):
+        print(report.to_markdown(result))
 
 
 def export_command(args: argparse.Namespace) -> int:
@@ -127,6 +160,11 @@ def export_command(args: argparse.Namespace) -> int:
     counts: dict[str, int] = {}
     for case in manifest["cases"]:
         counts[case["group"]] = counts.get(case["group"], 0) + 1
-    summary = ", ".join(f"{n} {g}" for g, n in counts.items())
-    print(f"wrote {os.path.join(args.dir, MANIFEST_FILE)}: {summary}")
+    written = os.path.join(args.dir, MANIFEST_FILE)
+    if args.json:
+        json.dump({"manifest": written, "cases": counts}, sys.stdout, indent=2)
+        print()
+    else:
+        summary = ", ".join(f"{n} {g}" for g, n in counts.items())
+        print(f"wrote {written}: {summary}")
     return 0

@@ -61,8 +61,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("out", nargs="?", help="an empty directory for the output ({out})")
     p.add_argument("--step", default="", help="step to load (empty: the reader's default)")
     p.add_argument("--item", default="", help="item to load (empty: the reader's default)")
-    p.add_argument("--kind", default="pytree", choices=["pytree", "ocdbt"])
-    p.add_argument("--backend", default="python", choices=["python", "tensorstore"])
+    p.add_argument(
+        "--kind",
+        default="pytree",
+        choices=["pytree", "ocdbt"],
+        help="what CHECKPOINT is: a checkpoint, or a bare OCDBT database (default: pytree)",
+    )
+    p.add_argument(
+        "--backend",
+        default="python",
+        choices=["python", "tensorstore"],
+        help="the ockpt engine that reads (default: python)",
+    )
     p.add_argument(
         "--capabilities", action="store_true", help="print this reader's capabilities file"
     )

@@ -68,6 +68,7 @@ class Database:
     Args:
         path: the database directory (holding ``manifest.ocdbt``).
         root: the directory no data file may lie outside of (default: `path`).
+        display: how errors name `path` (default: `path`), for example as the user gave it.
         max_decoded_bytes: bound on a decoded manifest or node body; a node is held to the
             smaller bound its manifest's configuration gives (`format.node_bound`).
         node_cache_size: how many decoded nodes to keep.
@@ -78,10 +79,12 @@ class Database:
         path: str | os.PathLike,
         *,
         root: str | os.PathLike | None = None,
+        display: str | os.PathLike | None = None,
         max_decoded_bytes: int = fmt.DEFAULT_MAX_DECODED_BYTES,
         node_cache_size: int = 4096,
     ) -> None:
         self.path = Path(path)
+        self._shown = os.fspath(display if display is not None else path)  # "./x" kept
         self._real_dir = os.path.realpath(self.path)
         self._real_root = os.path.realpath(root if root is not None else self.path)
         self.max_decoded_bytes = max_decoded_bytes
@@ -121,8 +124,10 @@ class Database:
 
     # ---------------------------------------------------------------- files
 
-    def _display(self, rel: str) -> str:
-        return str(self.path / rel)
+    def where(self, name: str = "") -> str:
+        """How errors name the file `name` of the database (the database itself when empty):
+        under `display`, kept as given (a relative path stays relative)."""
+        return os.path.join(self._shown, name) if name else self._shown
 
     def _resolve(self, file_id: DataFileId, *, pointer: str | None, origin: str | None) -> str:
         raw = file_id.path
@@ -170,7 +175,7 @@ class Database:
             if hit is not None:
                 return hit
         full = self._resolve(file_id, pointer=pointer, origin=origin)
-        display = self._display(file_id.path.decode("utf-8"))
+        display = self.where(file_id.path.decode("utf-8"))
         try:
             fd = files.open_regular(full, file=display)  # a FIFO or directory: PATH-005
         except (FileNotFoundError, NotADirectoryError):
@@ -247,7 +252,7 @@ class Database:
 
     def _file_display(self, ref: IndirectDataReference) -> str:
         try:
-            return self._display(ref.file_id.path.decode("utf-8"))
+            return self.where(ref.file_id.path.decode("utf-8"))
         except UnicodeDecodeError:
             return repr(ref.file_id.path)
 
@@ -292,31 +297,29 @@ class Database:
     # ---------------------------------------------------------------- manifest
 
     def _read_manifest_file(self, name: str) -> Manifest:
-        path = self.path / name
-        full = os.path.realpath(path)
+        full = os.path.realpath(self.path / name)
+        shown = self.where(name)
         if os.path.commonpath([full, self._real_root]) != self._real_root:
             raise FormatError(  # the check data files get (OCDBT-023), for a manifest
                 f"{name!r} resolves to {full!r}, outside the checkpoint {self._real_root!r} "
                 "(a symbolic link leads out)",
                 rule="PATH-004",
-                file=str(path),
+                file=shown,
             )
         try:
-            fd = files.open_regular(full, file=str(path))  # a FIFO or directory: PATH-005
+            fd = files.open_regular(full, file=shown)  # a FIFO or directory: PATH-005
         except (FileNotFoundError, NotADirectoryError):
-            raise OcdbtError(
-                "OCDBT manifest is missing", rule="OCDBT-050", file=str(path)
-            ) from None
+            raise OcdbtError("OCDBT manifest is missing", rule="OCDBT-050", file=shown) from None
         with os.fdopen(fd, "rb") as f:
             data = read_capped(f, MAX_MANIFEST_BYTES)
         if len(data) > MAX_MANIFEST_BYTES:
             raise OcdbtError(
                 "manifest larger than the manifest size limit",
                 rule="OCDBT-002",
-                file=str(path),
+                file=shown,
                 expected=f"<= {MAX_MANIFEST_BYTES}",
             )
-        return fmt.decode_manifest(data, file=str(path), max_decoded_bytes=self.max_decoded_bytes)
+        return fmt.decode_manifest(data, file=shown, max_decoded_bytes=self.max_decoded_bytes)
 
     def _names(self) -> frozenset[str]:
         """The names in the database directory that are not directories (a bounded listing;
@@ -340,11 +343,11 @@ class Database:
                     raise OcdbtError(
                         "numbered-kind database has no manifest.<016x> file",
                         rule="OCDBT-050",
-                        file=str(self.path / MANIFEST_FILE),
+                        file=self.where(MANIFEST_FILE),
                     )
                 number, name = numbered[-1]
                 inner = self._read_manifest_file(name)
-                where = str(self.path / name)
+                where = self.where(name)
                 if inner.config.manifest_kind != fmt.MANIFEST_KIND_SINGLE:
                     raise OcdbtError(
                         "a numbered manifest must hold a version tree (manifest_kind 0)",
@@ -369,7 +372,7 @@ class Database:
                         got=inner.versions[-1].generation_number,
                     )
                 top = inner
-            self._manifest, self._manifest_file = top, str(self.path / name)
+            self._manifest, self._manifest_file = top, self.where(name)
         return self._manifest
 
     @property

@@ -86,7 +86,7 @@ def _walk(
     if depth > _MAX_DEPTH:
         from ..errors import OcdbtError
 
-        yield OcdbtError("B+tree too deep", rule="OCDBT-040", file=str(db.path))
+        yield OcdbtError("B+tree too deep", rule="OCDBT-040", file=db.where())
         return
     try:
         node = db.read_btree_node(ref.location)
@@ -102,7 +102,7 @@ def _walk(
         yield OcdbtError(
             "B+tree node height differs from the height its parent implies",
             rule="OCDBT-040",
-            file=str(db.path / ref.location.file_id.path.decode("utf-8", "replace")),
+            file=db.where(ref.location.file_id.path.decode("utf-8", "replace")),
             pointer=f"@{ref.location.offset}",
             expected=height,
             got=node.height,
@@ -116,7 +116,7 @@ def _walk(
         yield OcdbtError(
             "B+tree node keys lie outside the key range given by its parent",
             rule="OCDBT-044",
-            file=str(db.path / ref.location.file_id.path.decode("utf-8", "replace")),
+            file=db.where(ref.location.file_id.path.decode("utf-8", "replace")),
             pointer=f"@{ref.location.offset}",
             expected=f"[{lower!r}, {upper!r})",
             got=f"[{first!r}, {last!r}]",

@@ -104,9 +104,16 @@ class KeyValueStore:
 class OcdbtStore(KeyValueStore):
     """One OCDBT database (latest generation unless `generation` is given)."""
 
-    def __init__(self, path: str, *, root: str | None = None, generation: int | None = None):
-        self.display = path
-        self.db = Database(path, root=root)
+    def __init__(
+        self,
+        path: str,
+        *,
+        root: str | None = None,
+        generation: int | None = None,
+        display: str | None = None,
+    ):
+        self.display = display if display is not None else path  # how errors name it
+        self.db = Database(path, root=root, display=self.display)
         self.generation = generation
 
     def get(self, key: str) -> bytes | None:
@@ -160,8 +167,14 @@ class MultiOcdbtStore(KeyValueStore):
 class DirectoryStore(KeyValueStore):
     """Files under a directory, keyed by their relative POSIX path (no key may leave it)."""
 
-    def __init__(self, path: str, *, skip: Callable[[str], bool] | None = None) -> None:
-        self.display = path
+    def __init__(
+        self,
+        path: str,
+        *,
+        skip: Callable[[str], bool] | None = None,
+        display: str | None = None,
+    ) -> None:
+        self.display = display if display is not None else path  # how errors name it
         self.root = os.path.realpath(path)
         self.skip = skip
 
@@ -250,21 +263,29 @@ def item_format(item_dir: str | os.PathLike) -> ItemFormat:
     return found
 
 
-def open_item_store(item_dir: str | os.PathLike, fmt: ItemFormat | None = None) -> KeyValueStore:
-    """The key-value view of an item's array storage (`fmt` detected when None)."""
+def open_item_store(
+    item_dir: str | os.PathLike, fmt: ItemFormat | None = None, *, display: str | None = None
+) -> KeyValueStore:
+    """The key-value view of an item's array storage (`fmt` detected when None); errors name
+    the item `display` (default: `item_dir`), for example the path as the user gave it."""
     path = os.fspath(item_dir)
+    shown = display if display is not None else path
     if fmt is None:
         fmt = item_format(path)
     if fmt.storage is not Storage.OCDBT:
-        return DirectoryStore(path, skip=per_leaf_skip)
+        return DirectoryStore(path, skip=per_leaf_skip, display=shown)
     if fmt.has_root_manifest:
-        return OcdbtStore(path, root=path)
+        return OcdbtStore(path, root=path, display=shown)
     return MultiOcdbtStore(
         [
-            OcdbtStore(os.path.join(path, f"ocdbt.process_{p}"), root=path)
+            OcdbtStore(
+                os.path.join(path, f"ocdbt.process_{p}"),
+                root=path,
+                display=os.path.join(shown, f"ocdbt.process_{p}"),
+            )
             for p in fmt.ocdbt_processes
         ],
-        path,
+        shown,
     )
 
 
@@ -459,7 +480,7 @@ class ArrayStore:
         self.zarr_version = zarr_version
         self.missing_chunks_are_errors = missing_chunks_are_errors
         self._per_leaf = self.fmt.storage is not Storage.OCDBT
-        self.kv = open_item_store(self.path, self.fmt)
+        self.kv = open_item_store(self.path, self.fmt, display=self.location.display)
 
     def metadata_store(self, count: int) -> None:
         """None: this engine's `open` is already the quick one."""
