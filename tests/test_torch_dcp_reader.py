@@ -220,3 +220,22 @@ def test_conformance_row_reads_every_fixture_through_dcp():
         "0.12.8/dtype_bit_patterns",
         "0.12.8/dtype_bit_patterns_zarr3",
     }
+
+
+def test_readme_torchrun_example():
+    """The README's torchrun example runs as written: each of its 2 ranks holds its half of the
+    rows of ``layer_0.kernel``, whose values Orbax saved."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("\n## PyTorch\n", 1)[1].split("\n## ", 1)[0]
+    (block,) = re.findall(r"```sh\n(.*?)```", section, re.S)
+    done = subprocess.run(
+        ["bash", "-e", "-c", block], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    kernel = np.asarray(ockpt.load_pytree(COUNTED)["layer_0"]["kernel"])
+    found = re.findall(r"rank (\d): rows \((\d+), (\d+)\), sum (-?\d+\.\d)", done.stdout)
+    assert sorted(r for r, *_ in found) == ["0", "1"], done.stdout
+    for rank, rows, cols, total in found:
+        half = kernel[32 * int(rank) : 32 * (int(rank) + 1)]
+        assert (int(rows), int(cols)) == half.shape
+        assert abs(float(total) - float(half.sum(dtype=np.float64))) <= 0.06  # printed .1f

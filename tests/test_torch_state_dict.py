@@ -12,7 +12,8 @@ import pytest
 import ockpt
 from ockpt import dtypes
 from ockpt.convert import OrbaxSource
-from ockpt.torch.state_dict import WIDE_NAMES, import_torch, to_tensor
+from ockpt.torch.runtime import import_torch
+from ockpt.torch.state_dict import WIDE_NAMES, to_tensor
 
 torch = pytest.importorskip("torch", reason="ockpt.torch needs PyTorch (the torch extra)")
 

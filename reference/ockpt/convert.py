@@ -856,7 +856,7 @@ def _write_npz(source: Source, targets: list[_Target], dst: str, *, bar) -> list
 
 
 def _write_pt(source: Source, targets: list[_Target], dst: str, *, bar) -> list[str]:
-    from .torch.state_dict import import_torch
+    from .torch.runtime import import_torch
 
     torch = import_torch("writing a PyTorch .pt file")
     state: dict[str, Any] = {}

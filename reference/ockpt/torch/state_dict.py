@@ -32,6 +32,7 @@ from .. import dtypes
 from ..convert import Leaf, OrbaxSource
 from ..errors import LeafNameError, UnsupportedError
 from ..paths import leaf_name, select_paths
+from .runtime import import_torch
 
 if TYPE_CHECKING:
     import torch
@@ -39,7 +40,6 @@ if TYPE_CHECKING:
 __all__ = [
     "load_state_dict",
     "flat_leaves",
-    "import_torch",
     "torch_dtype_name",
     "to_tensor",
     "WIDE_NAMES",
@@ -48,17 +48,6 @@ __all__ = [
 #: What a dtype torch lacks is widened to with ``widen=True``: the first of these whose cast
 #: from it is exact (spec/loading.md §4.2).
 WIDE_NAMES = ("uint8", "int8", "float16", "float32")
-
-
-def import_torch(purpose: str = "ockpt.torch") -> Any:
-    """The torch module, or `UnsupportedError` saying how to install it for `purpose`."""
-    try:
-        import torch
-    except ImportError:
-        raise UnsupportedError(
-            f"{purpose} needs PyTorch: pip install torch (or 'ockpt[torch]')"
-        ) from None
-    return torch
 
 
 def torch_dtype_name(
