@@ -18,7 +18,8 @@ def add_parser(subparsers: object) -> None:
         help="run the conformance suite against implementations (producer x consumer x case)",
         description=(
             "Run the conformance suite. --impl names an adapter: ockpt-tensorstore, "
-            "ockpt-python, orbax (conformance/adapters/orbax_adapter.py of the repository), "
+            "ockpt-python, ockpt-torch-dcp (ockpt.torch's DCP storage reader as a consumer), "
+            "orbax (conformance/adapters/orbax_adapter.py of the repository), "
             "c-example (the example C reader, built here), path/to/module.py[:name] / "
             "package.module[:name] for your own, or 'cmd[(CAPABILITIES.json)]:PROGRAM "
             "{checkpoint} {out}' for any executable (conformance/README.md, Command readers)."
