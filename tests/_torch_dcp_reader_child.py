@@ -21,6 +21,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.metadata import BytesStorageMetadata
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Replicate, Shard
 
@@ -205,11 +206,13 @@ def _load_all(path: str, mesh) -> list[str]:  # type: ignore[no-untyped-def]
     """Every leaf of `path` through dcp.load (1-D mesh: Shard(0) where dim 0 divides by the
     mesh size, else replicated; strings as str), compared with `load_state_dict`."""
     want = load_state_dict(path)
+    described = OrbaxReader(path).read_metadata().state_dict_metadata
+    values = {k for k, v in described.items() if isinstance(v, BytesStorageMetadata)}
     n = mesh.size()
     state: dict[str, object] = {}
     for name, value in want.items():
-        if isinstance(value, str):
-            state[name] = ""
+        if name in values:  # a string, or a Python scalar: a value, not a tensor (loading §9.2)
+            state[name] = None
             continue
         shard = value.ndim > 0 and value.shape[0] % n == 0
         placement = Shard(0) if shard else Replicate()
@@ -220,6 +223,8 @@ def _load_all(path: str, mesh) -> list[str]:  # type: ignore[no-untyped-def]
         got = state[name]
         if isinstance(value, str):
             ok = got == value
+        elif name in values:
+            ok = not isinstance(got, torch.Tensor) and got == value.item()
         else:
             assert isinstance(got, DTensor)
             placement = got.placements[0]

@@ -72,8 +72,32 @@ def _placements(world: int) -> dict[str, list]:
     }
 
 
-def state_dict(world: int) -> dict:
-    """The (nested) state dict every rank passes to dcp.save."""
+def _same(got: dict, want: dict) -> bool:
+    """The same nested state dict: local shards bit for bit, Python values of the same type."""
+    from torch.distributed.tensor import DTensor
+
+    if set(got) != set(want):
+        return False
+    for key, value in want.items():
+        other = got[key]
+        if isinstance(value, dict):
+            if not (isinstance(other, dict) and _same(other, value)):
+                return False
+        elif isinstance(value, torch.Tensor):
+            mine = value.to_local() if isinstance(value, DTensor) else value
+            theirs = other.to_local() if isinstance(other, DTensor) else other
+            if not torch.equal(
+                mine.reshape(-1).view(torch.uint8), theirs.reshape(-1).view(torch.uint8)
+            ):
+                return False
+        elif type(other) is not type(value) or other != value:
+            return False
+    return True
+
+
+def state_dict(world: int, fill: int | None = None) -> dict:
+    """The (nested) state dict every rank passes to dcp.save; with `fill`, the same layout
+    holding `fill` everywhere (a target for dcp.load)."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import distribute_tensor
 
@@ -84,6 +108,8 @@ def state_dict(world: int) -> dict:
     model: dict = {}
     for name, value in values.items():
         t = _torch(value)
+        if fill is not None:
+            t = torch.full_like(t, fill)
         if name in placements:
             t = distribute_tensor(t, mesh, placements[name])
         model[name] = t
@@ -92,6 +118,8 @@ def state_dict(world: int) -> dict:
         top, rest = name.split(".", 1)
         nested[top][rest] = t
     nested["train"] = {k.split(".", 1)[1]: v for k, v in OBJECTS.items()}
+    if fill is not None:
+        nested["train"] = {k: type(v)() for k, v in nested["train"].items()}
     return nested
 
 
@@ -99,7 +127,8 @@ def main() -> None:
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
 
-    from ockpt.torch import OrbaxWriter
+    from ockpt import SaveOptions
+    from ockpt.torch import OrbaxReader, OrbaxWriter
 
     mode, out = sys.argv[1], sys.argv[2]
     dist.init_process_group("gloo")
@@ -108,6 +137,14 @@ def main() -> None:
     if mode == "save":
         dcp.save(sd, storage_writer=OrbaxWriter(os.path.join(out, "v1")))
         dcp.save(sd, storage_writer=OrbaxWriter(os.path.join(out, "item"), layout="item"))
+        # compression="auto" votes across ranks on the sharded tensors only: the Python values
+        # are rank 0's alone
+        auto = OrbaxWriter(os.path.join(out, "auto"), options=SaveOptions(compression="auto"))
+        dcp.save(sd, storage_writer=auto)
+        # and back through OrbaxReader: tensors into DTensors, Python values as their types
+        back = state_dict(world, fill=0)
+        dcp.load(back, storage_reader=OrbaxReader(os.path.join(out, "v1"), item="state"))
+        print(f"round trip {rank}: {_same(back, sd)}", flush=True)
     else:
         import ockpt._zarr_write as zarr_write
 
@@ -125,7 +162,10 @@ def main() -> None:
         zarr_write.write_arrays = real
         sd["train"]["bad"] = object()
         try:
-            dcp.save(sd, storage_writer=OrbaxWriter(os.path.join(out, "refused")))
+            refused = OrbaxWriter(
+                os.path.join(out, "refused"), options=SaveOptions(compression="auto")
+            )
+            dcp.save(sd, storage_writer=refused)
         except BaseException as e:  # noqa: BLE001 - DCP raises CheckpointException(BaseException)
             print(f"plan failed on {rank}: {'WRITE-001' in str(e)}", flush=True)
     dist.barrier()

@@ -47,6 +47,17 @@ def _load(state: dict, reader: OrbaxReader) -> None:
         dcp.load(state, storage_reader=reader, no_dist=True)
 
 
+def _flat_metadata(node):  # type: ignore[no-untyped-def]
+    """Every leaf of a `pytree_metadata` tree."""
+    if isinstance(node, dict):
+        node = list(node.values())
+    if isinstance(node, (list, tuple)):
+        for child in node:
+            yield from _flat_metadata(child)
+    elif node is not None:
+        yield node
+
+
 def _bits(t: torch.Tensor) -> bytes:
     return t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
 
@@ -73,8 +84,11 @@ def test_metadata_from_the_tree_alone(monkeypatch):
     assert [(c.offsets, c.sizes) for c in sharded.chunks] == [(torch.Size([0, 0]), sharded.size)]
     assert meta["bf16"].properties.dtype == torch.bfloat16
     assert meta["zero_d"].size == torch.Size([])
-    strings = [k for k, v in meta.items() if isinstance(v, BytesStorageMetadata)]
-    assert strings and all(isinstance(ockpt.open(reader.path)[k], str) for k in strings)
+    values = {k for k, v in meta.items() if isinstance(v, BytesStorageMetadata)}
+    leaves = {m.param_name: m for m in _flat_metadata(ockpt.pytree_metadata(reader.path))}
+    assert values == {k for k, m in leaves.items() if m.dtype is None or m.value_type == "scalar"}
+    assert any(leaves[k].dtype is None for k in values)  # strings
+    assert any(leaves[k].value_type == "scalar" for k in values)  # Python scalars (§9.2)
 
 
 def test_no_dist_load_of_plain_tensors_nested_dicts_and_strings():
@@ -92,9 +106,10 @@ def test_no_dist_load_of_plain_tensors_nested_dicts_and_strings():
     assert torch.equal(state["deep"]["a"]["b"]["c"]["d"], want["deep.a.b.c.d"])
 
     path = FIXTURES / "orbax-0.12.8/scalars_strings/checkpoint"
-    state = {"int": torch.zeros((), dtype=torch.int64), "str": None, "nested": {"inner": {"s": 0}}}
+    state = {"int": 0, "float": 0.0, "str": None, "nested": {"inner": {"s": 0}}}
     _load(state, OrbaxReader(path))
-    assert state["int"].shape == () and state["int"].item() == 42
+    assert type(state["int"]) is int and state["int"] == 42  # a Python value (loading §9.2)
+    assert type(state["float"]) is float and state["float"] == ockpt.load_pytree(path)["float"]
     assert state["str"] == "hello" and state["nested"]["inner"]["s"] == "deep"
 
 
@@ -102,11 +117,19 @@ def test_no_dist_load_of_plain_tensors_nested_dicts_and_strings():
 def test_no_dist_load_of_every_leaf_equals_load_state_dict(case):
     path = FIXTURES / case / "checkpoint"
     want = ockpt.torch.load_state_dict(path)
-    state = {k: "" if isinstance(v, str) else torch.empty_like(v) for k, v in want.items()}
+    described = OrbaxReader(path).read_metadata().state_dict_metadata
+    values = {k for k, v in described.items() if isinstance(v, BytesStorageMetadata)}
+    state = {k: None if k in values else torch.empty_like(v) for k, v in want.items()}
     _load(state, OrbaxReader(path))
     for name, value in want.items():
         got = state[name]
-        assert got == value if isinstance(value, str) else _bits(got) == _bits(value), name
+        if isinstance(value, str):
+            assert got == value, name
+        elif name in values:  # a Python scalar: its value, the tensor load_state_dict gives
+            assert not isinstance(got, torch.Tensor), name
+            assert np.asarray(got).tobytes() == np.asarray(value.item()).tobytes(), name
+        else:
+            assert _bits(got) == _bits(value), name
 
 
 def test_a_target_of_another_dtype_is_cast_by_torch_and_checkpoint_id_replaces_the_path():

@@ -52,7 +52,9 @@ def _launch(nproc: int, mode: str, out: Path) -> str:
 @pytest.fixture(scope="module", params=[2, 4], ids=["2ranks", "4ranks"])
 def saved(request, tmp_path_factory) -> tuple[int, Path]:
     out = tmp_path_factory.mktemp(f"dcp{request.param}")
-    _launch(request.param, "save", out)
+    text = _launch(request.param, "save", out)
+    for rank in range(request.param):  # dcp.load through OrbaxReader gave back what was saved
+        assert f"round trip {rank}: True" in text, text[-6000:]
     return request.param, out
 
 
@@ -78,7 +80,7 @@ def _check(got: dict) -> None:
         assert flat[name] == want, name
 
 
-@pytest.mark.parametrize("layout", ["v1", "item"])
+@pytest.mark.parametrize("layout", ["v1", "item", "auto"])
 def test_ockpt_reads_the_dcp_save(saved, layout):
     _, out = saved
     assert ockpt.validate(out / layout).ok
@@ -174,14 +176,16 @@ def test_multiprocess_layout(saved):
 def test_failed_rank_commits_nothing(tmp_path):
     """WRITE-032: rank 1 fails while writing an overwrite of a committed checkpoint; every
     rank raises, the old checkpoint is untouched and no temporary directory is left. A value
-    the format cannot hold is refused (WRITE-001) on every rank, nothing written."""
+    the format cannot hold (in rank 0's tree only: the Python values are its alone) is refused
+    (WRITE-001) on every rank, nothing written, with compression="auto", whose vote across
+    ranks comes after the planning barrier (no rank is left waiting in it)."""
     _launch(2, "save", tmp_path)
     before = ockpt.load_pytree(tmp_path / "v1")
     listing = sorted(os.listdir(tmp_path / "v1"))
     text = _launch(2, "fail", tmp_path)
     assert "write failed on 0" in text and "write failed on 1" in text, text[-4000:]
     assert "plan failed on 0: True" in text and "plan failed on 1" in text, text[-4000:]
-    assert sorted(os.listdir(tmp_path)) == ["item", "v1"]
+    assert sorted(os.listdir(tmp_path)) == ["auto", "item", "v1"]
     assert sorted(os.listdir(tmp_path / "v1")) == listing
     _check(ockpt.load_pytree(tmp_path / "v1"))
     assert _flat(before).keys() == _flat(ockpt.load_pytree(tmp_path / "v1")).keys()

@@ -454,6 +454,22 @@ def _sharding_spec(sharding: Any) -> ShardingSpec | None:
 
 
 def _plan(tree: Any, opts: _Options, job: Job, *, copy: bool) -> _ItemPlan:
+    """What this process writes of one item. Every process of a job then waits for the others
+    (a failure anywhere fails the save on every process, WRITE-032) before the one exchange of
+    planning, the compression="auto" vote, so that no process is left in a collective that a
+    failed one never reaches."""
+    try:
+        plan = _plan_leaves(tree, opts, job, copy=copy)
+    except BaseException:
+        job.agree(False, "planning")
+        raise
+    job.agree(True, "planning")
+    if opts.auto:
+        _choose_compression(plan, opts, job)
+    return plan
+
+
+def _plan_leaves(tree: Any, opts: _Options, job: Job, *, copy: bool) -> _ItemPlan:
     leaves = [_classify(path, value) for path, value in _walk(tree)]
     _check_names(leaves, use_ocdbt=opts.use_ocdbt)
     plan = _ItemPlan(leaves, [])
@@ -482,8 +498,6 @@ def _plan(tree: Any, opts: _Options, job: Job, *, copy: bool) -> _ItemPlan:
     for a in plan.arrays:
         write_limits.check_array(a, zarr_version=opts.zarr_version, use_ocdbt=opts.use_ocdbt)
     write_limits.check_documents(_documents_bound(plan), lambda: _all_documents(plan, opts, job))
-    if opts.auto:
-        _choose_compression(plan, opts, job)
     return plan
 
 
@@ -510,16 +524,18 @@ def _compresses(pieces: tuple[_zarr_write.Piece, ...], level: int) -> bool | Non
 def _choose_compression(plan: _ItemPlan, opts: _Options, job: Job) -> None:
     """compression="auto" (WRITE-015): per array, zstd where it pays on a sample, no
     compressor elsewhere. Every process must write the same zarr metadata, so in a
-    multi-process job an array is compressed when any process's sample says so (or none
-    holds a piece of it)."""
+    multi-process job a sharded array (a jax.Array, a `ShardedArray`: every process has it)
+    is compressed when any process's sample says so (or none holds a piece of it). Other
+    leaves are the primary's alone, which decides by its own sample: a job's processes may
+    differ in them (`ockpt.torch.OrbaxWriter` gives non-tensor values to the primary only)."""
     assert opts.compression_level is not None
     votes = [_compresses(a.pieces, opts.compression_level) for a in plan.arrays]
     codes = np.array([-1 if v is None else int(v) for v in votes], dtype=np.int8)
-    if job.count > 1 and len(codes):
-        every = job.gather(codes)
-        keep = (every == 1).any(axis=0) | (every == -1).all(axis=0)
-    else:
-        keep = codes != 0
+    keep = codes != 0
+    shared = [i for i, a in enumerate(plan.arrays) if a.param_name in plan.jax_meta]
+    if job.count > 1 and shared:  # the same sharded arrays, in the same order, everywhere
+        every = job.gather(codes[shared])
+        keep[shared] = (every == 1).any(axis=0) | (every == -1).all(axis=0)
     plan.arrays = [
         a if k else dataclasses.replace(a, compress=False)
         for a, k in zip(plan.arrays, keep.tolist(), strict=True)

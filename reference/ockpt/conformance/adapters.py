@@ -235,6 +235,8 @@ def _rebuilt(node: Any, state: dict[str, Any], sep: str, key: tuple[str, ...]) -
     value = state[sep.join(key)]
     if isinstance(value, str):
         return value
+    if not isinstance(value, torch.Tensor):  # a Python scalar (a bytes entry, loading §9.2)
+        return np.asarray(value).astype(np.dtype(node.dtype))[()]
     stored = np.dtype(node.dtype)
     if stored.isbuiltin != 2:
         array = value.numpy()

@@ -1,15 +1,17 @@
 """`OrbaxReader`: a `torch.distributed.checkpoint` storage reader for Orbax checkpoints.
 
 ``dcp.load(state_dict, storage_reader=OrbaxReader(path))`` fills a state dict of tensors,
-DTensors on a DeviceMesh (any saved sharding, any number of ranks) or, for string leaves, any
-value, from a pytree item of an Orbax checkpoint (spec/loading.md §9.2, LOAD-063):
+DTensors on a DeviceMesh (any saved sharding, any number of ranks) or, for string and Python
+scalar leaves, any value, from a pytree item of an Orbax checkpoint (spec/loading.md §9.2,
+LOAD-063):
 
 * `read_metadata` builds DCP's `Metadata` from the item's tree metadata alone (no array
   bytes): one `TensorStorageMetadata` per array leaf (its global shape and the torch dtype of
   `state_dict.torch_dtype_name`, widened for dtypes torch lacks) and a `BytesStorageMetadata`
-  per string leaf, named as `load_state_dict` names them (the key path joined with `sep`,
-  ``"."`` by default, which is how DCP's default planner flattens nested dicts and lists:
-  ``{"params": {"w": t}}`` asks for ``"params.w"``).
+  per string leaf and per Python scalar leaf (value type ``scalar``), named as
+  `load_state_dict` names them (the key path joined with `sep`, ``"."`` by default, which is
+  how DCP's default planner flattens nested dicts and lists: ``{"params": {"w": t}}`` asks
+  for ``"params.w"``).
 * Each array is declared as **one** storage chunk covering it. DCP's planner intersects every
   local shard with the declared chunks, so each shard becomes one read item whose region
   (``storage_offsets``, ``lengths``) is exactly the shard; `read_data` reads that region
@@ -19,8 +21,8 @@ value, from a pytree item of an Orbax checkpoint (spec/loading.md §9.2, LOAD-06
   items.
 * `read_data` copies each region into the tensor the planner resolves (``copy_``, so a target
   of another dtype is cast by torch, as DCP's own file reader does) and commits it; a string
-  is handed to the planner's `load_bytes` in ``torch.save``'s format, which the planner reads
-  back with ``torch.load``.
+  or a Python scalar is handed to the planner's `load_bytes` in ``torch.save``'s format,
+  which the planner reads back with ``torch.load``.
 """
 
 from __future__ import annotations
@@ -120,7 +122,7 @@ class OrbaxReader(StorageReader):
         self._opened()
         described: dict[str, TensorStorageMetadata | BytesStorageMetadata] = {}
         for name, leaf in self._leaves.items():
-            if leaf.kind == "string":
+            if _is_value(leaf):
                 described[name] = BytesStorageMetadata()
             else:
                 described[name] = _tensor_metadata(leaf, name, widen=True)
@@ -144,8 +146,9 @@ class OrbaxReader(StorageReader):
             name = request.storage_index.fqn
             leaf = self._leaves[name]
             if request.type == LoadItemType.BYTE_IO:
+                value = source.read(leaf)
                 data = io.BytesIO()
-                torch.save(str(source.read(leaf)), data)
+                torch.save(value if isinstance(value, str) else value[()].item(), data)
                 data.seek(0)
                 planner.load_bytes(request, data)
                 continue
@@ -162,6 +165,13 @@ class OrbaxReader(StorageReader):
         done: Future[None] = Future()
         done.set_result(None)
         return done
+
+
+def _is_value(leaf: Leaf) -> bool:
+    """Whether a leaf is a non-tensor value in a state dict: a string, or a scalar saved from
+    a Python ``int``, ``float`` or ``bool`` (value type ``scalar``), as `OrbaxWriter` saves a
+    state dict's Python values; a 0-d array is a 0-d tensor."""
+    return leaf.kind == "string" or getattr(leaf.ref, "value_type", None) == "scalar"
 
 
 def _tensor_metadata(leaf: Leaf, name: str, *, widen: bool) -> TensorStorageMetadata:

@@ -132,8 +132,14 @@ class OrbaxWriter(StorageWriter):
         if checkpoint_id is not None:
             self._check_path(checkpoint_id)
             self.path = os.fspath(checkpoint_id)
-        self._pending = None
-        self._commit = None
+        self._abandon()
+
+    def _abandon(self) -> None:
+        """Remove the temporary directory of a save that will not commit (a DCP failure
+        between planning and finishing), if this rank holds one."""
+        pending, self._pending, self._commit = self._pending, None, None
+        if pending is not None:
+            commit.abort(pending)
 
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id: str | os.PathLike[str]) -> bool:
@@ -196,6 +202,12 @@ class OrbaxWriter(StorageWriter):
             pending = commit.Pending(info.final, info.tmp, self.overwrite)
         try:
             tree = _tree(info, plan.items, planner, primary=job.primary)
+        except BaseException:
+            with contextlib.suppress(BaseException):  # the planning error is the one to raise
+                job.agree(False, "planning")  # the others' barrier in the writer's planning
+            self._abandon()
+            raise
+        try:  # a failure in planning is agreed on by every rank there (writer._plan)
             save = prepare_save(
                 pending.final,
                 {"": tree} if self.layout == "item" else {PYTREE_CHECKPOINTABLES[0]: tree},
@@ -207,12 +219,13 @@ class OrbaxWriter(StorageWriter):
                 job=job,
             )
         except BaseException:
-            with contextlib.suppress(BaseException):  # the planning error is the one to raise
-                job.agree(False, "planning")  # the others fail at their barrier of write_parts
-            if job.primary:
-                commit.abort(pending)
+            self._abandon()
             raise
-        written = save.write_parts(pending)
+        try:
+            written = save.write_parts(pending)
+        except BaseException:
+            self._pending = None  # write_parts removed it (the primary)
+            raise
         if job.primary:
             self._commit = (save, written)
         results = [
@@ -228,8 +241,8 @@ class OrbaxWriter(StorageWriter):
         del metadata, results  # the checkpoint's own documents describe it
         assert self._commit is not None and self._pending is not None
         save, written = self._commit
-        self._commit = None
-        save.commit_parts(self._pending, written)
+        pending, self._pending, self._commit = self._pending, None, None
+        save.commit_parts(pending, written)  # on failure it removes the temporary directory
 
 
 # ---------------------------------------------------------------------------------------------
