@@ -149,3 +149,11 @@ def test_widen_and_metadata_strings_are_named_in_the_summary(tmp_path):
     assert json.loads(run.stdout)["metadata_strings"] == ["tag"]
     got = safetensors_numpy.load_file(str(tmp_path / "m.safetensors"))
     assert got["step"].shape == () and "tag" not in got
+
+
+def test_bad_max_shard_size_is_a_usage_error_naming_the_option(tmp_path):
+    src = str(CASES / "v1_pytree" / "checkpoint")
+    run = ockpt("convert", src, str(tmp_path / "m.safetensors"), "--max-shard-size", "5IB")
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert "--max-shard-size" in run.stderr and "not a size: '5IB'" in run.stderr
+    assert not (tmp_path / "m.safetensors").exists()

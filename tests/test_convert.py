@@ -361,6 +361,10 @@ def test_parse_size():
     assert parse_size("100") == 100 and parse_size("1.5MB") == 1_500_000
     with pytest.raises(ValueError, match="not a size"):
         parse_size("lots")
+    assert parse_size("5KIB") == parse_size("5kib") == 5 << 10 and parse_size("5B") == 5
+    for bad in ("5IB", "5I", "5iB", "IB"):  # an I only after a unit letter (was a KeyError)
+        with pytest.raises(ValueError, match="not a size"):
+            parse_size(bad)
 
 
 def test_safetensors_built_checkpoint_restores_in_real_orbax(tmp_path):
@@ -399,3 +403,223 @@ print("restored", sorted(flat), str(np.asarray(flat["model.embed.weight"]).dtype
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "restored" in result.stdout and "bfloat16" in result.stdout
+
+
+def _loader_view(folder) -> dict[str, list] | None:
+    """What a loader finds in a Hugging Face folder: through the index when there is one
+    (every file it names must be a complete safetensors file holding exactly its tensors),
+    else model.safetensors, else None."""
+    index = folder / "model.safetensors.index.json"
+    if index.exists():
+        weight_map = json.loads(index.read_text())["weight_map"]
+        out = {}
+        for name in sorted(set(weight_map.values())):
+            with safe_open(str(folder / name), framework="numpy") as f:
+                assert set(f.keys()) == {k for k, v in weight_map.items() if v == name}
+                out.update({k: f.get_tensor(k).tolist() for k in f.keys()})
+        return out
+    if (folder / "model.safetensors").exists():
+        return {k: v.tolist() for k, v in _st_tensors(folder / "model.safetensors").items()}
+    return None
+
+
+@pytest.mark.parametrize(
+    ("old_shard", "new_shard"),
+    [("600B", "600B"), ("600B", "300B"), ("600B", None), (None, "600B")],
+    ids=["same-shards", "more-shards", "to-one-file", "from-one-file"],
+)
+def test_interrupted_hf_overwrite_never_leaves_a_mixed_model(tmp_path, monkeypatch, old_shard,
+                                                             new_shard):  # fmt: skip
+    """An --overwrite of a Hugging Face folder that fails at any write, rename or removal
+    (injected, one call at a time) leaves the old model, the new one, or no index, never an
+    index naming shards of two conversions; and no temporary files."""
+    import ockpt.convert as conv
+
+    old, new = tmp_path / "old.npz", tmp_path / "new.npz"
+    np.savez(old, **{f"w{i}": np.full(64, i, np.float32) for i in range(4)})  # 256 B each
+    np.savez(new, **{f"w{i}": np.full(64, 100 + i, np.float32) for i in range(4)})
+    want_old = {f"w{i}": [float(i)] * 64 for i in range(4)}
+    want_new = {f"w{i}": [float(100 + i)] * 64 for i in range(4)}
+    out = tmp_path / "hf"
+    kw = {"dst_format": "hf", "overwrite": True, "progress": False}
+    for module, name in ((conv, "_bytes_of"), (os, "replace"), (os, "remove")):
+        real = getattr(module, name)
+        for fail_at in range(1, 50):
+            convert(str(old), str(out), max_shard_size=old_shard, **kw)
+            assert _loader_view(out) == want_old
+            calls = []
+
+            def failing(*args, real=real, fail_at=fail_at, calls=calls):
+                calls.append(1)
+                if len(calls) == fail_at:
+                    raise OSError("injected failure")
+                return real(*args)
+
+            monkeypatch.setattr(module, name, failing)
+            try:
+                convert(str(new), str(out), max_shard_size=new_shard, **kw)
+                failed = False
+            except OSError:
+                failed = True
+            finally:
+                monkeypatch.setattr(module, name, real)
+            assert _loader_view(out) in (None, want_old, want_new), (name, fail_at)
+            assert not list(out.glob("*.ockpt-tmp")), (name, fail_at)
+            if not failed:
+                assert _loader_view(out) == want_new
+                break
+        else:
+            raise AssertionError(f"{name}: still failing after 50 calls")
+
+
+def test_config_is_checked_first_and_needs_overwrite(tmp_path):
+    """--config: a bad file is refused before any weight is written; an existing
+    config.json is replaced only with --overwrite."""
+    src = str(CASES / "v1_pytree" / "checkpoint")
+    out = tmp_path / "hf"
+    out.mkdir()
+    (out / "config.json").write_text('{"model_type": "llama"}')  # a folder with a config only
+    (tmp_path / "new.json").write_text('{"model_type": "gpt2"}')
+    with pytest.raises(ockpt.WriteConflictError, match="config.json: exists; pass --overwrite"):
+        convert(src, str(out), dst_format="hf", config=str(tmp_path / "new.json"), progress=False)
+    assert os.listdir(out) == ["config.json"]
+    assert (out / "config.json").read_text() == '{"model_type": "llama"}'
+    convert(src, str(out), dst_format="hf", overwrite=True, progress=False)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    (tmp_path / "list.json").write_text("[1, 2]")
+    (tmp_path / "dir.json").mkdir()
+    bad = {"list.json": "not a JSON object", "none.json": "no such file", "dir.json": "regular"}
+    for name, message in bad.items():
+        with pytest.raises(ValueError, match=message):
+            convert(src, str(out), dst_format="hf", config=str(tmp_path / name), overwrite=True,
+                    progress=False)  # fmt: skip
+        assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    convert(src, str(out), dst_format="hf", config=str(tmp_path / "new.json"), overwrite=True,
+            progress=False)  # fmt: skip
+    assert (out / "config.json").read_text() == '{"model_type": "gpt2"}'
+
+
+def test_existing_hf_folder_as_output_needs_to_hf(tmp_path):
+    """A folder of safetensors files given as the output without --to is a usage error
+    naming --to hf (it was planned as one .safetensors file named like the folder)."""
+    np.savez(tmp_path / "a.npz", w=np.arange(4, dtype=np.float32))
+    out = tmp_path / "hf"
+    convert(str(tmp_path / "a.npz"), str(out), dst_format="hf", progress=False)
+    before = sorted(os.listdir(out))
+    for src in (str(tmp_path / "a.npz"), str(CASES / "v1_pytree" / "checkpoint")):
+        for overwrite in (False, True):
+            with pytest.raises(ValueError, match="pass --to hf"):
+                convert(src, str(out), overwrite=overwrite, progress=False)
+    assert sorted(os.listdir(out)) == before
+    convert(str(tmp_path / "a.npz"), str(out), dst_format="hf", overwrite=True, progress=False)
+
+
+def test_index_names_outside_its_folder_are_refused(tmp_path):
+    """A crafted *.safetensors.index.json cannot pull in safetensors files from elsewhere:
+    a weight_map file name with a path in it is a FormatError naming the index and the
+    name."""
+    from safetensors.numpy import save_file
+
+    (tmp_path / "elsewhere").mkdir()
+    secret = tmp_path / "elsewhere" / "secret.safetensors"
+    save_file({"secret": np.arange(3, dtype=np.int32)}, str(secret))
+    model = tmp_path / "model"
+    model.mkdir()
+    save_file({"w": np.ones(2, np.float32)}, str(model / "model-00001-of-00001.safetensors"))
+    index = model / "model.safetensors.index.json"
+    for name in ("../elsewhere/secret.safetensors", str(secret), "sub/x.safetensors", "..",
+                 "a\\b.safetensors", 3):  # fmt: skip
+        index.write_text(json.dumps({"weight_map": {"w": "model-00001-of-00001.safetensors",
+                                                    "secret": name}}))  # fmt: skip
+        for path in (index, model):
+            with pytest.raises(ockpt.FormatError, match="not a file name") as e:
+                open_source(str(path))
+            assert e.value.file == str(index) and repr(name) in str(e.value)
+    for doc in ({"weight_map": ["x"]}, {}, [1], "text"):
+        index.write_text(json.dumps(doc))
+        with pytest.raises(ockpt.FormatError, match="weight_map") as e:
+            open_source(str(index))
+        assert e.value.file == str(index)
+    index.write_text(json.dumps({"weight_map": {"w": "model-00001-of-00001.safetensors"}}))
+    with open_source(str(model)) as source:
+        assert [leaf.key for leaf in source.leaves] == [("w",)]
+
+
+def _npy(shape: tuple[int, ...], data: bytes, descr: str = "<f8") -> bytes:
+    """An .npy file whose header says `shape` and `descr`, followed by `data` as given."""
+    import io
+
+    head = io.BytesIO()
+    header = {"descr": descr, "fortran_order": False, "shape": shape}
+    np.lib.format.write_array_header_1_0(head, header)
+    return head.getvalue() + data
+
+
+def _set_central_sizes(path, *, compressed: int | None = None, size: int | None = None) -> None:
+    """Patch the sizes the (last) member's central directory entry declares."""
+    import struct
+
+    data = bytearray(path.read_bytes())
+    at = data.rindex(b"PK\x01\x02")
+    if compressed is not None:
+        struct.pack_into("<I", data, at + 20, compressed)
+    if size is not None:
+        struct.pack_into("<I", data, at + 24, size)
+    path.write_bytes(bytes(data))
+
+
+def test_npz_members_are_bounded_by_their_own_bytes(tmp_path, monkeypatch):
+    """Hostile .npz: a member whose .npy header declares more data than the member holds (a
+    stored one would be mapped into the next member's bytes), sizes the file cannot back, a
+    deflated size past what DEFLATE can expand to, and an array past the size limit are
+    FormatErrors naming the member, before anything is extracted."""
+    import dataclasses
+
+    import ockpt.convert as conv
+
+    good = _npy((2,), np.arange(2, dtype="<f8").tobytes())
+    for method in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+        path = tmp_path / f"short{method}.npz"
+        with zipfile.ZipFile(path, "w", method) as zf:
+            zf.writestr("a.npy", _npy((4,), np.float64(1).tobytes()))  # 4 declared, 1 held
+            zf.writestr("b.npy", good)
+        with pytest.raises(ockpt.FormatError, match="do not match the member's size") as e:
+            open_source(str(path))
+        assert e.value.file == f"{path}:a.npy"
+    path = tmp_path / "sizes.npz"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("a.npy", _npy((1 << 20,), bytes(1 << 20), "|u1"))  # 1 MiB of zeros
+    with open_source(str(path)) as source:  # well formed: converts
+        assert source.read(source.leaves[0]).sum() == 0
+    monkeypatch.setattr(conv, "LIMITS", dataclasses.replace(conv.LIMITS, max_array_bytes=1000))
+    with pytest.raises(ockpt.FormatError, match="size limit") as e:
+        open_source(str(path))
+    assert e.value.file == f"{path}:a.npy"
+    monkeypatch.undo()
+    compressed = zipfile.ZipFile(path).getinfo("a.npy").compress_size
+    cases = {
+        "more bytes than the file holds": {"compressed": path.stat().st_size + 1},
+        "more bytes than its stored bytes can hold": {"size": 1033 * compressed + 1024},
+    }
+    for message, sizes in cases.items():
+        bad = tmp_path / "bad.npz"
+        bad.write_bytes(path.read_bytes())
+        _set_central_sizes(bad, **sizes)
+        with pytest.raises(ockpt.FormatError, match=message) as e:
+            open_source(str(bad))
+        assert e.value.file == f"{bad}:a.npy"
+
+
+def test_pt_temporary_file_is_removed_when_torch_save_fails(tmp_path, monkeypatch):
+    torch = pytest.importorskip("torch")
+
+    def failing_save(obj, f):
+        with open(f, "wb") as out:
+            out.write(b"partial")
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(torch, "save", failing_save)
+    with pytest.raises(RuntimeError, match="disk full"):
+        convert(str(CASES / "nested" / "checkpoint"), str(tmp_path / "m.pt"),
+                skip_unsupported=True, progress=False)  # fmt: skip
+    assert os.listdir(tmp_path) == []

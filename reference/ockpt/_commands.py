@@ -203,6 +203,16 @@ def _cmd_convert(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _shard_size(text: str) -> int:
+    """--max-shard-size as bytes; a bad size is a usage error naming the option (exit 2)."""
+    from .convert import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def _convert_rules(args: argparse.Namespace) -> Any:
     """--rules files first, then --rename / --transpose / --dtype (`ockpt.convert_rules`)."""
     from .convert_rules import Rules, load_rules_file, parse_rules
@@ -355,6 +365,7 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--sep", choices=(".", "/"), default=".", help="key separator (default .)")
     p.add_argument(
         "--max-shard-size",
+        type=_shard_size,
         help="shard safetensors output, e.g. 5GB (decimal) or 500MiB; --to hf: default 5GB",
     )
     p.add_argument(

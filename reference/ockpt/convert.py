@@ -48,16 +48,27 @@ it has that holds every value exactly (bfloat16, float8, float4 -> float32; int4
 int8): bfloat16 by its bits (NaN payloads too), the others through ml_dtypes (NaN stays NaN,
 though a NaN's payload bits may not). Rules and `widen` do not apply to an Orbax output.
 
-Outputs: an existing output file (or a folder's weight files) is replaced only with
-`overwrite`, as `ockpt cp` does; the refusal names the command-line flag. The format is
-`dst_format` or the output's suffix; from an Orbax source, an unknown suffix
-(``model.safetensor``) is a `ValueError` listing the known ones.
+Outputs: an existing output file (or a folder's weight files, or its config.json with
+`config`) is replaced only with `overwrite`, as `ockpt cp` does; the refusal names the
+command-line flag. Every safetensors file is written under a temporary name first and renamed
+into place only when all are written: the old index is removed first and the new one renamed
+in last, so an interrupted overwrite leaves the old model, the new one, or no index, never an
+index naming shards of two conversions. `config` is read and checked before anything is
+written. The format is `dst_format` or the output's suffix, never what a folder holds: an
+existing folder of safetensors files is a `ValueError` asking for ``--to hf``; from an Orbax
+source, an unknown suffix (``model.safetensor``) is a `ValueError` listing the known ones.
+
+Inputs are untrusted: an index's ``weight_map`` may name only plain file names in its own
+folder; an .npz member's .npy header must describe exactly the member's declared size, which
+must lie within the file (for a deflated member, within what DEFLATE can expand its stored
+bytes to) and within `LIMITS.max_array_bytes`, so no extraction or mapping reaches past it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
 import shutil
@@ -72,7 +83,13 @@ import numpy as np
 
 from . import dtypes
 from .convert_rules import Rules
-from .errors import FormatError, NotACheckpointError, UnsupportedError, WriteConflictError
+from .errors import (
+    FormatError,
+    NotACheckpointError,
+    OckptError,
+    UnsupportedError,
+    WriteConflictError,
+)
 from .kv import is_url
 from .kv.files import open_regular, read_file
 from .limits import LIMITS
@@ -273,6 +290,33 @@ def _read_header(path: str) -> tuple[int, dict[str, Any]]:
         return 8 + n, json.loads(f.read(n))
 
 
+def _index_files(path: str) -> set[str]:
+    """The shard file names a ``*.safetensors.index.json`` names. Each must be a plain file
+    name in the index's own folder (no ``/``, ``\\``, ``..`` or NUL), so a crafted index
+    cannot pull in other safetensors files on the disk."""
+    data = read_file(path, limit=LIMITS.max_json_bytes, rule="JSON-003")
+    try:
+        index = json.loads(data)
+    except ValueError as e:  # not UTF-8 or not JSON
+        raise FormatError(f"not a JSON document: {e}", file=path) from None
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict):
+        raise FormatError("no weight_map object", file=path, pointer="/weight_map")
+    for key, name in weight_map.items():
+        if not isinstance(name, str) or not _plain_file_name(name):
+            raise FormatError(
+                f"weight_map names {name!r}, not a file name in the index's folder",
+                file=path,
+                pointer=f"/weight_map/{key}",
+            )
+    return set(weight_map.values())
+
+
+def _plain_file_name(name: str) -> bool:
+    """Whether `name` is one file name, with no path separator, parent or NUL."""
+    return name not in ("", ".", "..") and not any(c in name for c in "/\\\0")
+
+
 class SafetensorsSource(Source):
     """One ``.safetensors`` file, or the shards named by a ``*.safetensors.index.json``. Each
     file is first opened with the safetensors library (which validates its header); tensors
@@ -286,9 +330,8 @@ class SafetensorsSource(Source):
         self.path = path
         files = [path]
         if path.endswith(".json"):
-            index = json.loads(read_file(path, limit=LIMITS.max_json_bytes, rule="JSON-003"))
             base = os.path.dirname(path)
-            files = sorted({os.path.join(base, f) for f in index["weight_map"].values()})
+            files = sorted({os.path.join(base, f) for f in _index_files(path)})
         codes = _safetensors_dtypes()
         self.leaves, self.empties, self.metadata = [], [], {}
         seen: dict[str, str] = {}
@@ -331,24 +374,35 @@ class NpzSource(Source):
         self.leaves, self.empties = [], []
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         with _open(path) as raw, zipfile.ZipFile(raw) as zf:
+            size = os.fstat(raw.fileno()).st_size
             for info in zf.infolist():
                 if not info.filename.endswith(".npy"):
                     continue
                 name = info.filename[: -len(".npy")]
+                where = f"{path}:{info.filename}"
+                _check_member(info, size, where)
                 with zf.open(info) as f:
-                    shape, fortran, dtype, header = _npy_header(f, f"{path}:{info.filename}")
+                    shape, fortran, dtype, header = _npy_header(f, where)
+                _check_member_data(info, header, shape, dtype, where)
                 kind = "string" if dtype.kind == "U" else "array"
                 ref = (info, fortran, header)
                 self.leaves.append(Leaf(_split(name, sep), kind, shape, dtype, ref))
 
     def _file(self, leaf: Leaf) -> tuple[str, int]:
         info, _, header = leaf.ref
+        where = f"{self.path}:{info.filename}"
         if info.compress_type == zipfile.ZIP_STORED:
             with _open(self.path) as f:
                 f.seek(info.header_offset)
                 local = f.read(30)
-                n, m = struct.unpack("<HH", local[26:30])
-            return self.path, info.header_offset + 30 + n + m + header
+                size = os.fstat(f.fileno()).st_size
+            if len(local) < 30 or local[:4] != b"PK\x03\x04":
+                raise FormatError("no zip local file header at its offset", file=where)
+            n, m = struct.unpack("<HH", local[26:30])
+            start = info.header_offset + 30 + n + m
+            if start + info.compress_size > size:  # the .npy header + data: `_check_member_data`
+                raise FormatError("zip member runs past the end of the file", file=where, got=size)
+            return self.path, start + header
         if self._tmp is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="ockpt-npz-")
         out = os.path.join(self._tmp.name, f"{len(os.listdir(self._tmp.name))}.npy")
@@ -358,7 +412,13 @@ class NpzSource(Source):
             zf.open(info) as src,
             open(out, "wb") as dst,
         ):
-            shutil.copyfileobj(src, dst, 1 << 20)
+            left = info.file_size  # checked: the .npy header + data, within limits
+            while left:
+                block = src.read(min(left, 1 << 20))
+                if not block:
+                    raise FormatError("zip member ends before its declared size", file=where)
+                dst.write(block)
+                left -= len(block)
         return out, header
 
     def mapped(self, leaf: Leaf) -> Any:
@@ -383,6 +443,56 @@ class NpzSource(Source):
             self._tmp = None
 
 
+#: DEFLATE's largest expansion (258 bytes from one code of about 2 bits: 1032 to 1).
+_DEFLATE_RATIO = 1032
+
+
+def _check_member(info: zipfile.ZipInfo, size: int, where: str) -> None:
+    """Refuse a zip member whose declared sizes the archive cannot back: stored or deflated
+    only, its compressed bytes within the file's `size`, and (deflated) no more decompressed
+    bytes than DEFLATE can make of them, so extraction is bounded by the file's size."""
+    if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+        raise UnsupportedError(f"{where}: zip compression method {info.compress_type}")
+    if info.header_offset + info.compress_size > size:
+        raise FormatError(
+            "zip member declares more bytes than the file holds",
+            file=where,
+            expected=f"<= {size - info.header_offset}",
+            got=info.compress_size,
+        )
+    stored = info.compress_type == zipfile.ZIP_STORED
+    most = info.compress_size if stored else _DEFLATE_RATIO * info.compress_size + 1024
+    if info.file_size > most:
+        raise FormatError(
+            "zip member declares more bytes than its stored bytes can hold",
+            file=where,
+            expected=f"<= {most}",
+            got=info.file_size,
+        )
+
+
+def _check_member_data(
+    info: zipfile.ZipInfo, header: int, shape: tuple[int, ...], dtype: np.dtype, where: str
+) -> None:
+    """The .npy header's shape and dtype must describe exactly the member's bytes, within the
+    array size limit: a stored member is then never mapped past its own end."""
+    nbytes = math.prod(shape) * dtype.itemsize  # Python ints: no overflow
+    if nbytes > LIMITS.max_array_bytes:
+        raise FormatError(
+            "array larger than the array size limit",
+            file=where,
+            expected=f"<= {LIMITS.max_array_bytes}",
+            got=nbytes,
+        )
+    if header + nbytes != info.file_size:
+        raise FormatError(
+            "the .npy header's shape and dtype do not match the member's size",
+            file=where,
+            expected=header + nbytes,
+            got=info.file_size,
+        )
+
+
 def _npy_header(f: Any, where: str) -> tuple[tuple[int, ...], bool, np.dtype, int]:
     version = np.lib.format.read_magic(f)
     if version == (1, 0):
@@ -399,16 +509,24 @@ def _npy_header(f: Any, where: str) -> tuple[tuple[int, ...], bool, np.dtype, in
     return tuple(shape), bool(fortran), dtype, f.tell()
 
 
-def guess_format(path: str) -> str:
-    """The format a path names: by suffix, else by contents; default "orbax"."""
-    text = str(path).rstrip("/")
-    lower = text.lower()
+def _suffix_format(path: str) -> str | None:
+    """The format a path's suffix names, or None."""
+    lower = str(path).rstrip("/").lower()
     if lower.endswith((".safetensors", _INDEX_SUFFIX)):
         return "safetensors"
     if lower.endswith(".npz"):
         return "npz"
     if lower.endswith((".pt", ".pth", ".bin")):
         return "pt"
+    return None
+
+
+def guess_format(path: str) -> str:
+    """The format a path names: by suffix, else by contents; default "orbax"."""
+    text = str(path).rstrip("/")
+    by_suffix = _suffix_format(text)
+    if by_suffix is not None:
+        return by_suffix
     if os.path.isdir(text):
         index = [n for n in os.listdir(text) if n.endswith(_INDEX_SUFFIX)]
         plain = [n for n in os.listdir(text) if n.endswith(".safetensors")]
@@ -459,7 +577,7 @@ def parse_size(text: str | int) -> int:
     """``"5GB"`` -> 5*10**9, ``"500MiB"`` -> 500*2**20, ``"1000"`` -> 1000 (as Hugging Face)."""
     if isinstance(text, int):
         return text
-    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGT]?I?B?)\s*", text.upper())
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*((?:[KMGT]I?)?B?)\s*", text.upper())
     if m is None:
         raise ValueError(f"not a size: {text!r} (for example 5GB, 500MB, 2GiB or 1000000)")
     unit = m.group(2).rstrip("B")
@@ -745,55 +863,93 @@ def _metadata(
 
 
 def _write_safetensors(
-    source: Source, plan: _SafetensorsPlan, metadata: dict[str, str] | None, *, bar
+    source: Source,
+    plan: _SafetensorsPlan,
+    metadata: dict[str, str] | None,
+    *,
+    stale: Sequence[str] = (),
+    bar: Any,
 ) -> list[str]:
-    weight_map: dict[str, str] = {}
-    for file, shard in plan.shards:
-        # Largest items first keeps every tensor aligned to its item size (as the library does).
-        shard = sorted(shard, key=lambda t: -(t.dtype.itemsize if t.dtype else 0))
-        header: dict[str, Any] = {"__metadata__": metadata} if metadata else {}
-        offset = 0
-        for target in shard:
-            assert target.dtype is not None
-            end = offset + target.nbytes
-            header[target.name] = {
-                "dtype": _safetensors_code(target.dtype),
-                "shape": list(target.shape),
-                "data_offsets": [offset, end],
-            }
-            offset = end
-            weight_map[target.name] = os.path.basename(file)
-        text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-        text += b" " * (-len(text) % 8)
-        os.makedirs(os.path.dirname(file) or ".", exist_ok=True)
-        tmp = _atomic_path(file)
-        with _removed_on_error(tmp), open(tmp, "wb") as f:
-            f.write(struct.pack("<Q", len(text)))
-            f.write(text)
-            for target in shard:
-                for block in _target_blocks(source, target):
-                    f.write(_bytes_of(block))
-                    bar.update(block.nbytes)
-        from safetensors import safe_open
+    """Write the planned files under temporary names, then put them in place
+    (`_put_in_place`, which also removes the `stale` weight files of an earlier conversion).
+    Nothing of the old output changes until every new file is written; on failure the
+    temporary files are removed."""
+    from safetensors import safe_open
 
-        with safe_open(tmp, framework="numpy") as check:  # the library checks what we wrote
-            if set(check.keys()) != {t.name for t in shard}:
-                raise AssertionError(f"{tmp}: written tensors do not match the plan")
-        os.replace(tmp, file)
-    if plan.index is not None:
-        total = sum(t.nbytes for _, shard in plan.shards for t in shard)
-        index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
-        tmp = _atomic_path(plan.index)
-        with _removed_on_error(tmp), open(tmp, "w", encoding="utf-8") as f:
-            json.dump(index, f, indent=2, ensure_ascii=False)
-            f.write("\n")
-        os.replace(tmp, plan.index)
+    weight_map: dict[str, str] = {}
+    written: list[str] = []
+    try:
+        for file, shard in plan.shards:
+            # Largest items first keeps every tensor aligned to its item size (as the library).
+            shard = sorted(shard, key=lambda t: -(t.dtype.itemsize if t.dtype else 0))
+            header: dict[str, Any] = {"__metadata__": metadata} if metadata else {}
+            offset = 0
+            for target in shard:
+                assert target.dtype is not None
+                end = offset + target.nbytes
+                header[target.name] = {
+                    "dtype": _safetensors_code(target.dtype),
+                    "shape": list(target.shape),
+                    "data_offsets": [offset, end],
+                }
+                offset = end
+                weight_map[target.name] = os.path.basename(file)
+            text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+            text += b" " * (-len(text) % 8)
+            os.makedirs(os.path.dirname(file) or ".", exist_ok=True)
+            tmp = _atomic_path(file)
+            written.append(tmp)
+            with open(tmp, "wb") as f:
+                f.write(struct.pack("<Q", len(text)))
+                f.write(text)
+                for target in shard:
+                    for block in _target_blocks(source, target):
+                        f.write(_bytes_of(block))
+                        bar.update(block.nbytes)
+            with safe_open(tmp, framework="numpy") as check:  # the library checks what we wrote
+                if set(check.keys()) != {t.name for t in shard}:
+                    raise OckptError(f"{tmp}: written tensors do not match the plan")
+        if plan.index is not None:
+            total = sum(t.nbytes for _, shard in plan.shards for t in shard)
+            index = {
+                "metadata": {"total_size": total},
+                "weight_map": dict(sorted(weight_map.items())),
+            }
+            tmp = _atomic_path(plan.index)
+            written.append(tmp)
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(index, f, indent=2, ensure_ascii=False)
+                f.write("\n")
+        _put_in_place(plan, stale)
+    except BaseException:
+        for tmp in written:  # those not yet renamed
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
+        raise
     return plan.files
+
+
+def _put_in_place(plan: _SafetensorsPlan, stale: Sequence[str]) -> None:
+    """Rename the written temporary files into place so that at every instant an index in
+    the output names only complete files of one conversion, or there is no index: the old
+    index goes first (and the `stale` files, index files among them first), then the shards
+    are renamed in, the new index last. A crash in between leaves no index, which loaders
+    refuse loudly, never a mix of old and new shards that looks complete. A single file is
+    replaced in one rename."""
+    if plan.index is not None and os.path.lexists(plan.index):
+        os.remove(plan.index)
+    for path in sorted(stale, key=lambda p: not p.endswith(_INDEX_SUFFIX)):
+        os.remove(path)
+    for file, _ in plan.shards:
+        os.replace(_atomic_path(file), file)
+    if plan.index is not None:
+        os.replace(_atomic_path(plan.index), plan.index)
 
 
 #: The weight files of a Hugging Face folder (`--to hf`): one, or shards and their index.
 _HF_WEIGHTS = re.compile(r"model(-\d{5}-of-\d{5})?\.safetensors|model\.safetensors\.index\.json")
 _HF_FILE = "model.safetensors"
+_HF_CONFIG = "config.json"
 #: huggingface_hub's default ``max_shard_size`` (transformers 4.x's too; 5.x's is 50GB).
 HF_MAX_SHARD_SIZE = "5GB"
 
@@ -807,16 +963,25 @@ def _hf_stale(outdir: str, plan: _SafetensorsPlan) -> list[str]:
     return [os.path.join(outdir, n) for n in names]
 
 
-def _copy_config(config: str, outdir: str) -> str:
-    """`config` (a JSON object, as from_pretrained needs it) copied to OUTDIR/config.json."""
-    data = read_file(config, limit=LIMITS.max_json_bytes, rule="JSON-003")
+def _read_config(config: str) -> bytes:
+    """The bytes of `config`, checked before anything is written: a regular file within the
+    JSON size limit that parses as a JSON object (as from_pretrained needs it)."""
+    try:
+        data = read_file(config, limit=LIMITS.max_json_bytes, rule="JSON-003")
+    except (FileNotFoundError, NotADirectoryError):
+        raise ValueError(f"--config {config}: no such file") from None
     try:
         ok = isinstance(json.loads(data), dict)
     except ValueError:
         ok = False
     if not ok:
         raise ValueError(f"--config {config}: not a JSON object")
-    dst = os.path.join(outdir, "config.json")
+    return data
+
+
+def _copy_config(data: bytes, outdir: str) -> str:
+    """`data` (checked by `_read_config`) written to OUTDIR/config.json."""
+    dst = os.path.join(outdir, _HF_CONFIG)
     tmp = _atomic_path(dst)
     with _removed_on_error(tmp), open(tmp, "wb") as f:
         f.write(data)
@@ -879,9 +1044,10 @@ def _write_pt(source: Source, targets: list[_Target], dst: str, *, bar) -> list[
             flat = torch.from_file(file, shared=True, size=count, dtype=tdtype)
             state[target.name] = flat.reshape(target.shape)
         tmp = _atomic_path(dst)
-        torch.save(state, tmp)
-        state.clear()
-        os.replace(tmp, dst)
+        with _removed_on_error(tmp):
+            torch.save(state, tmp)
+            state.clear()
+            os.replace(tmp, dst)
     return [dst]
 
 
@@ -970,13 +1136,21 @@ _KNOWN_OUTPUTS = (
 
 
 def _output_format(src: str, dst: str, src_format: str | None, dst_format: str | None) -> str:
-    """The output format: `dst_format`, else by `dst`'s suffix. An Orbax source makes an
-    unknown suffix (``model.safetensor``) a usage error rather than an Orbax output."""
+    """The output format: `dst_format`, else by `dst`'s suffix only (never by what a folder
+    holds). An existing folder of safetensors files (a Hugging Face folder) is a usage error
+    naming ``--to hf``, not a guess: it is neither one ``.safetensors`` file nor an Orbax
+    checkpoint. An Orbax source makes an unknown suffix (``model.safetensor``) a usage error
+    rather than an Orbax output."""
     if dst_format is not None:
         if dst_format not in FORMATS:
             raise ValueError(f"unknown output format {dst_format!r}; known: {', '.join(FORMATS)}")
         return dst_format
-    fmt = guess_format(dst)
+    fmt = _suffix_format(dst) or "orbax"
+    if fmt == "orbax" and not is_url(dst) and guess_format(dst) == "safetensors":
+        raise ValueError(
+            f"{dst}: a folder of safetensors files; pass --to hf to write a Hugging Face folder "
+            "there (or --to FORMAT)"
+        )
     if fmt == "orbax" and (src_format or guess_format(src)) == "orbax":
         suffix = os.path.splitext(os.path.basename(dst.rstrip("/")))[1]
         if suffix:
@@ -1045,6 +1219,7 @@ def convert(
         shard = parse_size(HF_MAX_SHARD_SIZE)
     if config is not None and out_fmt != "hf":
         raise ValueError("--config applies to --to hf only")
+    config_data = None if config is None else _read_config(config)
     if out_fmt == "orbax" and (rules or widen):
         raise UnsupportedError("--rename, --transpose, --dtype and --widen apply to flat outputs")
     with open_source(src, format=src_format, sep=sep, step=step, item=item) as source:
@@ -1072,6 +1247,8 @@ def convert(
             _refuse_existing(files, overwrite=overwrite)
             if out_fmt == "hf":
                 _refuse_existing(_hf_stale(dst, plan) if plan else [], overwrite=overwrite)
+            if config is not None:
+                _refuse_existing([os.path.join(dst, _HF_CONFIG)], overwrite=overwrite)
         if dry_run:
             mapping = _mapping(targets, plan, files, sep)
         else:
@@ -1086,7 +1263,7 @@ def convert(
                 layout=layout,
                 overwrite=overwrite,
                 progress=progress,
-                config=config,
+                config=config_data,
             )
     return ConvertResult(
         out_fmt,
@@ -1136,7 +1313,7 @@ def _write(
     layout: str,
     overwrite: bool,
     progress: bool,
-    config: str | None,
+    config: bytes | None,
 ) -> list[str]:
     """Write the planned output (locally, or to a temporary directory and then upload it)."""
     from . import _progress
@@ -1151,12 +1328,12 @@ def _write(
         with _progress.bar(total, fmt, enabled=progress) as bar:
             if plan is not None:
                 base = {"format": "pt"} if fmt == "hf" else {}  # as save_pretrained writes
-                files = _write_safetensors(source, plan, _metadata(source, targets, base), bar=bar)
-                if fmt == "hf":
-                    for stale in _hf_stale(local, plan):  # --overwrite: a folder of one model
-                        os.remove(stale)
-                    if config is not None:
-                        files.append(_copy_config(config, local))
+                metadata = _metadata(source, targets, base)
+                # --overwrite of a Hugging Face folder: a folder holds one model's weights
+                stale = _hf_stale(local, plan) if fmt == "hf" else []
+                files = _write_safetensors(source, plan, metadata, stale=stale, bar=bar)
+                if config is not None:
+                    files.append(_copy_config(config, local))
             elif fmt == "npz":
                 files = _write_npz(source, targets, local, bar=bar)
             elif fmt == "pt":
