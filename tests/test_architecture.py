@@ -39,9 +39,9 @@ OPENS_ALLOWED = {
     ("convert.py", "_write_pt"): "the converter's output file",
     ("convert.py", "_copy_config"): "the converter's output file (config.json, --to hf)",
     ("convert.py", "_hf_stale"): "lists the output folder for an earlier conversion's shards",
-    ("convert.py", "NpzSource._file"): "a temporary file the converter made",
-    ("convert.py", "guess_format"): "lists the user's path to tell its format (no open)",
-    ("convert.py", "open_source"): "lists the user's path to tell its format (no open)",
+    ("sources.py", "NpzSource._file"): "a temporary file the source made (a deflated member)",
+    ("sources.py", "guess_format"): "lists the user's path to tell its format (no open)",
+    ("sources.py", "open_source"): "lists the user's path to tell its format (no open)",
     ("transfer.py", "put_file"): "uploads a local file the user names, not a checkpoint's",
     ("schema.py", "_load"): "the package's own JSON Schemas",
     ("limits.py", "_system_file"): "the system's /proc and cgroup memory figures",
@@ -52,7 +52,7 @@ OPENS_ALLOWED = {
     ("conformance/command.py", "CommandAdapter._json"): "what a command reader wrote into {out}",
     ("conformance/export.py", "_schema_text"): "the package's own JSON Schemas",
     ("conformance/export.py", "spec_version"): "the spec's README, for its version",
-    ("convert.py", "_memmap"): "maps a file opened through kv.files (`_open`)",
+    ("sources.py", "_memmap"): "maps a file opened through kv.files (`_open`)",
 }
 
 

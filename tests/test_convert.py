@@ -18,8 +18,9 @@ import pytest
 
 import ockpt
 from conftest import FIXTURES
-from ockpt.convert import convert, open_source, parse_size
+from ockpt.convert import convert, parse_size
 from ockpt.errors import UnsupportedError
+from ockpt.sources import open_source
 
 safetensors = pytest.importorskip("safetensors")
 from safetensors import safe_open  # noqa: E402
@@ -575,7 +576,7 @@ def test_npz_members_are_bounded_by_their_own_bytes(tmp_path, monkeypatch):
     FormatErrors naming the member, before anything is extracted."""
     import dataclasses
 
-    import ockpt.convert as conv
+    import ockpt.sources as sources
 
     good = _npy((2,), np.arange(2, dtype="<f8").tobytes())
     for method in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
@@ -591,7 +592,8 @@ def test_npz_members_are_bounded_by_their_own_bytes(tmp_path, monkeypatch):
         zf.writestr("a.npy", _npy((1 << 20,), bytes(1 << 20), "|u1"))  # 1 MiB of zeros
     with open_source(str(path)) as source:  # well formed: converts
         assert source.read(source.leaves[0]).sum() == 0
-    monkeypatch.setattr(conv, "LIMITS", dataclasses.replace(conv.LIMITS, max_array_bytes=1000))
+    limits = dataclasses.replace(sources.LIMITS, max_array_bytes=1000)
+    monkeypatch.setattr(sources, "LIMITS", limits)
     with pytest.raises(ockpt.FormatError, match="size limit") as e:
         open_source(str(path))
     assert e.value.file == f"{path}:a.npy"

@@ -23,6 +23,7 @@ import ockpt
 import ockpt.convert as conv
 from conftest import FIXTURES, ROOT
 from ockpt.convert_rules import load_rules_file, parse_rules
+from ockpt.sources import OrbaxSource
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("safetensors")
@@ -242,13 +243,13 @@ def test_transpose_streams_in_column_blocks_along_whole_chunks(tmp_path, monkeyp
     assert ockpt.open(tmp_path / "ck").metadata["k"].chunk_shape == (32, 64)
     monkeypatch.setattr(conv, "BLOCK_BYTES", 20_000)  # 78 columns of 256 B: 64, one chunk
     reads: list[tuple] = []  # the index of every read of the source
-    real_read = conv.OrbaxSource.read
+    real_read = OrbaxSource.read
 
     def read(self, leaf, index=...):
         reads.append(index)
         return real_read(self, leaf, index)
 
-    monkeypatch.setattr(conv.OrbaxSource, "read", read)
+    monkeypatch.setattr(OrbaxSource, "read", read)
     conv.convert(
         str(tmp_path / "ck"), str(tmp_path / "t.npz"), rules=parse_rules(transpose=["^k$"]),
         progress=False,

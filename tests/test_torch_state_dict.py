@@ -11,7 +11,7 @@ import pytest
 
 import ockpt
 from ockpt import dtypes
-from ockpt.convert import OrbaxSource
+from ockpt.sources import OrbaxSource
 from ockpt.torch.runtime import import_torch
 from ockpt.torch.state_dict import WIDE_NAMES, to_tensor
 

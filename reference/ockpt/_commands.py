@@ -137,8 +137,8 @@ def _print_item(args: argparse.Namespace, name: str, kind: str, value: Any) -> i
 
 @_guard
 def _cmd_diff(args: argparse.Namespace) -> int:
-    from .convert import open_source
     from .diff import diff
+    from .sources import open_source
 
     if args.rtol < 0 or args.atol < 0:
         raise ValueError("--rtol and --atol must be >= 0")

@@ -58,17 +58,13 @@ written. The format is `dst_format` or the output's suffix, never what a folder 
 existing folder of safetensors files is a `ValueError` asking for ``--to hf``; from an Orbax
 source, an unknown suffix (``model.safetensor``) is a `ValueError` listing the known ones.
 
-Inputs are untrusted: an index's ``weight_map`` may name only plain file names in its own
-folder; an .npz member's .npy header must describe exactly the member's declared size, which
-must lie within the file (for a deflated member, within what DEFLATE can expand its stored
-bytes to) and within `LIMITS.max_array_bytes`, so no extraction or mapping reaches past it.
+Inputs are read through `ockpt.sources`, which treats them as untrusted.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import re
 import shutil
@@ -76,497 +72,41 @@ import struct
 import tempfile
 import zipfile
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import Any, BinaryIO
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from . import dtypes
 from .convert_rules import Rules
-from .errors import (
-    FormatError,
-    NotACheckpointError,
-    OckptError,
-    UnsupportedError,
-    WriteConflictError,
-)
+from .errors import OckptError, UnsupportedError, WriteConflictError
 from .kv import is_url
-from .kv.files import open_regular, read_file
+from .kv.files import read_file
 from .limits import LIMITS
-from .names import CHECKPOINT_METADATA_FILE
 from .paths import leaf_name, select_paths
+from .sources import (
+    BLOCK_BYTES,
+    INDEX_SUFFIX,
+    Leaf,
+    Source,
+    guess_format,
+    open_source,
+    safetensors_code,
+    suffix_format,
+)
 
 __all__ = [
     "FORMATS",
-    "Leaf",
-    "Source",
-    "OrbaxSource",
-    "SafetensorsSource",
-    "NpzSource",
-    "open_source",
-    "guess_format",
     "parse_size",
     "convert",
     "ConvertResult",
-    "BLOCK_BYTES",
     "HF_MAX_SHARD_SIZE",
 ]
 
 #: Output formats; "hf" is a Hugging Face folder of safetensors weights (input: "safetensors").
 FORMATS = ("orbax", "safetensors", "npz", "pt", "hf")
-#: The largest block read from a source and written to a sink at once.
-BLOCK_BYTES = 64 << 20
-_INDEX_SUFFIX = ".safetensors.index.json"
 #: dtypes .npy describes natively (no ml_dtypes extension types).
 _NUMPY_NAMES = tuple(n for n in dtypes.SUPPORTED if n not in dtypes.EXTENSION_NAMES)
-
-
-# ---------------------------------------------------------------------------------------------
-# Leaves and sources.
-
-
-@dataclass(frozen=True)
-class Leaf:
-    """One leaf of a source: its key path, and for arrays its shape and dtype."""
-
-    key: tuple[str, ...]
-    kind: str  # "array" or "string"
-    shape: tuple[int, ...] = ()
-    dtype: np.dtype | None = None
-    ref: Any = field(default=None, compare=False, repr=False)  # the source's own handle
-    random_key_impl: str | None = None  # a typed PRNG key: the leaf is its uint32 key data
-    chunk_shape: tuple[int, ...] | None = None  # the stored chunks, where the source has them
-
-    @property
-    def nbytes(self) -> int:
-        if self.dtype is None:
-            return 0
-        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
-
-    def name(self, sep: str) -> str:
-        return sep.join(self.key)
-
-
-class Source:
-    """Leaves to read: `leaves`, `empties` (key, kind) of empty containers / None, `read`."""
-
-    format = ""
-    path = ""
-    leaves: list[Leaf]
-    empties: list[tuple[tuple[str, ...], str]]
-
-    def read(self, leaf: Leaf, index: Any = ...) -> Any:
-        raise NotImplementedError
-
-    def blocks(self, leaf: Leaf, max_bytes: int | None = None) -> Iterator[np.ndarray]:
-        """The leaf's values as C-ordered blocks along its first axis (`BLOCK_BYTES` each)."""
-        max_bytes = BLOCK_BYTES if max_bytes is None else max_bytes
-        if leaf.nbytes <= max_bytes or len(leaf.shape) == 0 or leaf.shape[0] == 0:
-            yield np.ascontiguousarray(self.read(leaf))
-            return
-        rows = max(1, max_bytes // max(1, leaf.nbytes // leaf.shape[0]))
-        for start in range(0, leaf.shape[0], rows):
-            yield np.ascontiguousarray(self.read(leaf, (slice(start, start + rows),)))
-
-    def mapped(self, leaf: Leaf) -> Any:
-        """The whole leaf, file-backed where the format allows (for `ockpt.save_pytree`)."""
-        return self.read(leaf)
-
-    def close(self) -> None:
-        pass
-
-    def __enter__(self) -> Source:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-class OrbaxSource(Source):
-    """A pytree item of an Orbax checkpoint (item, v1 checkpoint, step or manager root;
-    local or a kvstore URL), read lazily through `ockpt.open`."""
-
-    format = "orbax"
-
-    def __init__(self, path: Any, *, step: int | None = None, item: str | None = None) -> None:
-        from .reader import open as open_checkpoint
-
-        self.ckpt = open_checkpoint(path, step=step, item=item)
-        self.path = self.ckpt.path
-        self.leaves = []
-        self.empties = []
-        self._walk(self.ckpt.metadata, ())
-
-    def _walk(self, node: Any, key: tuple[str, ...]) -> None:
-        if isinstance(node, dict):
-            if not node:
-                self.empties.append((key, "dict"))
-            for k, v in node.items():
-                self._walk(v, key + (str(k),))
-        elif isinstance(node, (list, tuple)):
-            if not node:
-                self.empties.append((key, type(node).__name__))
-            for i, v in enumerate(node):
-                self._walk(v, key + (str(i),))
-        elif node is None:
-            self.empties.append((key, "None"))
-        elif node.dtype is None:
-            self.leaves.append(Leaf(key, "string", ref=node))
-        else:
-            self.leaves.append(
-                Leaf(
-                    key,
-                    "array",
-                    tuple(node.shape),
-                    np.dtype(node.dtype),
-                    node,
-                    random_key_impl=node.random_key_impl,
-                    chunk_shape=tuple(node.chunk_shape) if node.chunk_shape else None,
-                )
-            )
-
-    def read(self, leaf: Leaf, index: Any = ...) -> Any:
-        value = self.ckpt[leaf.key]
-        if leaf.kind == "string" or isinstance(value, (str, bytes)):
-            return value
-        return np.asarray(value[index])
-
-    def close(self) -> None:
-        self.ckpt.close()
-
-
-def _split(name: str, sep: str) -> tuple[str, ...]:
-    return tuple(name.split(sep)) if sep else (name,)
-
-
-def _open(path: str) -> BinaryIO:
-    """An input file opened through the one hardened open (regular files only, PATH-005)."""
-    return os.fdopen(open_regular(path), "rb")
-
-
-def _memmap(path: str, dtype: np.dtype, offset: int, shape: tuple[int, ...], order="C"):  # type: ignore[no-untyped-def]
-    if int(np.prod(shape, dtype=np.int64)) == 0:
-        return np.empty(shape, dtype)
-    with _open(path) as f:  # the map outlives the file object
-        if not shape:
-            return np.memmap(f, dtype=dtype, mode="r", offset=offset, shape=(1,)).reshape(())
-        return np.memmap(f, dtype=dtype, mode="r", offset=offset, shape=shape, order=order)
-
-
-def _safetensors_dtypes() -> dict[str, np.dtype]:
-    """safetensors dtype code -> numpy dtype, as the safetensors library maps numpy names."""
-    from safetensors import TensorSpec
-
-    out: dict[str, np.dtype] = {}
-    for dtype in dtypes.SUPPORTED.values():
-        code = _safetensors_code(dtype, TensorSpec)
-        if code is not None:
-            out[code] = dtype
-    return out
-
-
-def _safetensors_code(dtype: np.dtype, spec_class: Any = None) -> str | None:
-    """The safetensors dtype code of a numpy dtype, or None when the format has none."""
-    if spec_class is None:
-        from safetensors import TensorSpec as spec_class
-    try:
-        return str(
-            spec_class(dtype=dtype.name, shape=[1], data_ptr=0, data_len=dtype.itemsize).dtype
-        )
-    except Exception:  # noqa: BLE001 - SafetensorError: "Unknown dtype"
-        return None
-
-
-def _read_header(path: str) -> tuple[int, dict[str, Any]]:
-    with _open(path) as f:
-        head = f.read(8)
-        n = struct.unpack("<Q", head)[0] if len(head) == 8 else -1
-        if not 0 <= n <= LIMITS.max_json_bytes:
-            raise FormatError(
-                "not a safetensors file: no header of a size within the JSON limit",
-                rule="JSON-003",
-                file=path,
-            )
-        return 8 + n, json.loads(f.read(n))
-
-
-def _index_files(path: str) -> set[str]:
-    """The shard file names a ``*.safetensors.index.json`` names. Each must be a plain file
-    name in the index's own folder (no ``/``, ``\\``, ``..`` or NUL), so a crafted index
-    cannot pull in other safetensors files on the disk."""
-    data = read_file(path, limit=LIMITS.max_json_bytes, rule="JSON-003")
-    try:
-        index = json.loads(data)
-    except ValueError as e:  # not UTF-8 or not JSON
-        raise FormatError(f"not a JSON document: {e}", file=path) from None
-    weight_map = index.get("weight_map") if isinstance(index, dict) else None
-    if not isinstance(weight_map, dict):
-        raise FormatError("no weight_map object", file=path, pointer="/weight_map")
-    for key, name in weight_map.items():
-        if not isinstance(name, str) or not _plain_file_name(name):
-            raise FormatError(
-                f"weight_map names {name!r}, not a file name in the index's folder",
-                file=path,
-                pointer=f"/weight_map/{key}",
-            )
-    return set(weight_map.values())
-
-
-def _plain_file_name(name: str) -> bool:
-    """Whether `name` is one file name, with no path separator, parent or NUL."""
-    return name not in ("", ".", "..") and not any(c in name for c in "/\\\0")
-
-
-class SafetensorsSource(Source):
-    """One ``.safetensors`` file, or the shards named by a ``*.safetensors.index.json``. Each
-    file is first opened with the safetensors library (which validates its header); tensors
-    are then memory-mapped at their offsets, so reads touch only the bytes asked for."""
-
-    format = "safetensors"
-
-    def __init__(self, path: str, *, sep: str = ".") -> None:
-        from safetensors import safe_open
-
-        self.path = path
-        files = [path]
-        if path.endswith(".json"):
-            base = os.path.dirname(path)
-            files = sorted({os.path.join(base, f) for f in _index_files(path)})
-        codes = _safetensors_dtypes()
-        self.leaves, self.empties, self.metadata = [], [], {}
-        seen: dict[str, str] = {}
-        for file in files:
-            start, header = _read_header(file)  # first: refuses what is no regular file
-            with safe_open(file, framework="numpy") as f:
-                names = list(f.offset_keys())
-                self.metadata.update(f.metadata() or {})
-            for name in names:
-                info = header[name]
-                if info["dtype"] not in codes:
-                    raise UnsupportedError(
-                        f"{file}: tensor {name!r} has safetensors dtype {info['dtype']}, which "
-                        f"numpy cannot hold (readable: {sorted(codes)})"
-                    )
-                if name in seen:
-                    raise ValueError(f"tensor {name!r} is in both {seen[name]} and {file}")
-                seen[name] = file
-                dtype, shape = codes[info["dtype"]], tuple(info["shape"])
-                ref = (file, start + info["data_offsets"][0])
-                self.leaves.append(Leaf(_split(name, sep), "array", shape, dtype, ref))
-
-    def mapped(self, leaf: Leaf) -> Any:
-        file, offset = leaf.ref
-        assert leaf.dtype is not None
-        return _memmap(file, leaf.dtype, offset, leaf.shape)
-
-    def read(self, leaf: Leaf, index: Any = ...) -> Any:
-        return np.array(self.mapped(leaf)[index])
-
-
-class NpzSource(Source):
-    """A numpy ``.npz`` archive: members stored uncompressed are memory-mapped in place,
-    deflated ones extracted to a temporary file first. Pickled (object) members are refused."""
-
-    format = "npz"
-
-    def __init__(self, path: str, *, sep: str = ".") -> None:
-        self.path = path
-        self.leaves, self.empties = [], []
-        self._tmp: tempfile.TemporaryDirectory[str] | None = None
-        with _open(path) as raw, zipfile.ZipFile(raw) as zf:
-            size = os.fstat(raw.fileno()).st_size
-            for info in zf.infolist():
-                if not info.filename.endswith(".npy"):
-                    continue
-                name = info.filename[: -len(".npy")]
-                where = f"{path}:{info.filename}"
-                _check_member(info, size, where)
-                with zf.open(info) as f:
-                    shape, fortran, dtype, header = _npy_header(f, where)
-                _check_member_data(info, header, shape, dtype, where)
-                kind = "string" if dtype.kind == "U" else "array"
-                ref = (info, fortran, header)
-                self.leaves.append(Leaf(_split(name, sep), kind, shape, dtype, ref))
-
-    def _file(self, leaf: Leaf) -> tuple[str, int]:
-        info, _, header = leaf.ref
-        where = f"{self.path}:{info.filename}"
-        if info.compress_type == zipfile.ZIP_STORED:
-            with _open(self.path) as f:
-                f.seek(info.header_offset)
-                local = f.read(30)
-                size = os.fstat(f.fileno()).st_size
-            if len(local) < 30 or local[:4] != b"PK\x03\x04":
-                raise FormatError("no zip local file header at its offset", file=where)
-            n, m = struct.unpack("<HH", local[26:30])
-            start = info.header_offset + 30 + n + m
-            if start + info.compress_size > size:  # the .npy header + data: `_check_member_data`
-                raise FormatError("zip member runs past the end of the file", file=where, got=size)
-            return self.path, start + header
-        if self._tmp is None:
-            self._tmp = tempfile.TemporaryDirectory(prefix="ockpt-npz-")
-        out = os.path.join(self._tmp.name, f"{len(os.listdir(self._tmp.name))}.npy")
-        with (
-            _open(self.path) as raw,
-            zipfile.ZipFile(raw) as zf,
-            zf.open(info) as src,
-            open(out, "wb") as dst,
-        ):
-            left = info.file_size  # checked: the .npy header + data, within limits
-            while left:
-                block = src.read(min(left, 1 << 20))
-                if not block:
-                    raise FormatError("zip member ends before its declared size", file=where)
-                dst.write(block)
-                left -= len(block)
-        return out, header
-
-    def mapped(self, leaf: Leaf) -> Any:
-        if leaf.kind == "string":
-            return self.read(leaf)
-        file, offset = self._file(leaf)
-        assert leaf.dtype is not None
-        arr = _memmap(file, leaf.dtype, offset, leaf.shape, "F" if leaf.ref[1] else "C")
-        if arr.dtype.byteorder == ">":
-            arr = arr.astype(arr.dtype.newbyteorder("<"))
-        return arr
-
-    def read(self, leaf: Leaf, index: Any = ...) -> Any:
-        if leaf.kind == "string":
-            with _open(self.path) as raw, zipfile.ZipFile(raw) as zf, zf.open(leaf.ref[0]) as f:
-                return str(np.lib.format.read_array(f, allow_pickle=False)[()])
-        return np.array(self.mapped(leaf)[index], order="C")
-
-    def close(self) -> None:
-        if self._tmp is not None:
-            self._tmp.cleanup()
-            self._tmp = None
-
-
-#: DEFLATE's largest expansion (258 bytes from one code of about 2 bits: 1032 to 1).
-_DEFLATE_RATIO = 1032
-
-
-def _check_member(info: zipfile.ZipInfo, size: int, where: str) -> None:
-    """Refuse a zip member whose declared sizes the archive cannot back: stored or deflated
-    only, its compressed bytes within the file's `size`, and (deflated) no more decompressed
-    bytes than DEFLATE can make of them, so extraction is bounded by the file's size."""
-    if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
-        raise UnsupportedError(f"{where}: zip compression method {info.compress_type}")
-    if info.header_offset + info.compress_size > size:
-        raise FormatError(
-            "zip member declares more bytes than the file holds",
-            file=where,
-            expected=f"<= {size - info.header_offset}",
-            got=info.compress_size,
-        )
-    stored = info.compress_type == zipfile.ZIP_STORED
-    most = info.compress_size if stored else _DEFLATE_RATIO * info.compress_size + 1024
-    if info.file_size > most:
-        raise FormatError(
-            "zip member declares more bytes than its stored bytes can hold",
-            file=where,
-            expected=f"<= {most}",
-            got=info.file_size,
-        )
-
-
-def _check_member_data(
-    info: zipfile.ZipInfo, header: int, shape: tuple[int, ...], dtype: np.dtype, where: str
-) -> None:
-    """The .npy header's shape and dtype must describe exactly the member's bytes, within the
-    array size limit: a stored member is then never mapped past its own end."""
-    nbytes = math.prod(shape) * dtype.itemsize  # Python ints: no overflow
-    if nbytes > LIMITS.max_array_bytes:
-        raise FormatError(
-            "array larger than the array size limit",
-            file=where,
-            expected=f"<= {LIMITS.max_array_bytes}",
-            got=nbytes,
-        )
-    if header + nbytes != info.file_size:
-        raise FormatError(
-            "the .npy header's shape and dtype do not match the member's size",
-            file=where,
-            expected=header + nbytes,
-            got=info.file_size,
-        )
-
-
-def _npy_header(f: Any, where: str) -> tuple[tuple[int, ...], bool, np.dtype, int]:
-    version = np.lib.format.read_magic(f)
-    if version == (1, 0):
-        shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
-    else:
-        shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
-    if dtype.hasobject:
-        raise UnsupportedError(f"{where}: a pickled object array (not loaded: unsafe)")
-    if dtype.kind == "V":
-        raise UnsupportedError(
-            f"{where}: raw dtype {dtype.str} (numpy saves bfloat16 and other ml_dtypes types "
-            "as raw bytes, losing the type); convert from safetensors instead"
-        )
-    return tuple(shape), bool(fortran), dtype, f.tell()
-
-
-def _suffix_format(path: str) -> str | None:
-    """The format a path's suffix names, or None."""
-    lower = str(path).rstrip("/").lower()
-    if lower.endswith((".safetensors", _INDEX_SUFFIX)):
-        return "safetensors"
-    if lower.endswith(".npz"):
-        return "npz"
-    if lower.endswith((".pt", ".pth", ".bin")):
-        return "pt"
-    return None
-
-
-def guess_format(path: str) -> str:
-    """The format a path names: by suffix, else by contents; default "orbax"."""
-    text = str(path).rstrip("/")
-    by_suffix = _suffix_format(text)
-    if by_suffix is not None:
-        return by_suffix
-    if os.path.isdir(text):
-        index = [n for n in os.listdir(text) if n.endswith(_INDEX_SUFFIX)]
-        plain = [n for n in os.listdir(text) if n.endswith(".safetensors")]
-        if index or (plain and not os.path.exists(os.path.join(text, CHECKPOINT_METADATA_FILE))):
-            return "safetensors"
-    return "orbax"
-
-
-def open_source(
-    path: str,
-    *,
-    format: str | None = None,  # noqa: A002 - the CLI's word
-    sep: str = ".",
-    step: int | None = None,
-    item: str | None = None,
-) -> Source:
-    """Open a checkpoint or a safetensors / npz file for reading leaf by leaf."""
-    fmt = format or guess_format(path)
-    if fmt == "orbax":
-        return OrbaxSource(path, step=step, item=item)
-    if is_url(path) and not path.startswith("file://"):
-        raise UnsupportedError(f"{path}: {fmt} files are read from local paths only")
-    if path.startswith("file://"):
-        path = path[len("file://") :]
-    if not os.path.exists(path):
-        raise NotACheckpointError(f"{path}: no such file or directory")
-    if fmt == "safetensors":
-        if os.path.isdir(path):
-            index = sorted(n for n in os.listdir(path) if n.endswith(_INDEX_SUFFIX))
-            plain = sorted(n for n in os.listdir(path) if n.endswith(".safetensors"))
-            if len(index) == 1:
-                path = os.path.join(path, index[0])
-            elif len(plain) == 1 and not index:
-                path = os.path.join(path, plain[0])
-            else:
-                raise ValueError(f"{path}: expected one *{_INDEX_SUFFIX} or one .safetensors file")
-        return SafetensorsSource(path, sep=sep)
-    if fmt == "npz":
-        return NpzSource(path, sep=sep)
-    raise UnsupportedError(f"{path}: reading {fmt} files is not supported (only writing)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -642,7 +182,7 @@ _WIDER = ("uint8", "int8", "int16", "float32", "float64")
 def _lacks(fmt: str, dtype: np.dtype) -> str | None:
     """Why the format `fmt` cannot hold `dtype`, or None when it can."""
     name = dtype.name
-    if fmt in ("safetensors", "hf") and _safetensors_code(dtype) is None:
+    if fmt in ("safetensors", "hf") and safetensors_code(dtype) is None:
         return f"safetensors has no dtype {name}"
     if fmt == "npz" and name not in _NUMPY_NAMES:
         return f".npy has no dtype {name} (use safetensors or .pt, which have it, or --widen)"
@@ -834,15 +374,15 @@ def _plan_safetensors(
             size = 0
         groups[-1].append(target)
         size += target.nbytes
-    index_out = dst.endswith(_INDEX_SUFFIX)
+    index_out = dst.endswith(INDEX_SUFFIX)
     base = os.path.dirname(dst)
     stem = os.path.basename(dst)
-    stem = stem[: -len(_INDEX_SUFFIX)] if index_out else stem[: -len(".safetensors")]
+    stem = stem[: -len(INDEX_SUFFIX)] if index_out else stem[: -len(".safetensors")]
     if len(groups) == 1 and not index_out:
         return _SafetensorsPlan([(dst, groups[0])], None)
     n = len(groups)
     names = [os.path.join(base, f"{stem}-{i + 1:05d}-of-{n:05d}.safetensors") for i in range(n)]
-    index = dst if index_out else os.path.join(base, f"{stem}{_INDEX_SUFFIX}")
+    index = dst if index_out else os.path.join(base, f"{stem}{INDEX_SUFFIX}")
     return _SafetensorsPlan(list(zip(names, groups, strict=True)), index)
 
 
@@ -888,7 +428,7 @@ def _write_safetensors(
                 assert target.dtype is not None
                 end = offset + target.nbytes
                 header[target.name] = {
-                    "dtype": _safetensors_code(target.dtype),
+                    "dtype": safetensors_code(target.dtype),
                     "shape": list(target.shape),
                     "data_offsets": [offset, end],
                 }
@@ -938,7 +478,7 @@ def _put_in_place(plan: _SafetensorsPlan, stale: Sequence[str]) -> None:
     replaced in one rename."""
     if plan.index is not None and os.path.lexists(plan.index):
         os.remove(plan.index)
-    for path in sorted(stale, key=lambda p: not p.endswith(_INDEX_SUFFIX)):
+    for path in sorted(stale, key=lambda p: not p.endswith(INDEX_SUFFIX)):
         os.remove(path)
     for file, _ in plan.shards:
         os.replace(_atomic_path(file), file)
@@ -1145,7 +685,7 @@ def _output_format(src: str, dst: str, src_format: str | None, dst_format: str |
         if dst_format not in FORMATS:
             raise ValueError(f"unknown output format {dst_format!r}; known: {', '.join(FORMATS)}")
         return dst_format
-    fmt = _suffix_format(dst) or "orbax"
+    fmt = suffix_format(dst) or "orbax"
     if fmt == "orbax" and not is_url(dst) and guess_format(dst) == "safetensors":
         raise ValueError(
             f"{dst}: a folder of safetensors files; pass --to hf to write a Hugging Face folder "

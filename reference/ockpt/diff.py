@@ -1,7 +1,7 @@
 """``ockpt diff``: structure, dtype, shape and value differences between two checkpoints.
 
 Either side may be an Orbax checkpoint (any layout, local or URL) or a safetensors / npz file
-(`convert.open_source`). Two Orbax checkpoints are matched by key path; otherwise leaves are
+(`sources.open_source`). Two Orbax checkpoints are matched by key path; otherwise leaves are
 matched by their key path joined with `sep`. Values are compared block by block (memory stays
 near one block per side): exactly by default, with NaN equal to NaN (and -0.0 equal to 0.0);
 with `rtol` / `atol` as ``|a - b| <= atol + rtol * |b|``. Leaves of different dtypes are
@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from .convert import BLOCK_BYTES, Leaf, Source
 from .paths import leaf_name
+from .sources import BLOCK_BYTES, Leaf, Source
 
 __all__ = ["Difference", "DiffReport", "diff"]
 
@@ -160,7 +160,7 @@ def diff(
     sep: str = ".",
     progress: bool = True,
 ) -> DiffReport:
-    """Compare two opened sources (see `convert.open_source`)."""
+    """Compare two opened sources (see `sources.open_source`)."""
     from . import _progress
 
     by_path = a.format == "orbax" and b.format == "orbax"

@@ -4,7 +4,7 @@ A source or destination may be a local path or a URL (``s3://``, ``gs://``, ``fi
 S3-compatible server's endpoint comes from ``AWS_ENDPOINT_URL``). Local directories are listed
 and read through `kv` and written through `commit`; URLs through tensorstore's kvstores, so
 only a copy from or to a URL needs the ``tensorstore`` extra. Unfinished saves (temporary
-names) are not copied.
+names, and in a bucket the steps without ``commit_success.txt``) are not copied.
 
 Object stores have no atomic rename: as Orbax does there, every file is written under its final
 name and ``commit_success.txt`` is written last: after all other files, deepest directory
@@ -136,7 +136,10 @@ def copy(src: Any, dst: Any, *, overwrite: bool = False, progress: bool = True) 
     # a tensorstore context only where a URL is: a local copy needs no tensorstore
     context = new_context() if s.local is None or d.local is None else None
     layout = select(s, context=context).target  # refuses what is no checkpoint (LOAD-050)
-    keys = _keys(s, context)
+    # a step a reader must not read (in a bucket, one without commit_success.txt: directories
+    # §7) is not copied: at a local destination it would look committed
+    unfinished = tuple(f"{step.name}/" for step in layout.steps if not step.committed)
+    keys = [k for k in _keys(s, context) if not k.startswith(unfinished)]
     pending = None
     target: _LocalTarget | _StoreTarget
     if d.local is not None:

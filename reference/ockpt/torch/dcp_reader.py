@@ -45,9 +45,9 @@ from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, LoadPla
 from torch.distributed.checkpoint.storage import StorageReader
 from torch.futures import Future
 
-from ..convert import Leaf, OrbaxSource
 from ..errors import OckptError
 from ..layout import Kind, detect
+from ..sources import Leaf, OrbaxSource
 from .state_dict import flat_leaves, to_tensor, torch_dtype_name
 
 __all__ = ["OrbaxReader"]

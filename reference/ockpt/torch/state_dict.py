@@ -29,9 +29,9 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from .. import dtypes
-from ..convert import Leaf, OrbaxSource
 from ..errors import LeafNameError, UnsupportedError
 from ..paths import leaf_name, select_paths
+from ..sources import Leaf, OrbaxSource
 from .runtime import import_torch
 
 if TYPE_CHECKING:
