@@ -3,20 +3,25 @@
 mutmut 3 names each mutant by its file's path with a leading ``src.`` dropped and makes the
 mutated copy importable from ``mutants/src``; ockpt lives in ``reference/``. So this script
 builds a small stage, ``build/mutation/``, whose ``src`` (and ``tests``, ``fixtures``, ...)
-are links to the checkout, and runs ``mutmut`` there with the arguments given
-(``run``, ``results``, ``show <id>``, ...). mutmut copies the stage into
-``build/mutation/mutants/``, drops the checkout's ``reference/`` (the editable install) from the
-test process's ``sys.path`` and puts ``mutants/src`` first; ``PYTHONPATH`` does the same for
-the Python subprocesses tests start. Configuration: ``[tool.mutmut]`` in pyproject.toml.
-Results and every surviving mutant: tests/mutation/RESULTS.md.
+are links to the checkout, and runs mutmut there with the arguments given (``run``,
+``results``, ``show <id>``, ...). mutmut copies the stage into ``build/mutation/mutants/``,
+drops the checkout's ``reference/`` (the editable install) from the test process's
+``sys.path`` and puts ``mutants/src`` first; ``PYTHONPATH`` does the same for the Python
+subprocesses tests start. Configuration: ``[tool.mutmut]`` in pyproject.toml. Results and
+every surviving mutant: tests/mutation/RESULTS.md.
+
+mutmut runs in this process, with one change: its stats run keeps the caller of each
+instrumented call in a `contextvars.ContextVar`, whose ``set`` segfaulted in that run here
+(mutmut 3.8.1, Python 3.11.7; at a different test each time, once from inside the json
+module's object hook); `ThreadCallStack` keeps the same (caller, depth) pairs in a per-thread
+list.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import sys
+import threading
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,15 +47,36 @@ def build_stage() -> None:
             link.symlink_to(ROOT / target)
 
 
+class ThreadCallStack(threading.local):
+    """What mutmut's ``MutmutCallStack._ctx`` does (get; set, returning a token; reset to a
+    token), kept per thread in a list instead of a ContextVar."""
+
+    def __init__(self) -> None:
+        self.stack: list[tuple[str | None, int]] = [(None, 0)]
+
+    def get(self) -> tuple[str | None, int]:
+        return self.stack[-1]
+
+    def set(self, value: tuple[str | None, int]) -> int:
+        self.stack.append(value)
+        return len(self.stack) - 1
+
+    def reset(self, token: int) -> None:
+        del self.stack[token:]
+
+
 def main(argv: list[str]) -> int:
     """Run ``mutmut argv...`` in the stage; its exit status."""
     build_stage()
-    mutmut = shutil.which("mutmut", path=str(Path(sys.executable).parent)) or "mutmut"
     mutated = STAGE / "mutants" / "src"
-    # made before Python starts: a sys.path entry missing at the first import is never searched
     mutated.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, PYTHONPATH=str(mutated))
-    return subprocess.run([mutmut, *argv], cwd=STAGE, env=env).returncode
+    os.environ["PYTHONPATH"] = str(mutated)  # for the Python subprocesses tests start
+    os.chdir(STAGE)  # mutmut reads its configuration when first imported
+    from mutmut.__main__ import cli
+    from mutmut.core import MutmutCallStack
+
+    MutmutCallStack._ctx = ThreadCallStack()  # type: ignore[assignment]
+    return cli.main(argv, prog_name="mutmut", standalone_mode=False) or 0
 
 
 if __name__ == "__main__":
