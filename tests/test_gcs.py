@@ -33,6 +33,7 @@ import numpy as np
 import pytest
 
 from conftest import FIXTURES, HAVE_TENSORSTORE
+from ockpt import validate
 
 #: gs:// URLs are opened by tensorstore: without it (the suite run with OCKPT_BLOCK_TENSORSTORE,
 #: or ockpt installed without its `tensorstore` extra) they are refused, which
@@ -220,11 +221,8 @@ def test_manager_root_in_a_bucket(gcs, bucket):
     report = json.loads(ockpt(gcs, "inspect", "--json", url).stdout)
     local_report = json.loads(ockpt(gcs, "inspect", "--json", str(MANAGER)).stdout)
     assert report["step"] == 2
-    # write_shape (array_metadatas/) is read for local directories only (reader/metadata.py)
-    for leaves in (report["leaves"], local_report["leaves"]):
-        for leaf in leaves:
-            leaf.pop("write_shape")
-    assert report["leaves"] == local_report["leaves"]
+    assert report["leaves"] == local_report["leaves"]  # write_shape (array_metadatas/) too
+    assert {leaf["name"]: leaf["write_shape"] for leaf in report["leaves"]}["b"] == [1]
     tree = ockpt(gcs, "tree", "--json", url).stdout
     assert tree == ockpt(gcs, "tree", "--json", str(MANAGER)).stdout
     for step in ("0", "2"):
@@ -320,16 +318,64 @@ def test_item_without_commit_file_gets_one(gcs, bucket):
     ockpt(gcs, "diff", url, str(src))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="validate reads local directories only (reference/ockpt/validate.py); issue 20 "
-    "item 4 asks for validate of gs:// URLs",
-)
+def _findings(report: dict) -> list[tuple[str, str, str | None]]:
+    """(rule, severity, file relative to the checkpoint) of each finding of a report."""
+    root = report["path"].rstrip("/")
+    return sorted(
+        (f["rule"], f["severity"], (f["file"] or "").removeprefix(root)) for f in report["findings"]
+    )
+
+
 def test_validate_a_bucket(gcs, bucket):
+    """validate of a gs:// manager root checks what a local validate checks (same counts of
+    steps, items, documents, arrays, chunks and OCDBT nodes) and finds the unfinished step 3
+    (no commit_success.txt: an object store has no rename) without validating it."""
     url = _manager_with_unfinished_step(bucket)
     for deep in ([], ["--deep"]):
-        report = json.loads(ockpt(gcs, "validate", "--json", *deep, url, check=False).stdout)
+        result = ockpt(gcs, "validate", "--json", *deep, url, check=False)
+        report = json.loads(result.stdout)
+        local = json.loads(ockpt(gcs, "validate", "--json", *deep, str(MANAGER)).stdout)
         assert report["kind"] == "manager_root", report
+        assert report["checked"] == local["checked"], (report["checked"], local["checked"])
+        assert report["checked"]["chunks"] == (local["checked"]["chunks"] if deep else 0)
+        assert _findings(report) == [("VAL-002", "warning", "/3")], report["findings"]
+        assert local["findings"] == [] and report["valid"] and result.returncode == 0
+
+
+VALIDATE_CORPUS = """
+import json, sys
+import ockpt
+out = {}
+for name, url in json.loads(sys.argv[1]).items():
+    report = ockpt.validate(url, deep=True)
+    out[name] = sorted({f.rule for f in report.findings})
+print(json.dumps(out))
+"""
+
+
+def test_validate_the_bad_corpus_in_a_bucket(gcs, bucket):
+    """Every variant of the bad corpus (fixtures/bad: real Orbax checkpoints damaged one way
+    each), uploaded to the bucket, gets from a deep validate of its gs:// URL the very rules a
+    local deep validate gives, its expected rule among them. The bytes are read by ranged
+    requests, so a data file cut short is found there too (OCDBT-022).
+
+    One variant differs by design: a step without commit_success.txt among steps with one is
+    LAYOUT-002 locally (its rename committed it), but in a bucket it is an unfinished save
+    (VAL-002: a step there is committed by that file alone, directories §3)."""
+    corpus = json.loads((FIXTURES / "bad" / "expected.json").read_text())["variants"]
+    urls, local = {}, {}
+    for name, variant in sorted(corpus.items()):
+        src = FIXTURES / "bad" / name / variant["path"]
+        key = f"bad/{name}/{src.name}"  # the name kept: a temporary one is a finding
+        bucket.upload(src, key)
+        urls[name] = bucket.url(key)
+        report = validate(src, deep=True)
+        local[name] = sorted({f.rule for f in report.findings})
+        assert variant["validator"]["rule"] in local[name], (name, local[name])
+    remote = json.loads(python(gcs, VALIDATE_CORPUS, json.dumps(urls), timeout=600))
+    assert local.pop("step_missing_commit") == ["LAYOUT-002"]
+    assert remote.pop("step_missing_commit") == ["VAL-002"]
+    assert remote == local
 
 
 def test_convert_from_a_bucket_to_local_safetensors(gcs, bucket, tmp_path):
@@ -358,9 +404,11 @@ import numpy as np
 import ockpt
 
 url, local = sys.argv[1], sys.argv[2]
-remote = ockpt.load_pytree(url)  # the latest COMMITTED step: 2, not the unfinished 3
 want = ockpt.load_pytree(local, step=2)
-assert remote.keys() == want.keys() and all(np.array_equal(remote[k], want[k]) for k in want)
+for backend in ("auto", "python"):  # ockpt's own decoders too, by ranged requests
+    remote = ockpt.load_pytree(url, backend=backend)  # the latest COMMITTED step: 2, not 3
+    assert remote.keys() == want.keys()
+    assert all(np.array_equal(remote[k], want[k]) for k in want), backend
 try:
     ockpt.load_pytree(url, step=3)
 except ockpt.NotACheckpointError as e:
@@ -370,7 +418,7 @@ except ockpt.NotACheckpointError as e:
 
 def test_load_pytree_from_a_bucket_skips_uncommitted_steps(gcs, bucket):
     """The Python API treats a step in a bucket without commit_success.txt as unfinished
-    (directories §7)."""
+    (directories §7), with either backend."""
     url = _manager_with_unfinished_step(bucket)
     out = python(gcs, LOAD_FROM_BUCKET, url, str(MANAGER))
     assert "refused:" in out and "no committed step 3" in out

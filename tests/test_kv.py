@@ -165,3 +165,45 @@ def test_check_tree_is_bounded(tmp_path):
     with pytest.raises(FormatError) as e:
         files.check_tree(str(tmp_path), limit=4)
     assert e.value.rule == "LIMIT-005"
+
+
+# ---------------------------------------------------------------------------------------------
+# kv.Location behind a URL (tensorstore's memory:// kvstore: what gs:// and s3:// answer alike)
+
+
+def _memory_location(objects: dict[str, bytes]) -> tuple[Location, object]:
+    """A memory:// directory holding `objects`, and its open kvstore (a memory store lives in
+    its context: each new context is an empty store)."""
+    pytest.importorskip("tensorstore")
+    from ockpt.kv import new_context
+
+    loc = Location.of("memory://bucket/ckpt/")
+    store = loc.kvstore(new_context())
+    for name, data in objects.items():
+        store.write(name, data).result()
+    return loc, store
+
+
+def test_url_reads_are_bounded_before_fetching(monkeypatch):
+    """An object over the limit is refused after a one-byte probe past the limit: its bytes
+    are never requested (a hostile bucket cannot make a reader download a huge _METADATA)."""
+    loc, store = _memory_location({"_METADATA": b"{" + b" " * 99, "small": b"ok"})
+    asked: list[object] = []
+
+    class Counting:
+        def read(self, name, *, byte_range=None):
+            asked.append(byte_range)
+            return store.read(name, byte_range=byte_range)
+
+    monkeypatch.setattr(Location, "kvstore", lambda self, context=None: Counting())
+    with pytest.raises(FormatError) as e:
+        loc.read("_METADATA", limit=99, rule="JSON-003")
+    assert e.value.rule == "JSON-003" and e.value.file == "memory://bucket/ckpt/_METADATA"
+    assert asked == [slice(99, 100)]  # one byte past the limit, nothing else
+    assert loc.read("small", limit=99) == b"ok" and loc.read("absent", limit=99) is None
+    assert loc.read_range("small", 1, 1) == b"k"
+    assert loc.read_range("small", 1, 5) == b""  # past the end: a short read, as pread
+    assert loc.exists("small") and not loc.exists("absent")
+    with pytest.raises(FormatError) as e:
+        loc.read("../outside", limit=99)
+    assert e.value.rule == "PATH-003"

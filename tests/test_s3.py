@@ -171,6 +171,39 @@ def test_manager_root_in_a_bucket(s3, bucket):
     assert result.returncode == 1 and "no committed step 3" in result.stderr
 
 
+#: Bad-corpus variants (fixtures/bad) whose damage lies in bytes read by ranged requests: a
+#: data file cut short, a CRC-32C that does not match, a zarr3 shard cut short (deep).
+S3_BAD = ["ocdbt_truncated_value_file", "ocdbt_node_crc", "zarr3_truncated_shard"]
+
+
+def test_validate_in_a_bucket(s3, bucket):
+    """validate of an s3:// manager root counts what a local validate counts and reports the
+    unfinished step 3 only; damaged variants get the rules a local validate gives."""
+    name, client = bucket
+    local = CASES / "manager" / "checkpoint"
+    _upload(client, name, local, "run")
+    _upload(client, name, local / "2", "run/3", skip="commit_success.txt")
+    url = f"s3://{name}/run"
+    report = json.loads(ockpt(s3, "validate", "--json", "--deep", url).stdout)
+    there = json.loads(ockpt(s3, "validate", "--json", "--deep", str(local)).stdout)
+    assert report["checked"] == there["checked"] and report["valid"]
+    assert [(f["rule"], f["file"]) for f in report["findings"]] == [("VAL-002", f"{url}/3")]
+
+    corpus = json.loads((FIXTURES / "bad" / "expected.json").read_text())["variants"]
+    for variant in S3_BAD:
+        src = FIXTURES / "bad" / variant / corpus[variant]["path"]
+        _upload(client, name, src, f"bad/{variant}")
+        result = ockpt(
+            s3, "validate", "--json", "--deep", f"s3://{name}/bad/{variant}", check=False
+        )
+        found = json.loads(result.stdout)
+        here = json.loads(ockpt(s3, "validate", "--json", "--deep", str(src), check=False).stdout)
+        rules = sorted(f["rule"] for f in found["findings"])
+        assert rules == sorted(f["rule"] for f in here["findings"]), found["findings"]
+        assert corpus[variant]["validator"]["rule"] in rules and result.returncode == 1
+        assert all(f["file"].startswith(f"s3://{name}/bad/{variant}") for f in found["findings"])
+
+
 def test_cp_to_bucket_writes_commit_file_last_and_back(s3, bucket, tmp_path):
     name, client = bucket
     src = CASES / "manager" / "checkpoint"

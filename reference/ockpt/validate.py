@@ -239,9 +239,7 @@ class _Validator:
 
     def run(self, path: str, *, step: int | None, item: str | None) -> str:
         loc = Location.of(path)
-        if loc.local is None:
-            raise UnsupportedError(f"{path}: validate reads local directories only")
-        if os.path.exists(loc.local) and not os.path.isdir(loc.local):
+        if loc.local is not None and os.path.exists(loc.local) and not os.path.isdir(loc.local):
             raise NotACheckpointError("not a directory", file=path)
         try:
             chosen = select(loc, step=step, item=item)
@@ -252,6 +250,8 @@ class _Validator:
             rule = "VAL-001" if e.rule == "LOAD-050" else e.rule or "VAL-001"
             self.report(rule, e.message, file=e.file or path)
             return Kind.NOT_A_CHECKPOINT.value
+        if loc.local is None:
+            self.progress = None  # an object store's listing has no sizes: no total to show
         if self.progress is not None:
             self._total = _tree_bytes(chosen.target.location)
         self.layout(chosen.target, top=True)
@@ -499,9 +499,8 @@ class _ItemCheck:
     def exists(self, name: str) -> bool:
         """Whether the item holds a file `name` (a relative path); a name that leads out or is
         no regular file counts as present: reading it reports why."""
-        assert self.loc.local is not None
         try:
-            return files.size_inside(self.loc.local, name) is not None
+            return self.loc.exists(name)
         except OckptError:
             return True
 
@@ -561,6 +560,7 @@ class _ItemCheck:
         from .engines.python.store import (
             DirectoryStore,
             MultiOcdbtStore,
+            ObjectDirectoryStore,
             OcdbtStore,
         )
         from .engines.python.store import per_leaf_skip as _per_leaf_skip  # the engine's rule
@@ -587,7 +587,9 @@ class _ItemCheck:
         process_stores = []
         for n in processes:
             db_path = self.f(f"ocdbt.process_{n}")
-            store = OcdbtStore(db_path, root=self.path)
+            store = OcdbtStore(
+                self.loc.join(f"ocdbt.process_{n}"), root=self.loc.local, display=db_path
+            )
             if MANIFEST_FILE not in _names(self.loc.join(f"ocdbt.process_{n}")):
                 v.report(
                     "OCDBT-050",
@@ -602,15 +604,17 @@ class _ItemCheck:
             else:
                 store.close()
         if fmt.has_root_manifest:
-            root = OcdbtStore(self.path, root=self.path)
+            root = OcdbtStore(self.loc, root=self.loc.local, display=self.path)
             self.check_database(root, self.path)
             for s in process_stores:
                 s.close()
             self.store = root
         elif process_stores:
             self.store = MultiOcdbtStore(process_stores, self.path)
+        elif fmt.storage is Storage.PER_LEAF_ZARR and self.loc.local is None:
+            self.store = ObjectDirectoryStore(self.loc, skip=_per_leaf_skip, display=self.path)
         elif fmt.storage is Storage.PER_LEAF_ZARR:
-            self.store = DirectoryStore(self.path, skip=_per_leaf_skip)
+            self.store = DirectoryStore(self.loc.local, skip=_per_leaf_skip, display=self.path)
         elif fmt.storage is Storage.OCDBT:
             self.store = None  # nothing readable: every array leaf is reported missing
         else:
@@ -629,25 +633,19 @@ class _ItemCheck:
         v = self.v
         ok = True
         keys: list[str] | None = []
-        sizes: dict[bytes, int | None] = {}
         try:
             for key, entry in store.db.entries():
                 keys.append(key.decode("utf-8", "surrogateescape"))  # type: ignore[union-attr]
                 ref = entry.value
                 if isinstance(ref, bytes):
                     continue
-                rel = ref.file_id.path
-                if rel not in sizes:
-                    within = os.path.relpath(os.path.join(db_path, os.fsdecode(rel)), self.path)
-                    sizes[rel] = files.size_inside(self.path, within)
-                size = sizes[rel]
-                if size is None or ref.offset + ref.length > size:
-                    what = "is missing" if size is None else f"ends at byte {size}"
+                what = store.db.reference_fault(ref)
+                if what is not None:
                     v.report(
                         "OCDBT-022",
                         f"the value of key {key!r} lies in bytes [{ref.offset}, "
                         f"{ref.offset + ref.length}) of a data file that {what}",
-                        file=os.path.join(db_path, os.fsdecode(rel)),
+                        file=_join(db_path, ref.file_id.path.decode("utf-8", "replace")),
                         pointer=f"@{ref.offset}",
                     )
                     ok = False
@@ -1048,7 +1046,10 @@ def validate(
     progress: Progress | None = None,
 ) -> Report:
     """Validate the checkpoint at `path` (item, v1 checkpoint, step or manager root; `step`
-    and `item` narrow it as they do for `load_pytree`, through `layout.select`).
+    and `item` narrow it as they do for `load_pytree`, through `layout.select`). `path` is a
+    local directory or a kvstore URL (``gs://``, ``s3://``), whose objects are read by ranged
+    requests and checked by the same decoders; there `progress` is not called (an object
+    store lists no sizes to count towards).
 
     Returns a `Report` whose findings cite the spec's rule ids; `report.ok` is False when any
     finding is an error. Raises `PathNotFoundError` when `path` does not exist,

@@ -31,6 +31,9 @@ __all__ = ["Location", "new_context", "import_tensorstore", "is_url"]
 #: (tens of milliseconds a key): the cache holds two nodes of that bound.
 _NODE_CACHE_BYTES = 256 << 20
 
+#: What `Location._request` returns for a byte range that reaches past the end of an object.
+_PAST_END = object()
+
 
 def import_tensorstore() -> Any:
     """The tensorstore module, imported on first use (URLs and the tensorstore backend): an
@@ -142,18 +145,84 @@ class Location:
         if self.local is not None:
             return files.read_inside(self.local, name, limit=limit, rule=rule, file=self.file(name))
         check_relative(name, file=self.file(name))
-        result = self.kvstore(context).read(name).result()
-        if result.state != "value":
-            return None
-        if len(result.value) > limit:
+        store = self.kvstore(context)
+        # one byte past the limit first: an object larger than the limit is never fetched
+        past = self._request(store, name, slice(limit, limit + 1))
+        if past is not None and past is not _PAST_END:
             raise FormatError(
                 "file larger than its size limit",
                 rule=rule,
                 file=self.file(name),
                 expected=f"<= {limit} bytes",
-                got=len(result.value),
             )
-        return bytes(result.value)
+        if past is None:
+            return None
+        data = self._request(store, name, None)
+        if data is None or data is _PAST_END:
+            return None  # removed meanwhile
+        if len(data) > limit:  # grew meanwhile
+            raise FormatError(
+                "file larger than its size limit",
+                rule=rule,
+                file=self.file(name),
+                expected=f"<= {limit} bytes",
+                got=len(data),
+            )
+        return data
+
+    def _request(self, store: ts.KvStore, name: str, byte_range: slice | None) -> Any:
+        """One read of a URL's object: its bytes (of `byte_range`), None when it is absent,
+        `_PAST_END` when the range reaches past its end. A store's failure is an OSError
+        naming the file."""
+        try:
+            result = store.read(name, byte_range=byte_range).result()
+        except ValueError as e:
+            if "OUT_OF_RANGE" in str(e):
+                return _PAST_END
+            text = str(e)
+            raise OSError(f"{self.file(name)}: {text[:400]}") from None
+        return bytes(result.value) if result.state == "value" else None
+
+    def read_range(
+        self, name: str, offset: int, length: int, *, store: ts.KvStore | None = None
+    ) -> bytes | None:
+        """Bytes [offset, offset + length) of the object `name` of a URL's directory (through
+        `store`, this directory's open kvstore, when given); None when it is absent, ``b""``
+        when the range reaches past its end (as a short ``pread``)."""
+        check_relative(name, file=self.file(name))
+        kv = store if store is not None else self.kvstore()
+        data = self._request(kv, name, slice(offset, offset + length))
+        return b"" if data is _PAST_END else data
+
+    def exists(self, name: str, *, store: ts.KvStore | None = None) -> bool:
+        """Whether file `name` exists (a directory or special file in its place counts: reading
+        it reports why)."""
+        if self.local is not None:
+            try:
+                return files.size_inside(self.local, name, file=self.file(name)) is not None
+            except FormatError:
+                return True
+        check_relative(name, file=self.file(name))
+        kv = store if store is not None else self.kvstore()
+        return self._request(kv, name, slice(0, 0)) is not None
+
+    def keys(self, *, context: ts.Context | None = None) -> list[str]:
+        """Every key (relative path) under a URL's directory, sorted (bounded in number)."""
+        if self.local is not None:
+            raise UnsupportedError(f"{self.display}: keys() lists URL directories only")
+        try:
+            found = self.kvstore(context).list().result()
+        except ValueError as e:
+            raise OSError(f"{self.display}: {str(e)[:400]}") from None
+        if len(found) > LIMITS.max_directory_entries:
+            raise FormatError(
+                "too many objects under the directory",
+                rule="LIMIT-005",
+                file=self.display,
+                expected=f"<= {LIMITS.max_directory_entries}",
+                got=len(found),
+            )
+        return sorted(k.decode("utf-8", "surrogateescape") for k in found)
 
     def open_range(self, name: str) -> ByteRange | None:
         """A local file as a `ByteRange` for streamed reads; None when absent."""

@@ -13,11 +13,11 @@ import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 from ..errors import FormatError, MissingDataError, OcdbtError
-from ..kv import files
+from ..kv import Location, files
 from ..kv.byterange import ByteRange
+from ..kv.datafile import DataFile, open_data_file
 from ..limits import LIMITS, read_capped
 from ..names import MANIFEST_FILE
 from . import format as fmt
@@ -62,12 +62,32 @@ INDEX_AFTER_LOOKUPS = 256
 INDEX_MAX_KEYS = 2_000_000
 
 
+def _past_end(ref: IndirectDataReference, f: DataFile, at: int | None = None) -> OcdbtError:
+    """OCDBT-022 for a reference whose bytes the data file `f` does not hold: it is shorter,
+    or it shrank under the read (at byte `at`)."""
+    if at is not None and f.size is not None and ref.offset + ref.length <= f.size:
+        return OcdbtError(
+            "data file ended early", rule="OCDBT-022", file=f.display, pointer=f"@{at}"
+        )
+    size = {} if f.size is None else {"expected": f"offset + length <= {f.size}"}
+    return OcdbtError(
+        "reference reaches past the end of the data file",
+        rule="OCDBT-022",
+        file=f.display,
+        pointer=f"@{ref.offset}",
+        got=f"{ref.offset} + {ref.length}",
+        **size,
+    )
+
+
 class Database:
     """A read-only view of one OCDBT database.
 
     Args:
-        path: the database directory (holding ``manifest.ocdbt``).
-        root: the directory no data file may lie outside of (default: `path`).
+        path: the database directory (holding ``manifest.ocdbt``): a local path, or a
+            `kv.Location` (a URL's directory is read by ranged requests).
+        root: the local directory no data file may lie outside of (default: `path`); an
+            object store has no links, so its data files stay inside by their names alone.
         display: how errors name `path` (default: `path`), for example as the user gave it.
         max_decoded_bytes: bound on a decoded manifest or node body; a node is held to the
             smaller bound its manifest's configuration gives (`format.node_bound`).
@@ -76,23 +96,25 @@ class Database:
 
     def __init__(
         self,
-        path: str | os.PathLike,
+        path: str | os.PathLike | Location,
         *,
         root: str | os.PathLike | None = None,
         display: str | os.PathLike | None = None,
         max_decoded_bytes: int = fmt.DEFAULT_MAX_DECODED_BYTES,
         node_cache_size: int = 4096,
     ) -> None:
-        self.path = Path(path)
-        self._shown = os.fspath(display if display is not None else path)  # "./x" kept
-        self._real_dir = os.path.realpath(self.path)
-        self._real_root = os.path.realpath(root if root is not None else self.path)
+        self.location = Location.of(path)
+        self._shown = os.fspath(display) if display is not None else self.location.display
+        local = self.location.local
+        self._real_dir = None if local is None else os.path.realpath(local)
+        self._real_root = None if local is None else os.path.realpath(root or local)
         self.max_decoded_bytes = max_decoded_bytes
         self._node_bound: int | None = None
         self._cache: OrderedDict = OrderedDict()
         self._cache_size = node_cache_size
         self._lock = threading.Lock()
-        self._fds: dict[bytes, tuple[int, int, str]] = {}
+        self._files: dict[bytes, DataFile] = {}
+        self._fits: dict[bytes, int] = {}  # data file -> a length it is known to reach
         self._key_lists: dict[int, tuple[BtreeNode, list[bytes]]] = {}
         self._manifest: Manifest | None = None
         self._manifest_file: str | None = None
@@ -103,9 +125,9 @@ class Database:
 
     def close(self) -> None:
         with self._lock:
-            for fd, _, _ in self._fds.values():
-                os.close(fd)
-            self._fds.clear()
+            for f in self._files.values():
+                f.close()
+            self._files.clear()
             self._cache.clear()
             self._key_lists.clear()
             self._indexes.clear()
@@ -129,7 +151,11 @@ class Database:
         under `display`, kept as given (a relative path stays relative)."""
         return os.path.join(self._shown, name) if name else self._shown
 
-    def _resolve(self, file_id: DataFileId, *, pointer: str | None, origin: str | None) -> str:
+    def _resolve(
+        self, file_id: DataFileId, *, pointer: str | None, origin: str | None
+    ) -> tuple[str, str | None]:
+        """The data file's name relative to the database, and its resolved local path (None
+        for an object store), after checking both (OCDBT-023, PATH-004)."""
         raw = file_id.path
         try:
             rel = raw.decode("utf-8")
@@ -156,6 +182,8 @@ class Database:
                 pointer=pointer,
                 got=rel,
             )
+        if self._real_dir is None or self._real_root is None:
+            return rel, None
         full = os.path.realpath(os.path.join(self._real_dir, *parts))
         if os.path.commonpath([full, self._real_root]) != self._real_root:
             # a path of plain components leaves only through a link (directories §2.2)
@@ -166,18 +194,18 @@ class Database:
                 pointer=pointer,
                 got=rel,
             )
-        return full
+        return rel, full
 
-    def _open(self, file_id: DataFileId, *, pointer, origin) -> tuple[int, int, str]:
+    def _open(self, file_id: DataFileId, *, pointer, origin) -> DataFile:
         key = file_id.path
         with self._lock:
-            hit = self._fds.get(key)
+            hit = self._files.get(key)
             if hit is not None:
                 return hit
-        full = self._resolve(file_id, pointer=pointer, origin=origin)
-        display = self.where(file_id.path.decode("utf-8"))
-        try:
-            fd = files.open_regular(full, file=display)  # a FIFO or directory: PATH-005
+        rel, full = self._resolve(file_id, pointer=pointer, origin=origin)
+        display = self.where(rel)
+        try:  # a FIFO or directory: PATH-005
+            opened = open_data_file(self.location, rel, full=full, display=display)
         except (FileNotFoundError, NotADirectoryError):
             raise MissingDataError(
                 "referenced data file is missing",
@@ -185,39 +213,28 @@ class Database:
                 file=display,
                 pointer=f"referenced from {origin}{' ' + pointer if pointer else ''}",
             ) from None
-        size = os.fstat(fd).st_size
         with self._lock:
-            if key in self._fds:
-                os.close(fd)
-                return self._fds[key]
-            if len(self._fds) >= 256:
-                old_key = next(iter(self._fds))
-                os.close(self._fds.pop(old_key)[0])
-            self._fds[key] = (fd, size, display)
-        return fd, size, display
+            if key in self._files:
+                opened.close()
+                return self._files[key]
+            if len(self._files) >= 256:
+                self._files.pop(next(iter(self._files))).close()
+            self._files[key] = opened
+        return opened
 
     def read_range(
         self, ref: IndirectDataReference, *, origin: str | None = None, pointer: str | None = None
     ) -> bytes:
         """The bytes of a reference, after checking that they lie within the data file."""
-        fd, size, display = self._open(ref.file_id, pointer=pointer, origin=origin)
-        if ref.offset + ref.length > size:
-            raise OcdbtError(
-                "reference reaches past the end of the data file",
-                rule="OCDBT-022",
-                file=display,
-                pointer=f"@{ref.offset}",
-                expected=f"offset + length <= {size}",
-                got=f"{ref.offset} + {ref.length}",
-            )
+        f = self._open(ref.file_id, pointer=pointer, origin=origin)
+        if f.size is not None and ref.offset + ref.length > f.size:
+            raise _past_end(ref, f)
         chunks = []
         offset, left = ref.offset, ref.length
         while left:
-            chunk = os.pread(fd, min(left, 1 << 30), offset)
-            if not chunk:  # the file shrank under us
-                raise OcdbtError(
-                    "data file ended early", rule="OCDBT-022", file=display, pointer=f"@{offset}"
-                )
+            chunk = f.pread(min(left, 1 << 30), offset)
+            if not chunk:  # the file shrank under us, or (object store) it is shorter
+                raise _past_end(ref, f, offset)
             chunks.append(chunk)
             offset += len(chunk)
             left -= len(chunk)
@@ -233,22 +250,35 @@ class Database:
     ) -> memoryview:
         """`read_range` into ``buffer(ref.length)``, a writable buffer of exactly that many bytes
         the caller may reuse (no fresh memory per read); the same checks."""
-        fd, size, display = self._open(ref.file_id, pointer=pointer, origin=origin)
-        if ref.offset + ref.length > size:
+        f = self._open(ref.file_id, pointer=pointer, origin=origin)
+        if f.size is None or ref.offset + ref.length > f.size:
             return memoryview(self.read_range(ref, origin=origin, pointer=pointer))
         view = buffer(ref.length)
         got = 0
         while got < ref.length:
-            n = os.preadv(fd, [view[got:]], ref.offset + got)
+            n = f.preadv(view[got:], ref.offset + got)
             if not n:  # the file shrank under us
-                raise OcdbtError(
-                    "data file ended early",
-                    rule="OCDBT-022",
-                    file=display,
-                    pointer=f"@{ref.offset + got}",
-                )
+                raise _past_end(ref, f, ref.offset + got)
             got += n
         return view
+
+    def reference_fault(self, ref: IndirectDataReference) -> str | None:
+        """Why the bytes of `ref` are not in its data file ("is missing", "ends at byte N"), or
+        None when they are: a file's size, or on an object store a read of the reference's
+        last byte (one per data file while its references stay within a length seen)."""
+        try:
+            f = self._open(ref.file_id, pointer=None, origin="value")
+        except MissingDataError:
+            return "is missing"
+        end = ref.offset + ref.length
+        if f.size is not None:
+            return None if end <= f.size else f"ends at byte {f.size}"
+        if end <= self._fits.get(ref.file_id.path, 0):
+            return None
+        if f.pread(1, end - 1) == b"":
+            return f"ends before byte {end}"
+        self._fits[ref.file_id.path] = end
+        return None
 
     def _file_display(self, ref: IndirectDataReference) -> str:
         try:
@@ -297,8 +327,14 @@ class Database:
     # ---------------------------------------------------------------- manifest
 
     def _read_manifest_file(self, name: str) -> Manifest:
-        full = os.path.realpath(self.path / name)
         shown = self.where(name)
+        if self._real_dir is None:  # an object store
+            data = self.location.read(name, limit=MAX_MANIFEST_BYTES, rule="OCDBT-002")
+            if data is None:
+                raise OcdbtError("OCDBT manifest is missing", rule="OCDBT-050", file=shown)
+            return fmt.decode_manifest(data, file=shown, max_decoded_bytes=self.max_decoded_bytes)
+        full = os.path.realpath(os.path.join(self._real_dir, name))
+        assert self._real_root is not None
         if os.path.commonpath([full, self._real_root]) != self._real_root:
             raise FormatError(  # the check data files get (OCDBT-023), for a manifest
                 f"{name!r} resolves to {full!r}, outside the checkpoint {self._real_root!r} "
@@ -324,7 +360,7 @@ class Database:
     def _names(self) -> frozenset[str]:
         """The names in the database directory that are not directories (a bounded listing;
         a FIFO among them is refused when opened)."""
-        listing = files.list_dir(str(self.path))
+        listing = self.location.listdir()
         return listing.files | listing.other
 
     @property
@@ -685,10 +721,10 @@ class Database:
         if entry is None or isinstance(entry.value, bytes):
             return None
         ref = entry.value
-        fd, size, display = self._open(ref.file_id, pointer=repr(k), origin="value")
-        if ref.offset + ref.length > size:
+        f = self._open(ref.file_id, pointer=repr(k), origin="value")
+        if f.size is None or ref.offset + ref.length > f.size:
             return None
-        return ByteRange(os.dup(fd), ref.offset, ref.length, display)
+        return f.byte_range(ref.offset, ref.length)
 
     def get(self, key: str | bytes, *, generation: int | None = None) -> bytes | None:
         """The value of `key`, or None when the key is absent."""

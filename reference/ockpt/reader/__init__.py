@@ -9,8 +9,8 @@ caller's target against it (LOAD-001..005), checks every requested dtype and sha
 Nothing here imports jax: jax targets go through `_jax`, which imports jax lazily and only when
 the caller has imported it already. Nothing here imports tensorstore either: the tensorstore
 engine does, on first use. Local checkpoints are read by ockpt's own decoders
-(``backend="python"``, the default for them) and need no tensorstore; URLs, and
-``backend="tensorstore"``, use it.
+(``backend="python"``, the default for them) and need no tensorstore; URLs (whose objects
+the python engine can read too, by ranged requests) and ``backend="tensorstore"`` use it.
 
 The package is divided by job: `item` (one opened item and its saved tree, `saved_tree`),
 `metadata` (`pytree_metadata`), `load` (planning and loading) and `lazy` (`open`).

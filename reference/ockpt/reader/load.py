@@ -570,9 +570,9 @@ def load_pytree(
     whose saved shape differs from the target's; `step` / `item` choose a step of a
     checkpoint-manager root and an item of a step or v1 checkpoint; `max_in_flight` bounds
     concurrent reads; `context` is a parent tensorstore context (e.g. for ``memory://``);
-    `backend` is ``"python"`` (ockpt's own OCDBT and zarr decoders, local directories only),
-    ``"tensorstore"``, or ``"auto"`` (the default: python for a local directory, tensorstore
-    for a URL).
+    `backend` is ``"python"`` (ockpt's own OCDBT and zarr decoders; a URL's objects are
+    read by ranged requests), ``"tensorstore"``, or ``"auto"`` (the default: python for a
+    local directory, tensorstore for a URL).
     """
     handle = OpenedItem(path, step=step, item=item, context=context, backend=backend)
     return load_item(

@@ -140,7 +140,7 @@ def metadata_tree(item: OpenedItem) -> Any:
 
 def _build_metadata(item: OpenedItem, open_array: Callable[[str], Any]) -> Any:
     shardings = item.shardings()
-    written = item.array_metadatas() if item.location.local is not None else {}
+    written = item.array_metadatas()
 
     def build(node: Any) -> Any:
         if isinstance(node, SavedLeaf):

@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ... import dtypes
-from ...errors import FormatError, MissingDataError, NotACheckpointError, UnsupportedError
+from ...errors import FormatError, MissingDataError, NotACheckpointError
 from ...kv import Location, files
 from ...kv.byterange import ByteRange
 from ...layout import ItemFormat, Storage, detect
@@ -56,6 +56,7 @@ __all__ = [
     "OcdbtStore",
     "MultiOcdbtStore",
     "DirectoryStore",
+    "ObjectDirectoryStore",
     "open_item_store",
     "item_format",
     "per_leaf_skip",
@@ -64,18 +65,6 @@ __all__ = [
 ]
 
 _MAX_FILE_BYTES = LIMITS.max_chunk_bytes
-
-
-def _local_path(location: Any) -> str:
-    local = getattr(location, "local", None)
-    if local is not None:
-        return os.fspath(local)
-    if hasattr(location, "spec"):  # a kv.Location for a URL
-        raise UnsupportedError(
-            f"{getattr(location, 'display', location)}: the python backend reads local "
-            "directories only"
-        )
-    return os.fspath(location)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -106,14 +95,14 @@ class OcdbtStore(KeyValueStore):
 
     def __init__(
         self,
-        path: str,
+        path: str | Location,
         *,
         root: str | None = None,
         generation: int | None = None,
         display: str | None = None,
     ):
-        self.display = display if display is not None else path  # how errors name it
-        self.db = Database(path, root=root, display=self.display)
+        self.db = Database(path, root=root, display=display)
+        self.display = self.db.where()  # how errors name it
         self.generation = generation
 
     def get(self, key: str) -> bytes | None:
@@ -244,6 +233,32 @@ class DirectoryStore(KeyValueStore):
         return sorted(out)
 
 
+class ObjectDirectoryStore(KeyValueStore):
+    """The objects under a URL's directory, keyed by their path relative to it: the
+    `DirectoryStore` of an object store (no links; a key leaving it is refused, PATH-003)."""
+
+    def __init__(
+        self,
+        location: Location,
+        *,
+        skip: Callable[[str], bool] | None = None,
+        display: str | None = None,
+    ) -> None:
+        self.location = location
+        self.display = display if display is not None else location.display
+        self.skip = skip
+
+    def get(self, key: str) -> bytes | None:
+        return self.location.read(key, limit=_MAX_FILE_BYTES, rule="ZARR-003")
+
+    def list(self, prefix: str = "") -> list[str]:
+        return [
+            k
+            for k in self.location.keys()
+            if k.startswith(prefix) and (self.skip is None or not self.skip(k))
+        ]
+
+
 def per_leaf_skip(key: str) -> bool:
     """Whether a key of a per-leaf item's directory is no zarr key: top-level files are the
     item's documents; these directories are not arrays; a file `<param>/_strings.json` is the
@@ -255,33 +270,40 @@ def per_leaf_skip(key: str) -> bool:
     )
 
 
-def item_format(item_dir: str | os.PathLike) -> ItemFormat:
-    """How the pytree item in the local directory `item_dir` is stored (`layout.detect`)."""
-    found = detect(os.fspath(item_dir)).item
+def item_format(item_dir: str | os.PathLike | Location) -> ItemFormat:
+    """How the pytree item in the directory `item_dir` is stored (`layout.detect`)."""
+    found = detect(item_dir).item
     if found is None:
-        raise NotACheckpointError("not a pytree item", rule="LOAD-050", file=os.fspath(item_dir))
+        raise NotACheckpointError(
+            "not a pytree item", rule="LOAD-050", file=Location.of(item_dir).display
+        )
     return found
 
 
 def open_item_store(
-    item_dir: str | os.PathLike, fmt: ItemFormat | None = None, *, display: str | None = None
+    item_dir: str | os.PathLike | Location,
+    fmt: ItemFormat | None = None,
+    *,
+    display: str | None = None,
 ) -> KeyValueStore:
-    """The key-value view of an item's array storage (`fmt` detected when None); errors name
-    the item `display` (default: `item_dir`), for example the path as the user gave it."""
-    path = os.fspath(item_dir)
-    shown = display if display is not None else path
+    """The key-value view of an item's array storage (`fmt` detected when None), local or
+    behind a URL; errors name the item `display` (default: as the location shows it)."""
+    loc = Location.of(item_dir)
+    shown = display if display is not None else loc.display
     if fmt is None:
-        fmt = item_format(path)
+        fmt = item_format(loc)
     if fmt.storage is not Storage.OCDBT:
-        return DirectoryStore(path, skip=per_leaf_skip, display=shown)
+        if loc.local is None:
+            return ObjectDirectoryStore(loc, skip=per_leaf_skip, display=shown)
+        return DirectoryStore(loc.local, skip=per_leaf_skip, display=shown)
     if fmt.has_root_manifest:
-        return OcdbtStore(path, root=path, display=shown)
+        return OcdbtStore(loc, root=loc.local, display=shown)
     return MultiOcdbtStore(
         [
             OcdbtStore(
-                os.path.join(path, f"ocdbt.process_{p}"),
-                root=path,
-                display=os.path.join(shown, f"ocdbt.process_{p}"),
+                loc.join(f"ocdbt.process_{p}"),
+                root=loc.local,
+                display=f"{shown.rstrip('/')}/ocdbt.process_{p}",
             )
             for p in fmt.ocdbt_processes
         ],
@@ -289,7 +311,7 @@ def open_item_store(
     )
 
 
-def item_keys(item_dir: str | os.PathLike, fmt: ItemFormat | None = None) -> list[str]:
+def item_keys(item_dir: str | os.PathLike | Location, fmt: ItemFormat | None = None) -> list[str]:
     """Every key of an item's array storage, sorted (`fmt` detected when None)."""
     store = open_item_store(item_dir, fmt)
     try:
@@ -456,7 +478,8 @@ class _View:
 class ArrayStore:
     """The arrays of one pytree item, read by the python engine (`engines.contract`).
 
-    `location` is a local `kv.Location` (or a local path); `fmt` says where the arrays are
+    `location` is a `kv.Location` (or a local path; a URL's objects are read by ranged
+    requests); `fmt` says where the arrays are
     (module docstring); `fmt` is detected (`layout.detect`) when None. `zarr_version` is 2 or
     3, or None to find out per array. With `missing_chunks_are_errors`, an absent chunk is an
     error (LOAD-041), not the fill value.
@@ -474,13 +497,12 @@ class ArrayStore:
         zarr_version: int | None = None,
         missing_chunks_are_errors: bool = False,
     ) -> None:
-        self.path = _local_path(location)
-        self.location = location if isinstance(location, Location) else Location.of(self.path)
-        self.fmt = fmt if fmt is not None else item_format(self.path)
+        self.location = Location.of(location)
+        self.fmt = fmt if fmt is not None else item_format(self.location)
         self.zarr_version = zarr_version
         self.missing_chunks_are_errors = missing_chunks_are_errors
         self._per_leaf = self.fmt.storage is not Storage.OCDBT
-        self.kv = open_item_store(self.path, self.fmt, display=self.location.display)
+        self.kv = open_item_store(self.location, self.fmt)
 
     def metadata_store(self, count: int) -> None:
         """None: this engine's `open` is already the quick one."""
