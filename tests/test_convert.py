@@ -305,7 +305,7 @@ def test_nested_keys_become_nested_dicts(tmp_path):
     tree = ockpt.load_pytree(tmp_path / "ck")
     assert tree["model"]["layers"]["1"]["w"].tolist() == (w + 1).tolist()
     save_file({"a": w, "a.b": w}, str(tmp_path / "bad.safetensors"))
-    with pytest.raises(ValueError, match="leaf"):
+    with pytest.raises(ValueError, match="keys .a. and .a/b. collide"):
         convert(str(tmp_path / "bad.safetensors"), str(tmp_path / "ck2"))
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import re
 
 import pytest
 from hypothesis import given
@@ -148,3 +149,23 @@ def test_unflatten_rejects_inconsistent_trees(entries, message):
 def test_sequence_key_must_be_an_index():
     with pytest.raises(ValueError):
         KeyEntry("x", S)
+
+
+def test_nest_builds_the_tree_and_refuses_keys_that_would_hold_each_other():
+    """`paths.nest` (flat sources: safetensors names, torch state-dict keys): a tree of dicts,
+    and a ValueError naming the keys for each way two key paths cannot both be leaves."""
+    from ockpt.paths import nest
+
+    assert nest([(("a", "b"), 1), (("a", "c"), 2), (("d",), 3)]) == {"a": {"b": 1, "c": 2}, "d": 3}
+    cases = [
+        ([(("a",), 1), (("a", "b"), 2)], "keys 'a' and 'a/b' collide"),  # leaf first
+        ([(("a", "b"), 1), (("a",), 2)], "key 'a' is a leaf and a subtree"),  # subtree first
+        ([(("a", "b"), 1), (("a", "b"), 2)], "key 'a/b' is repeated"),
+        ([(("a", ""), 1)], "key 'a/' has an empty '/'-separated part"),
+        ([((), 1)], "key '' has an empty"),
+    ]
+    for items, message in cases:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            nest(items)
+    with pytest.raises(ValueError, match=re.escape("keys 'x' and 'x.y' collide")):
+        nest([(("x",), 1), (("x", "y"), 2)], sep=".")

@@ -83,7 +83,7 @@ from .errors import OckptError, UnsupportedError, WriteConflictError
 from .kv import is_url
 from .kv.files import read_file
 from .limits import LIMITS
-from .paths import leaf_name, select_paths
+from .paths import leaf_name, nest, select_paths
 from .sources import (
     BLOCK_BYTES,
     INDEX_SUFFIX,
@@ -591,23 +591,6 @@ def _write_pt(source: Source, targets: list[_Target], dst: str, *, bar) -> list[
     return [dst]
 
 
-def _nest(items: list[tuple[tuple[str, ...], Any]]) -> dict[str, Any]:
-    tree: dict[str, Any] = {}
-    for key, value in items:
-        node = tree
-        for i, part in enumerate(key[:-1]):
-            child = node.setdefault(part, {})
-            if not isinstance(child, dict):
-                raise ValueError(
-                    f"key {'/'.join(key)!r} nests under {'/'.join(key[: i + 1])!r}, which is a leaf"
-                )
-            node = child
-        if key[-1] in node:
-            raise ValueError(f"key {'/'.join(key)!r} is both a leaf and a subtree, or repeated")
-        node[key[-1]] = value
-    return tree
-
-
 def _write_orbax(
     source: Source, leaves: list[Leaf], dst: str, *, layout: str, overwrite: bool, bar
 ):  # type: ignore[no-untyped-def]
@@ -615,11 +598,7 @@ def _write_orbax(
 
     if any(not leaf.key for leaf in leaves):
         raise ValueError("a tensor with an empty name cannot be a pytree key")
-    items = []
-    for leaf in leaves:
-        value = source.mapped(leaf)
-        items.append((leaf.key, value))
-    tree = _nest(items)
+    tree = nest((leaf.key, source.mapped(leaf)) for leaf in leaves)
     total = sum(leaf.nbytes for leaf in leaves)
     save_pytree(dst, tree, layout=layout, overwrite=overwrite)  # type: ignore[arg-type]
     bar.update(total)

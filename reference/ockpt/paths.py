@@ -48,6 +48,7 @@ __all__ = [
     "find_collisions",
     "check_param_names",
     "flatten",
+    "nest",
     "unflatten",
     "unsafe_path",
     "check_relative",
@@ -546,6 +547,30 @@ def _sorted_keys(node: Mapping[Any, Any]) -> list[str]:
     except TypeError:
         keys = sorted(node, key=str)
     return [str(k) for k in keys]
+
+
+def nest(items: Iterable[tuple[Sequence[str], Any]], *, sep: str = "/") -> dict[str, Any]:
+    """The dict tree of (key path, value) pairs: ``(("a", "b"), v)`` -> ``{"a": {"b": v}}``,
+    for flat sources (a safetensors file, a torch state dict). A key path with an empty part, a
+    repeated one, or two where one would hold the other (``a`` and ``a<sep>b``) is a
+    ValueError naming them, joined with `sep`."""
+    tree: dict[str, Any] = {}
+    for key, value in items:
+        joined = sep.join(key)
+        if not key or "" in key:
+            raise ValueError(f"key {joined!r} has an empty {sep!r}-separated part")
+        node = tree
+        for depth, part in enumerate(key[:-1]):
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                other = sep.join(key[: depth + 1])
+                raise ValueError(f"keys {other!r} and {joined!r} collide: one would hold the other")
+            node = child
+        if key[-1] in node:
+            what = "a leaf and a subtree" if isinstance(node[key[-1]], dict) else "repeated"
+            raise ValueError(f"key {joined!r} is {what}: one would hold the other")
+        node[key[-1]] = value
+    return tree
 
 
 def flatten(tree: Any) -> Iterator[tuple[KeyPath, Any]]:

@@ -41,6 +41,7 @@ import numpy as np
 import zstandard
 
 from . import _jax, _zarr_write, commit, dtypes, random_keys, write_limits
+from ._zarr_write import Piece
 from .documents import (
     ArrayMetadata,
     ArrayMetadatas,
@@ -89,6 +90,7 @@ __all__ = [
     "prepare_save",
     "Job",
     "ShardedArray",
+    "Piece",
 ]
 
 #: Handler names written in `_CHECKPOINT_METADATA.item_handlers` (data, never imported).
@@ -233,7 +235,7 @@ class ShardedArray:
     shape: tuple[int, ...]
     dtype: np.dtype
     write_shape: tuple[int, ...]
-    pieces: tuple[_zarr_write.Piece, ...] = ()
+    pieces: tuple[Piece, ...] = ()
     sharding: ShardingSpec | None = None
 
 
@@ -483,10 +485,10 @@ def _plan_leaves(tree: Any, opts: _Options, job: Job, *, copy: bool) -> _ItemPla
             )
             shape = tuple(value.shape)
             chunk = _zarr_write.chunk_shape_for(shape, dtype.itemsize, opts.chunk_byte_size)
-            pieces: tuple[_zarr_write.Piece, ...] = ()
+            pieces: tuple[Piece, ...] = ()
             if job.primary:
                 host = value.astype(dtype, copy=copy) if dtype != value.dtype or copy else value
-                pieces = (_zarr_write.Piece((0,) * len(shape), np.require(host, requirements="C")),)
+                pieces = (Piece((0,) * len(shape), np.require(host, requirements="C")),)
             shard = _zarr_write.shard_shape_for(shape, chunk, opts.chunk_byte_size)
             plan.arrays.append(
                 _zarr_write.ArrayWrite(leaf.name, shape, dtype, chunk, shard, pieces, job.primary)
@@ -507,7 +509,7 @@ AUTO_MAX_GROWTH = 1.10
 _AUTO_SAMPLE_BYTES = 1 << 20
 
 
-def _compresses(pieces: tuple[_zarr_write.Piece, ...], level: int) -> bool | None:
+def _compresses(pieces: tuple[Piece, ...], level: int) -> bool | None:
     """Whether zstd at `level` pays on a sample (up to 1 MiB from the middle of this process's
     first piece): the raw sample is over `AUTO_MAX_GROWTH` times its compressed size. None when
     this process holds no piece."""
@@ -572,7 +574,7 @@ def _plan_jax(
             host = host.astype(dtype)
         elif copy and (host.base is not None or not host.flags.owndata):
             host = np.array(host, copy=True)  # own the bytes: the device buffer may be reused
-        pieces.append(_zarr_write.Piece(start, np.require(host, requirements="C")))
+        pieces.append(Piece(start, np.require(host, requirements="C")))
     plan.jax_meta[leaf.name] = (write_shape, chunk, _sharding_spec(arr.sharding))
     shard = _zarr_write.shard_shape_for(write_shape, chunk, opts.chunk_byte_size)
     return _zarr_write.ArrayWrite(leaf.name, shape, dtype, chunk, shard, tuple(pieces), job.primary)
@@ -611,7 +613,7 @@ def _plan_sharded(
             value = value.astype(dtype)
         elif copy:
             value = np.array(value, copy=True)
-        pieces.append(_zarr_write.Piece(start, np.require(value, requirements="C")))
+        pieces.append(Piece(start, np.require(value, requirements="C")))
     plan.jax_meta[leaf.name] = (write_shape, chunk, arr.sharding)
     shard = _zarr_write.shard_shape_for(write_shape, chunk, opts.chunk_byte_size)
     return _zarr_write.ArrayWrite(leaf.name, shape, dtype, chunk, shard, tuple(pieces), job.primary)

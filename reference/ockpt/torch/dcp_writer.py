@@ -42,12 +42,12 @@ from torch.distributed.checkpoint.storage import StorageWriter, WriteResult
 from torch.futures import Future
 
 from .. import commit, dtypes
-from .._zarr_write import Piece
 from ..documents import NamedShardingSpec
 from ..errors import UnsupportedError
 from ..names import PYTREE_CHECKPOINTABLES
+from ..paths import nest
 from ..save_options import SaveOptions
-from ..writer import Job, ShardedArray, prepare_save
+from ..writer import Job, Piece, ShardedArray, prepare_save
 
 __all__ = ["OrbaxWriter"]
 
@@ -182,7 +182,7 @@ class OrbaxWriter(StorageWriter):
                 "writes non-tensor values from the coordinator's"
             )
         arrays = _layouts(tensors)
-        _nest(dict.fromkeys([a.fqn for a in arrays] + sorted(objects)))  # refuse collisions now
+        _nest(dict.fromkeys([a.fqn for a in arrays] + list(objects)))  # refuse collisions now
         pending = commit.begin(self.path, overwrite=self.overwrite)
         self._pending = pending
         info = _GlobalInfo(pending.final, pending.tmp, arrays, tuple(sorted(objects)))
@@ -338,30 +338,6 @@ def _grid_sharding(
     )
 
 
-def _nest(leaves: Mapping[str, Any]) -> dict[str, Any]:
-    """The tree of a flat state dict: ``a.b.c`` -> ``{"a": {"b": {"c": ...}}}``. A key that
-    is another's prefix (``a`` and ``a.b``) or has an empty part is refused."""
-    tree: dict[str, Any] = {}
-    for fqn in sorted(leaves):
-        keys = fqn.split(".")
-        if "" in keys:
-            raise ValueError(f"state dict key {fqn!r} has an empty '.'-separated part")
-        node = tree
-        for depth, key in enumerate(keys):
-            last = depth == len(keys) - 1
-            if key in node and (last or not isinstance(node[key], dict)):
-                other = ".".join(keys[: depth + 1])
-                raise ValueError(
-                    f"state dict keys {other!r} and {fqn!r} collide: the checkpoint nests keys "
-                    "at '.', so one would hold the other"
-                )
-            if last:
-                node[key] = leaves[fqn]
-            else:
-                node = node.setdefault(key, {})
-    return tree
-
-
 # ---------------------------------------------------------------------------------------------
 # Writing (every rank)
 
@@ -398,6 +374,12 @@ def _tree(
         for fqn in info.objects:
             leaves[fqn] = lookup(by_name[fqn])  # the writer refuses a type it cannot store
     return _nest(leaves)
+
+
+def _nest(leaves: Mapping[str, Any]) -> dict[str, Any]:
+    """The tree of a flat state dict (``a.b.c`` -> ``{"a": {"b": {"c": ...}}}``; keys nest at
+    ``.``): `paths.nest` over the keys in order, so a collision names the shorter key first."""
+    return nest(((fqn.split("."), leaves[fqn]) for fqn in sorted(leaves)), sep=".")
 
 
 def _host(tensor: Any, dtype: np.dtype) -> np.ndarray:
