@@ -1,0 +1,560 @@
+"""Tests written to kill the mutants of `ockpt.commit` that survived the mutation run or got
+no verdict in it (issue 21; tests/mutation/RESULTS.md names each mutant and the test here that
+kills it).
+
+Each checks a behaviour the other tests of the commit left open: the rule, path and message of
+the conflict a lost concurrent save raises (DIR-002); that the C library's ``renameat2`` and
+``sync_file_range`` are found and called with their prototypes where the platform has them;
+what `remove_path`, `remove_leftovers` and `remove_committed` remove and keep; that `finish`
+and `abort` let go of the save's lock and a forked child of every lock; one fsync per file
+and no link followed; the byte bound and thread of `BackgroundWriter`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+import threading
+
+import numpy as np
+import pytest
+
+import ockpt
+from ockpt import commit
+from ockpt.names import (
+    CHECKPOINT_METADATA_FILE,
+    COMMIT_FILE,
+    DELETED_SUFFIX,
+    OWN_TMP_NAME,
+    OWN_TMP_SUFFIX,
+    REPLACED_SUFFIX,
+)
+
+TREE = {"a": np.arange(6, dtype=np.int32)}
+
+
+def _libc_has(name: str) -> bool:
+    """Whether this process's C library exports `name` (asked of ctypes, not of ockpt)."""
+    return sys.platform.startswith("linux") and hasattr(ctypes.CDLL(None), name)
+
+
+# ---------------------------------------------------------------------------------------------
+# _conflict: the error of a save that lost the race (DIR-002)
+
+
+@pytest.mark.parametrize("when", ["while writing", "at the rename", "at the fallback rename"])
+def test_a_lost_concurrent_save_names_the_rule_and_the_path(tmp_path, monkeypatch, when):
+    """Another save commits at the path while this one writes (the commit finds the path
+    taken) or just before this one's rename (renameat2 NOREPLACE or rename(2) refuses): the
+    error is a WriteConflictError citing DIR-002 and naming the final path."""
+    path = tmp_path / "c"
+    pending = commit.begin(path)
+    if when == "while writing":
+        ockpt.save_pytree(path, TREE)
+    else:
+        ockpt.save_pytree(tmp_path / "other", TREE)
+        real = commit._renameat2
+
+        def racing(src, dst, flags):  # type: ignore[no-untyped-def]
+            os.rename(tmp_path / "other", dst)  # the other save's commit, just before this one's
+            return real(src, dst, flags) if when == "at the rename" else False
+
+        monkeypatch.setattr(commit, "_renameat2", racing)
+    with pytest.raises(ockpt.WriteConflictError) as caught:
+        commit.finish(pending)
+    commit.abort(pending)
+    err = caught.value
+    assert (err.rule, err.file) == ("DIR-002", str(path))
+    assert err.message == "another save committed here while this one was writing"
+    assert os.listdir(tmp_path) == ["c"]
+    np.testing.assert_array_equal(ockpt.load_pytree(path, backend="python")["a"], TREE["a"])
+
+
+def test_an_overwrite_that_loses_the_race_keeps_the_winner(tmp_path, monkeypatch):
+    """The rename fallback of an overwrite: a writer without locks (Orbax) commits at the path
+    between the two renames; the overwrite raises the DIR-002 conflict naming the path, the
+    winner's checkpoint stays, and the old one is kept under ``-replaced``."""
+    path = tmp_path / "c"
+    ockpt.save_pytree(path, TREE)
+    ockpt.save_pytree(tmp_path / "other", {"a": TREE["a"] * 2})
+    pending = commit.begin(path, overwrite=True)
+    monkeypatch.setattr(commit, "_renameat2", lambda src, dst, flags: False)
+    real = os.rename
+
+    def rename(src, dst):  # type: ignore[no-untyped-def]
+        real(src, dst)
+        if str(dst).endswith(REPLACED_SUFFIX):
+            real(tmp_path / "other", path)  # the other writer's commit
+
+    monkeypatch.setattr(os, "rename", rename)
+    with pytest.raises(ockpt.WriteConflictError) as caught:
+        commit.finish(pending)
+    monkeypatch.undo()
+    commit.abort(pending)
+    assert (caught.value.rule, caught.value.file) == ("DIR-002", str(path))
+    assert sorted(os.listdir(tmp_path)) == ["c", "c" + REPLACED_SUFFIX]
+    got = ockpt.load_pytree(path, backend="python")["a"]
+    np.testing.assert_array_equal(got, TREE["a"] * 2)
+
+
+# ---------------------------------------------------------------------------------------------
+# _libc_function: renameat2 and sync_file_range from the C library
+
+
+@pytest.mark.skipif(not _libc_has("renameat2"), reason="no renameat2 in this C library")
+def test_renameat2_is_found_where_the_c_library_has_it(monkeypatch, tmp_path):
+    """Where libc exports renameat2 (glibc 2.28 or later), the commit uses it, and reads the
+    errno of its failures: a missing source is FileNotFoundError naming both paths, not a
+    fallback."""
+    monkeypatch.setattr(commit, "_libc_renameat2", None)  # looked up again, here
+    assert commit._load_renameat2() is not None
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    assert commit._renameat2(str(tmp_path / "a"), str(tmp_path / "b"), commit._RENAME_EXCHANGE)
+    with pytest.raises(FileNotFoundError) as caught:
+        commit._renameat2(str(tmp_path / "none"), str(tmp_path / "b"), commit._RENAME_EXCHANGE)
+    err = caught.value
+    assert (err.errno, err.strerror) == (errno.ENOENT, os.strerror(errno.ENOENT))
+    assert (err.filename, err.filename2) == (str(tmp_path / "none"), str(tmp_path / "b"))
+
+
+@pytest.mark.skipif(not _libc_has("sync_file_range"), reason="no sync_file_range here")
+def test_sync_file_range_is_called_with_its_prototype(monkeypatch, tmp_path):
+    """The write-back of a closed data file calls sync_file_range, declared with its C
+    prototype: an offset past 32 bits reaches it whole (undeclared, ctypes would pass it as a
+    C int, cut to -1, which the kernel refuses with EINVAL), and its int result comes back."""
+    monkeypatch.setattr(commit, "_libc_sync_file_range", None)  # looked up again, here
+    path = tmp_path / "f"
+    path.write_bytes(b"x" * 4096)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        commit._start_writeback(fd)
+        sync_file_range = commit._libc_sync_file_range
+        assert sync_file_range
+        assert sync_file_range(fd, 0xFFFF_FFFF, 4096, commit._SYNC_FILE_RANGE_WRITE) == 0
+    finally:
+        os.close(fd)
+
+
+def test_write_back_asks_for_the_whole_file_and_is_skipped_where_absent(monkeypatch, tmp_path):
+    """A data file closed without its own fsync asks the kernel to write back the whole file
+    (offset 0, length 0: to its end); where the C library has no sync_file_range, closing it
+    does nothing more."""
+    calls = []
+    monkeypatch.setattr(commit, "_libc_sync_file_range", lambda *args: calls.append(args) or 0)
+    file = commit.NewFile(str(tmp_path / "f"), sync_on_close=False)
+    file.append([b"x" * 10])
+    file.close()
+    [(fd, *asked)] = calls
+    assert asked == [0, 0, commit._SYNC_FILE_RANGE_WRITE]
+    monkeypatch.setattr(commit, "_libc_sync_file_range", None)
+    monkeypatch.setattr(commit, "_libc_function", lambda name, argtypes: None)
+    file = commit.NewFile(str(tmp_path / "g"), sync_on_close=False)
+    file.append([b"y"])
+    file.close()
+    assert commit._libc_sync_file_range is False
+    assert (tmp_path / "g").read_bytes() == b"y"
+
+
+# ---------------------------------------------------------------------------------------------
+# _set_aside_stale: leftovers next to a checkpoint, removed under a name of ockpt's own
+
+
+def test_a_stale_deleted_goes_even_when_the_stale_replaced_cannot_be_moved(tmp_path, monkeypatch):
+    """A ``-replaced`` that cannot be renamed aside is left for a later save; the ``-deleted``
+    next to it is still renamed aside and removed."""
+    path = tmp_path / "c"
+    ockpt.save_pytree(path, TREE)
+    os.mkdir(commit.replaced_name(str(path)))
+    os.mkdir(str(path) + DELETED_SUFFIX)
+    real = os.rename
+
+    def rename(src, dst):  # type: ignore[no-untyped-def]
+        if str(src).endswith(REPLACED_SUFFIX):
+            raise OSError(errno.EBUSY, "Device or resource busy", src)
+        real(src, dst)
+
+    monkeypatch.setattr(os, "rename", rename)
+    assert commit.remove_committed(str(path))
+    assert os.listdir(tmp_path) == ["c" + REPLACED_SUFFIX]
+
+
+def test_leftovers_of_a_name_ending_in_a_space_are_its_own(tmp_path):
+    """The ``-deleted`` leftover of ``"c "`` is ``"c .orbax-checkpoint-tmp-deleted"``: removed
+    with it; that of ``"c"``, another checkpoint's, is left alone."""
+    for name in ("c ", "c"):
+        os.mkdir(tmp_path / (name + DELETED_SUFFIX))
+    ockpt.save_pytree(tmp_path / "c ", TREE)
+    assert commit.remove_committed(str(tmp_path / "c "))
+    assert os.listdir(tmp_path) == ["c" + DELETED_SUFFIX]
+
+
+# ---------------------------------------------------------------------------------------------
+# remove_committed and the manager's delete (DIR-005, LOAD-055)
+
+
+def test_removing_a_step_that_is_gone_says_so(tmp_path):
+    """`remove_committed` of a step another process removed meanwhile returns False (the
+    manager's delete then raises NotACheckpointError, LOAD-055), not True."""
+    mgr = ockpt.CheckpointManager(tmp_path / "root")
+    mgr.save(1, TREE)
+    path = str(tmp_path / "root" / "1")
+    assert commit.remove_committed(path) is True
+    assert commit.remove_committed(path) is False
+    assert os.listdir(tmp_path / "root") == []
+
+
+# ---------------------------------------------------------------------------------------------
+# remove_leftovers (DIR-003, DIR-007)
+
+
+def _ended(parent, token: int) -> str:  # type: ignore[no-untyped-def]
+    """A temporary directory of an ockpt save that has ended (its lock free)."""
+    path = commit.temporary_name(str(parent / "c"), token)
+    os.mkdir(path)
+    return path
+
+
+def test_a_kept_replaced_does_not_stop_the_other_removals(tmp_path):
+    """A ``-replaced`` that is not a directory, with its checkpoint missing, cannot be renamed
+    back and is kept; the leftovers after it are still removed."""
+    parked = commit.replaced_name(str(tmp_path / "c"))
+    with open(parked, "wb") as f:
+        f.write(b"not a checkpoint")
+    ended = _ended(tmp_path, 1)
+    assert commit.remove_leftovers([parked, ended]) == [ended]
+    assert os.listdir(tmp_path) == [os.path.basename(parked)]
+
+
+def test_a_running_save_does_not_stop_the_other_removals(tmp_path):
+    """The directory of a save still running is skipped; those of ended saves after it in the
+    same parent are removed."""
+    running = commit.begin(tmp_path / "c", token=0)
+    ended = _ended(tmp_path, 1)
+    try:
+        assert commit.remove_leftovers([running.tmp, ended]) == [ended]
+        assert os.listdir(tmp_path) == [os.path.basename(running.tmp)]
+    finally:
+        commit.abort(running)
+
+
+def test_leftovers_of_other_forms_are_removed(tmp_path):
+    """An Orbax temporary directory and a ``-deleted`` one (no lock to take) and a file under
+    ockpt's own temporary name (a killed `replace_file`) are removed and returned."""
+    orbax = tmp_path / "c.orbax-checkpoint-tmp-1700000000000000"
+    orbax.mkdir()
+    (orbax / "x").write_bytes(b"x")
+    deleted = tmp_path / ("d" + DELETED_SUFFIX)
+    deleted.mkdir()
+    own_file = tmp_path / f"metadata{OWN_TMP_SUFFIX}000000000001"
+    own_file.write_bytes(b"{}")
+    paths = sorted(str(p) for p in (orbax, deleted, own_file))
+    assert commit.remove_leftovers(paths) == paths
+    assert os.listdir(tmp_path) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# abort
+
+
+def test_abort_lets_go_of_the_lock_and_needs_none(tmp_path):
+    """`abort` removes the temporary directory and releases this save's lock (its descriptor
+    closed); the Pending of a save begun in another process (no lock here) is aborted too."""
+    pending = commit.begin(tmp_path / "c")
+    assert pending.lock is not None and pending.lock.held
+    commit.abort(pending)
+    assert not pending.lock.held
+    assert os.listdir(tmp_path) == []
+    os.mkdir(pending.tmp)
+    commit.abort(commit.Pending(pending.final, pending.tmp, overwrite=False))
+    assert os.listdir(tmp_path) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# remove_path
+
+
+def test_remove_path_removes_files_and_links_never_targets(tmp_path):
+    """A file, a link to a directory and a dangling link are removed (the link itself, its
+    target kept); a tree is removed whole; a missing path is no error."""
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "kept").write_bytes(b"x")
+    (tmp_path / "file").write_bytes(b"x")
+    (tmp_path / "link").symlink_to(target)
+    (tmp_path / "dangling").symlink_to(tmp_path / "none")
+    (tmp_path / "tree" / "sub").mkdir(parents=True)
+    (tmp_path / "tree" / "sub" / "f").write_bytes(b"x")
+    for name in ("file", "link", "dangling", "tree", "none"):
+        commit.remove_path(str(tmp_path / name))
+    assert os.listdir(tmp_path) == ["target"]
+    assert os.listdir(target) == ["kept"]
+
+
+def test_an_old_checkpoint_that_cannot_be_removed_does_not_fail_the_overwrite(
+    tmp_path, monkeypatch
+):
+    """The overwrite has committed when the old checkpoint is removed: a file of it that
+    cannot be removed is left, the save still succeeds, and a later save removes the rest."""
+    path = tmp_path / "c"
+    ockpt.save_pytree(path, TREE)
+    real = os.unlink
+
+    def unlink(name, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if os.path.basename(name) == CHECKPOINT_METADATA_FILE:
+            raise PermissionError(errno.EACCES, "Permission denied", name)
+        real(name, *args, **kwargs)
+
+    monkeypatch.setattr(os, "unlink", unlink)
+    ockpt.save_pytree(path, {"a": TREE["a"] * 10}, overwrite=True)
+    monkeypatch.undo()
+    np.testing.assert_array_equal(ockpt.load_pytree(path, backend="python")["a"], TREE["a"] * 10)
+    left = [n for n in os.listdir(tmp_path) if n != "c"]
+    assert len(left) == 1 and left[0].startswith("c" + OWN_TMP_SUFFIX)
+    assert os.listdir(tmp_path / left[0]) == [CHECKPOINT_METADATA_FILE]
+    ockpt.save_pytree(path, TREE, overwrite=True)
+    assert os.listdir(tmp_path) == ["c"]
+
+
+# ---------------------------------------------------------------------------------------------
+# temporary_name, replaced_name: the names of a checkpoint's own leftovers (DIR-003, DIR-006)
+
+
+def test_temporary_names_keep_the_whole_checkpoint_name():
+    """A trailing separator is dropped, a trailing space is part of the name: the temporary
+    name parses back (OWN_TMP_NAME) to the checkpoint it belongs to."""
+    assert commit.temporary_name("/r/c/", 1) == f"/r/c{OWN_TMP_SUFFIX}000000000001"
+    assert commit.replaced_name("/r/c/") == "/r/c" + REPLACED_SUFFIX
+    assert commit.replaced_name("/r/c ") == "/r/c " + REPLACED_SUFFIX
+    tmp = commit.temporary_name("/r/c ", 0xABC)
+    assert tmp == f"/r/c {OWN_TMP_SUFFIX}000000000abc"
+    assert OWN_TMP_NAME.fullmatch(os.path.basename(tmp))["name"] == "c "
+
+
+# ---------------------------------------------------------------------------------------------
+# final_path (DIR-001)
+
+
+def test_final_path_takes_local_paths_and_file_urls_only(tmp_path, monkeypatch):
+    """A ``file://`` URL is its local path; any other URL is refused (DIR-001) naming it."""
+    monkeypatch.chdir(tmp_path)  # where a URL taken for a relative path would be written
+    assert commit.final_path(f"file://{tmp_path}/c") == str(tmp_path / "c")
+    assert commit.final_path(tmp_path / "c") == str(tmp_path / "c")
+    with pytest.raises(ockpt.FormatError) as caught:
+        commit.begin("gs://bucket/c")
+    err = caught.value
+    assert (err.rule, err.file) == ("DIR-001", "gs://bucket/c")
+    assert err.message == "the reference writer saves to local directories only"
+    assert os.listdir(tmp_path) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# finish
+
+
+def test_finish_lets_go_of_the_lock_and_needs_none(tmp_path):
+    """`finish` commits and releases this save's lock; the Pending of a save begun in another
+    process (no lock here) commits too, its marker naming the final path."""
+    pending = commit.begin(tmp_path / "c")
+    commit.finish(pending)
+    assert pending.lock is not None and not pending.lock.held
+    other = commit.Pending(
+        str(tmp_path / "d"), commit.temporary_name(str(tmp_path / "d"), 1), False
+    )
+    os.mkdir(other.tmp)
+    commit.finish(other)
+    assert sorted(os.listdir(tmp_path)) == ["c", "d"]
+    assert os.listdir(tmp_path / "d") == [COMMIT_FILE]
+    marker = (tmp_path / "d" / COMMIT_FILE).read_text()
+    assert marker == f"Checkpoint commit was successful to {tmp_path / 'd'}"  # DIR-004
+
+
+def test_a_save_fsyncs_each_file_once(tmp_path, monkeypatch):
+    """Every file of a save is flushed once, at commit: data files closed by the background
+    writer only start their write-back, and the marker is written without an fsync of its
+    own (a second fsync per file would double the cost of a commit of many small files)."""
+    synced: list[tuple[int, int]] = []
+    real = os.fsync
+
+    def fsync(fd):  # type: ignore[no-untyped-def]
+        st = os.fstat(fd)
+        if not stat.S_ISDIR(st.st_mode):
+            synced.append((st.st_dev, st.st_ino))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    ockpt.save_pytree(tmp_path / "c", {"a": TREE["a"], "b": np.ones(1000), "s": "x"})
+    files = [os.path.join(d, n) for d, _, names in os.walk(tmp_path / "c") for n in names]
+    assert len(files) > 5 and os.path.join(tmp_path, "c", COMMIT_FILE) in files
+    assert sorted(synced) == sorted((os.stat(f).st_dev, os.stat(f).st_ino) for f in files)
+
+
+# ---------------------------------------------------------------------------------------------
+# _fsync_path, _fsync_tree
+
+
+def test_the_flush_never_follows_a_link(tmp_path, monkeypatch):
+    """A link inside a save's directory is not followed: its target, outside, is not
+    fsynced (nor opened)."""
+    (tmp_path / "outside").write_bytes(b"x")
+    (tmp_path / "tree").mkdir()
+    (tmp_path / "tree" / "link").symlink_to(tmp_path / "outside")
+    (tmp_path / "tree" / "f").write_bytes(b"y")
+    synced = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(os.fstat(fd).st_ino), real(fd)))
+    commit._fsync_tree(str(tmp_path / "tree"))
+    assert (tmp_path / "outside").stat().st_ino not in synced
+    assert sorted(synced) == sorted((tmp_path / name).stat().st_ino for name in ("tree", "tree/f"))
+
+
+# ---------------------------------------------------------------------------------------------
+# write_file, replace_file
+
+
+def test_write_file_takes_a_sequence_of_buffers(tmp_path):
+    """`write_file` writes a sequence of buffers one after the other, without joining them."""
+    commit.write_file(str(tmp_path / "d" / "f"), [b"ab", memoryview(b"cd"), b"", b"e"])
+    assert (tmp_path / "d" / "f").read_bytes() == b"abcde"
+
+
+def test_replace_file_writes_whole_and_flushed(tmp_path, monkeypatch):
+    """`replace_file` creates the parent, writes the new content under a temporary name of
+    its own, fsyncs it and renames it over the path (replacing an older file), then flushes the
+    parent; nothing temporary is left."""
+    events = []
+    real_fsync, real_replace = os.fsync, os.replace
+    monkeypatch.setattr(
+        os, "fsync", lambda fd: (events.append(("fsync", os.fstat(fd).st_ino)), real_fsync(fd))
+    )
+    monkeypatch.setattr(
+        os,
+        "replace",
+        lambda a, b: (events.append(("replace", os.stat(a).st_ino, str(b))), real_replace(a, b)),
+    )
+    path = tmp_path / "root" / "meta"
+    commit.replace_file(str(path), b"old")
+    commit.replace_file(str(path), b"new")
+    assert path.read_bytes() == b"new"
+    assert os.listdir(tmp_path / "root") == ["meta"]
+    parent = (tmp_path / "root").stat().st_ino
+    first, second = events[:3], events[3:]
+    for part in (first, second):
+        (_, ino), (kind, replaced, dst), last = part
+        assert (kind, replaced, dst) == ("replace", ino, str(path)), part
+        assert last == ("fsync", parent), part
+    assert second[1][1] == path.stat().st_ino
+
+
+# ---------------------------------------------------------------------------------------------
+# _forked: a forked child closes its copies of the locks
+
+
+_FORK_CHILD = """
+import os, sys
+from ockpt import commit
+os.close(0)  # a process without stdin (a daemon): the lock's descriptor can be 0
+lock = commit._Lock.take(sys.argv[1], wait=True)
+assert lock.fd == 0, lock.fd
+pid = os.fork()
+if pid == 0:
+    os._exit(0 if not lock.held and lock.fd < 0 else 3)
+_, status = os.waitpid(pid, 0)
+assert os.waitstatus_to_exitcode(status) == 0, "the child kept the lock"
+lock.release()
+again = commit._Lock.take(sys.argv[1], wait=False)
+assert again is not None and again.held
+print("ok")
+"""
+
+
+def test_a_forked_child_lets_go_of_every_lock(tmp_path):
+    """In a child forked while a lock is held, the lock reads as not held and its descriptor
+    is closed, also when it is descriptor 0; the parent keeps and releases its own."""
+    lock = commit._Lock.take(str(tmp_path), wait=True)
+    ready, tell = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.write(tell, b"0" if not lock.held and lock.fd == -1 else b"1")
+        finally:
+            os._exit(0)
+    os.close(tell)
+    os.waitpid(pid, 0)
+    assert os.read(ready, 1) == b"0"  # b"" if the child failed before it wrote
+    os.close(ready)
+    assert lock.held
+    lock.release()
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(_FORK_CHILD), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+# ---------------------------------------------------------------------------------------------
+# BackgroundWriter
+
+
+def _submit(writer: commit.BackgroundWriter, nbytes: int) -> threading.Thread:
+    """`writer.submit` of a no-op job of `nbytes`, called on a thread of its own."""
+    thread = threading.Thread(target=writer.submit, args=(lambda: None, nbytes), daemon=True)
+    thread.start()
+    return thread
+
+
+def test_background_writer_holds_at_most_max_bytes(tmp_path):
+    """Buffers wait for the disk up to `max_bytes` in all (a close counts none): a submit that
+    fits returns at once while the writes before it are stuck; one byte more waits for them;
+    once they are written, the count is back to nothing held."""
+    writer = commit.BackgroundWriter(max_bytes=10)
+    gate, done = threading.Event(), threading.Event()
+    try:
+        writer.submit(gate.wait, 4)
+        writer.open(str(tmp_path / "f")).close()
+        fits = _submit(writer, 6)  # 10 bytes held
+        fits.join(10)
+        assert not fits.is_alive()
+        over = _submit(writer, 1)  # 11 bytes
+        over.join(0.3)
+        assert over.is_alive()
+        gate.set()
+        over.join(10)
+        assert not over.is_alive()
+        writer.submit(done.set, 3)
+        assert done.wait(10)
+        gate.clear()
+        writer.submit(gate.wait, 4)
+        fits = _submit(writer, 6)
+        fits.join(10)
+        assert not fits.is_alive()
+    finally:
+        gate.set()
+        writer.finish()
+
+
+def test_background_writes_run_on_their_own_thread_which_finish_stops(tmp_path, monkeypatch):
+    """Appends and closes run on a thread named ``ockpt-write``; `finish` returns once that
+    thread has ended."""
+    threads = []
+    real = commit.NewFile.append
+    monkeypatch.setattr(
+        commit.NewFile,
+        "append",
+        lambda self, parts: (threads.append(threading.current_thread()), real(self, parts)),
+    )
+    writer = commit.BackgroundWriter()
+    file = writer.open(str(tmp_path / "f"))
+    file.append([b"abc"])
+    file.close()
+    writer.finish()
+    assert (tmp_path / "f").read_bytes() == b"abc"
+    [thread] = threads
+    assert thread.name.startswith("ockpt-write") and not thread.is_alive()
