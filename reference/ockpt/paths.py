@@ -473,9 +473,7 @@ class LeafPattern:
             if end in states:
                 return True
             step = set()
-            for i in states:
-                if i == end:
-                    continue
+            for i in states:  # end is not among them: it returned above
                 seg = self.segments[i]
                 if seg is _Wild.DEEP:
                     step.add(i)

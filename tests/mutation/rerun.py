@@ -1,0 +1,65 @@
+"""Re-run mutants by hand: ``python tests/mutation/rerun.py [--fresh] TEST... -- MUTANT...``.
+
+Run it from ``build/mutation/mutants/`` with ``PYTHONPATH=$PWD/src`` (after
+``tests/mutation/run.py`` made that copy). Each mutant runs ``pytest -x TEST...`` in a child
+forked from this process, where no mutant is active, with the caches of ``dtypes._exact``
+and ``dtypes._float_traits`` cleared: mutmut forks its children from the process that ran
+its stats, whose caches hold the original answers, so mutants of the cast table's helpers
+are never called there. ``--fresh`` starts a new interpreter per mutant instead, for code
+that runs at import (``dtypes._ml`` builds ``SUPPORTED``). Prints one line per mutant:
+``killed`` (a test failed), ``survived`` (all passed) or ``exit N`` (2: the tests did not
+collect, because of the mutant when a run with no mutant, ``none``, survives).
+Results: tests/mutation/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+PYTEST_ARGS = ["-x", "-q", "-p", "no:cacheprovider", "--no-header", "-o", "addopts="]
+
+
+def run_forked(mutant: str, tests: list[str]) -> int:
+    """pytest's exit status for `tests` with `mutant` active, in a forked child."""
+    import pytest
+
+    from ockpt import dtypes
+
+    pid = os.fork()
+    if pid == 0:
+        os.environ["MUTANT_UNDER_TEST"] = mutant
+        dtypes._exact.cache_clear()
+        dtypes._float_traits.cache_clear()
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.dup2(devnull, 2)
+        os._exit(int(pytest.main([*PYTEST_ARGS, *tests])))
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
+def run_fresh(mutant: str, tests: list[str]) -> int:
+    """pytest's exit status for `tests` with `mutant` active from interpreter start."""
+    env = dict(os.environ, MUTANT_UNDER_TEST=mutant)
+    command = [sys.executable, "-m", "pytest", *PYTEST_ARGS, *tests]
+    return subprocess.run(command, env=env, capture_output=True, timeout=900).returncode
+
+
+def main(argv: list[str]) -> int:
+    """Run each mutant after ``--`` against the tests before it; print the verdicts."""
+    fresh = argv[:1] == ["--fresh"]
+    if fresh:
+        argv = argv[1:]
+    split = argv.index("--")
+    tests, mutants = argv[:split], argv[split + 1 :]
+    for mutant in mutants:
+        code = run_fresh(mutant, tests) if fresh else run_forked(mutant, tests)
+        verdict = {0: "survived", 1: "killed"}.get(code, f"exit {code}")
+        print(f"{mutant} {verdict}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
