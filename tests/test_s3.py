@@ -335,3 +335,16 @@ def test_save_pytree_to_a_bucket(s3, bucket):
     keys = _keys(client, name, "ckpt/v1/")
     assert "ckpt/v1/commit_success.txt" in keys and "ckpt/v1/orbax.checkpoint" in keys
     assert "ckpt/item/commit_success.txt" in _keys(client, name, "ckpt/item/")
+
+
+def test_an_unreachable_store_is_an_io_error_in_bounded_time(s3):
+    """A store that refuses every connection: each command gives up after ockpt's retries
+    (about 40 s, not tensorstore's quarter of an hour) with one line naming the URL, exit 2."""
+    closed = dict(s3, AWS_ENDPOINT_URL=f"http://127.0.0.1:{_free_port()}")
+    start = time.monotonic()
+    result = ockpt(closed, "validate", "s3://ockpt-nowhere/run", check=False)
+    assert time.monotonic() - start < 100
+    assert result.returncode == 2, result.stderr[-2000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("ockpt: s3://ockpt-nowhere/run: ") and "retry" in last, last
+    assert "Traceback" not in result.stderr

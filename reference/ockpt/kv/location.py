@@ -31,6 +31,11 @@ __all__ = ["Location", "new_context", "import_tensorstore", "is_url"]
 #: (tens of milliseconds a key): the cache holds two nodes of that bound.
 _NODE_CACHE_BYTES = 256 << 20
 
+#: Retries of a failed object-store request (exponential backoff: about 40 s in all before an
+#: unreachable or failing store is an error), and the tensorstore resources that set them.
+_RETRIES = {"max_retries": 8, "initial_delay": "0.5s", "max_delay": "8s"}
+_RETRY_RESOURCES = ("s3_request_retries", "gcs_request_retries")
+
 #: What `Location._request` returns for a byte range that reaches past the end of an object.
 _PAST_END = object()
 
@@ -54,13 +59,18 @@ def is_url(path: str) -> bool:
 
 
 def new_context(parent: ts.Context | None = None) -> ts.Context:
-    """A tensorstore context for one reader: OCDBT nodes cached, array chunks not."""
+    """A tensorstore context for one reader: OCDBT nodes cached, array chunks not. Without a
+    `parent`, requests to object stores are retried `_RETRIES` times (tensorstore's default
+    backs off for about a quarter of an hour before an unreachable store is an error); a
+    caller's `parent` keeps its own retry policy."""
     ts = import_tensorstore()
     spec = {
         "cache_pool": {"total_bytes_limit": _NODE_CACHE_BYTES},
         "cache_pool#chunks": {"total_bytes_limit": 0},
     }
-    return ts.Context(ts.Context.Spec(spec), parent) if parent is not None else ts.Context(spec)
+    if parent is not None:
+        return ts.Context(ts.Context.Spec(spec), parent)
+    return ts.Context({**spec, **{name: dict(_RETRIES) for name in _RETRY_RESOURCES}})
 
 
 @dataclass(frozen=True)
@@ -243,7 +253,11 @@ class Location:
                 return files.Listing(frozenset(), frozenset())
         found: set[str] = set()
         dirs: set[str] = set()
-        for key in self.kvstore(context).list().result():
+        try:
+            keys = self.kvstore(context).list().result()
+        except ValueError as e:  # the store failed (unreachable, refused): an I/O error
+            raise OSError(f"{self.display}: {str(e)[:400]}") from None
+        for key in keys:
             text = key.decode("utf-8", "replace")
             head, sep, _ = text.partition("/")
             (dirs if sep else found).add(head)
