@@ -519,10 +519,8 @@ def _ocdbt_seeds() -> list[bytes]:
 
 
 def _raw(db, ref) -> bytes:  # type: ignore[no-untyped-def]
-    path = db._resolve(ref.file_id, pointer=None, origin=None)
-    with open(path, "rb") as f:
-        f.seek(ref.offset)
-        return f.read(ref.length)
+    """The stored bytes of a node reference, undecoded (`Database.read_range`)."""
+    return db.read_range(ref)
 
 
 def _zarr_seeds() -> list[bytes]:

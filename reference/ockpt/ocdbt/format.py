@@ -182,12 +182,6 @@ class _Cursor:
         self.pos += 1
         return value
 
-    def u32le(self, field: str) -> int:
-        self.need(4, field)
-        (value,) = struct.unpack_from("<I", self.data, self.pos)
-        self.pos += 4
-        return value
-
     def i32le(self, field: str) -> int:
         self.need(4, field)
         (value,) = struct.unpack_from("<i", self.data, self.pos)

@@ -1,0 +1,728 @@
+"""Tests written to kill the mutants of `ockpt.ocdbt.format` that survived the mutation run
+(tests/mutation/RESULTS.md, section ocdbt/format.py), grouped by the function they guard.
+
+Each builds or damages real OCDBT bytes (as tests/test_ocdbt_corrupt.py does) and asserts
+what a reader sees: the value decoded, or the rule, file and offset of the error.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+import zstandard
+
+from ockpt.errors import OcdbtError, ZarrFormatError
+from ockpt.ocdbt import format as fmt
+
+# --------------------------------------------------------------------------------------------
+# decode_varint
+
+
+def test_decode_varint_reads_from_pos_and_stops_at_end():
+    data = b"\xff\x96\x01\x05"  # 0x96 0x01 = 150 at position 1
+    assert fmt.decode_varint(data, 1) == (150, 3)
+    assert fmt.decode_varint(data, 3, end=4) == (5, 4)
+    with pytest.raises(OcdbtError) as info:
+        fmt.decode_varint(data, 1, end=2, file="m.bin")  # 0x96 continues past `end`
+    err = info.value
+    assert err.rule == "OCDBT-007"
+    assert str(err) == "m.bin at @1: truncated varint varint [OCDBT-007]"
+
+
+# --------------------------------------------------------------------------------------------
+# zstd_frame_size
+
+
+@pytest.mark.parametrize("checksum", [False, True])
+def test_zstd_frame_size_is_the_length_of_the_first_frame(checksum):
+    frame = zstandard.ZstdCompressor(write_checksum=checksum).compress(b"abc" * 1000)
+    assert len(frame) < 1000  # a compressed block: it may decode to far more than its length
+    assert fmt.zstd_frame_size(frame) == len(frame)
+    assert fmt.zstd_frame_size(frame + b"\0" * 7) == len(frame)
+    assert fmt.zstd_frame_size(frame[:-1]) is None
+    assert fmt.zstd_frame_size(b"not a zstd frame") is None
+
+
+# --------------------------------------------------------------------------------------------
+# decode_version_tree_node
+
+FILE = fmt.DataFileId(b"", b"d/x")
+
+
+def _version_leaf(
+    *, arity_log2: int = 4, generations: tuple[int, ...] = (1, 2), compression: int = 0
+) -> bytes:
+    """A version tree leaf node holding `generations`, each rooted in d/x."""
+    stats = fmt.BtreeNodeStatistics(0, 10, 1)
+    entries = tuple(
+        fmt.BtreeGenerationReference(
+            fmt.BtreeNodeReference(fmt.IndirectDataReference(FILE, 16 * g, 16), stats), g, 1, g
+        )
+        for g in generations
+    )
+    node = fmt.VersionTreeNode(0, arity_log2, entries)
+    return fmt.encode_version_tree_node(node, compression=compression)
+
+
+def test_a_version_node_read_with_no_transitive_path_names_its_files_as_written():
+    node = fmt.decode_version_tree_node(_version_leaf())
+    assert [e.root.location.file_id for e in node.entries] == [FILE, FILE]
+    assert node.data_file_table == (FILE,)
+
+
+def test_version_node_errors_point_at_file_offsets_from_the_node_offset():
+    data = bytearray(_version_leaf())
+    data[-1] ^= 1  # the stored CRC-32C
+    with pytest.raises(OcdbtError) as info:
+        fmt.decode_version_tree_node(bytes(data), file="d/x", offset=100)
+    assert info.value.rule == "OCDBT-005"
+    assert f"d/x at @{100 + len(data) - 4}:" in str(info.value)
+    data[0] ^= 1  # the magic: reported at the node's first byte, 0 when no offset is given
+    with pytest.raises(OcdbtError) as info:
+        fmt.decode_version_tree_node(bytes(data), file="d/x")
+    assert info.value.rule == "OCDBT-001"
+    assert "d/x at @0:" in str(info.value)
+
+
+def error_of(fn) -> str:
+    """What the OcdbtError `fn()` raises says: file, offset, message, expected/got and rule."""
+    with pytest.raises(OcdbtError) as info:
+        fn()
+    return str(info.value)
+
+
+V = fmt.VERSION_NODE_MAGIC
+
+
+@pytest.mark.parametrize(
+    "body, compression, limit, message",
+    [
+        (
+            b"",
+            0,
+            None,
+            "@114: truncated: version_tree_arity_log2 needs 1 bytes (expected 1, got 0) "
+            "[OCDBT-007]",
+        ),
+        (
+            b"\4",
+            0,
+            None,
+            "@115: truncated: height needs 1 bytes (expected 1, got 0) [OCDBT-007]",
+        ),
+        (
+            b"\0\0",
+            0,
+            None,
+            "@114: version_tree_arity_log2 out of range (expected '1..16', got 0) [OCDBT-011]",
+        ),
+        (
+            b"\4\17",
+            0,
+            None,
+            "@115: version tree node height too large for its arity (got 15) [OCDBT-032]",
+        ),
+        (
+            b"\4\17",
+            1,
+            None,
+            "@100+body[1]: version tree node height too large for its arity (got 15) [OCDBT-032]",
+        ),
+        (
+            b"\4\17" * 10,
+            0,
+            19,
+            "@114: version tree node body exceeds the decoded size limit "
+            "(expected '<= 19', got 20) [OCDBT-006]",
+        ),
+    ],
+)
+def test_version_node_body_errors_name_file_offset_and_field(body, compression, limit, message):
+    data = fmt.encode_envelope(V, body, compression=compression)
+    kw = {} if limit is None else {"max_decoded_bytes": limit}
+    got = error_of(lambda: fmt.decode_version_tree_node(data, file="d/x", offset=100, **kw))
+    assert got == "d/x at " + message
+
+
+@pytest.mark.parametrize("arity_log2, generations", [(1, (1,)), (4, (1, 2)), (16, (1, 2))])
+def test_version_leaf_nodes_of_each_arity_decode_whole(arity_log2, generations):
+    data = _version_leaf(arity_log2=arity_log2, generations=generations)
+    node = fmt.decode_version_tree_node(data)
+    assert (node.height, node.version_tree_arity_log2) == (0, arity_log2)
+    assert [e.generation_number for e in node.entries] == list(generations)
+    assert [e.root.location.offset for e in node.entries] == [16 * g for g in generations]
+
+
+@pytest.mark.parametrize("height, generations", [(1, (16, 32)), (14, (2**60,))])
+def test_interior_version_nodes_decode_whole(height, generations):
+    """Height 14 of arity 4 is the highest a node may have: (14 + 1) x 4 < 64."""
+    loc = fmt.IndirectDataReference(FILE, 5, 7)
+    entries = tuple(fmt.VersionNodeReference(loc, g, height - 1, 16, g + 3) for g in generations)
+    node = fmt.VersionTreeNode(height, 4, entries)
+    got = fmt.decode_version_tree_node(fmt.encode_version_tree_node(node, compression=0))
+    assert got == node
+    assert (got.height, got.version_tree_arity_log2, got.data_file_table) == (height, 4, (FILE,))
+    assert got.entries[0].location == loc
+
+
+@pytest.mark.parametrize(
+    "height, message",
+    [
+        (
+            0,
+            "@117: a version tree leaf node must reference at least one version (got 0) "
+            "[OCDBT-031]",
+        ),
+        (1, "@117: an interior version node must have children (got 0) [OCDBT-031]"),
+    ],
+)
+def test_a_version_node_with_no_entries_is_named_by_kind(height, message):
+    data = fmt.encode_envelope(V, bytes([4, height, 0, 0]))  # no files, no entries
+    got = error_of(lambda: fmt.decode_version_tree_node(data, file="d/x", offset=100))
+    assert got == "d/x at " + message
+
+
+def test_bytes_after_a_version_node_body_are_counted_and_named():
+    body = fmt.decode_envelope(_version_leaf(), magic=V).body
+    data = fmt.encode_envelope(V, body + b"\0\0")
+    got = error_of(lambda: fmt.decode_version_tree_node(data, file="d/x"))
+    assert got == (
+        f"d/x at @{14 + len(body)}: 2 unexpected bytes after the version tree node "
+        "(expected 0, got 2) [OCDBT-007]"
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# _Cursor: varint, count, need (through the decoders that use them)
+
+
+@pytest.mark.parametrize(
+    "data, result",
+    [
+        (b"\7" + b"\xff" * 9 + b"\1", (2**64 - 1, 11)),  # the largest value, in 10 bytes
+        (b"\7" + b"\x80" * 9 + b"\0", (0, 11)),  # 10 bytes, the most a varint may take
+        (
+            b"\7" + b"\xff" * 9 + b"\2",
+            "@1: varint varint exceeds 2**64-1 (got 27670116110564327423) [OCDBT-008]",
+        ),
+        (b"\7" + b"\x80" * 10 + b"\0", "@1: varint varint longer than 10 bytes [OCDBT-008]"),
+    ],
+)
+def test_varints_take_at_most_ten_bytes_and_64_bits(data, result):
+    if isinstance(result, tuple):
+        assert fmt.decode_varint(data, 1, file="f") == result
+    else:
+        assert error_of(lambda: fmt.decode_varint(data, 1, file="f")) == "f at " + result
+
+
+B = fmt.BTREE_NODE_MAGIC
+
+
+def _btree(body: bytes, **kw) -> fmt.BtreeNode:
+    """`body` decoded as an uncompressed B+tree node at offset 100 of data file d/n."""
+    return fmt.decode_btree_node(fmt.encode_envelope(B, body), file="d/n", offset=100, **kw)
+
+
+@pytest.mark.parametrize(
+    "body, result",
+    [
+        # height 0, no files, 1 entry: key suffix length 0, value length 0, kind 0 (inline):
+        # the count's 3 bytes per entry fit exactly
+        (b"\0\0\1\0\0\0", [(b"", b"")]),
+        (b"\0\0\1\1k\5\0abcde", [(b"k", b"abcde")]),
+        (
+            b"\0\0\12" + b"\0" * 5,
+            "@116: num_entries = 10 does not fit in the 5 bytes that remain (got 10) [OCDBT-007]",
+        ),
+        (
+            b"\0\0\1\1k\5\0abc",
+            "@121: truncated: inline values needs 5 bytes (expected 5, got 3) [OCDBT-007]",
+        ),
+        (
+            b"\0\0\1\1k\5",
+            "@120: truncated: value_kind needs 1 bytes (expected 1, got 0) [OCDBT-007]",
+        ),
+    ],
+)
+def test_btree_leaf_counts_and_lengths_are_checked_against_what_remains(body, result):
+    if isinstance(result, list):
+        assert [(e.key, e.value) for e in _btree(body).entries] == result
+    else:
+        assert error_of(lambda: _btree(body)) == "d/n at " + result
+
+
+def _manifest(generations: tuple[int, ...], *, arity_log2: int = 1) -> fmt.Manifest:
+    stats = fmt.BtreeNodeStatistics(0, 1, 1)
+    versions = tuple(
+        fmt.BtreeGenerationReference(
+            fmt.BtreeNodeReference(fmt.IndirectDataReference(FILE, g, 3), stats), g, 1, g
+        )
+        for g in generations
+    )
+    config = fmt.Config(b"\1" * 16, 0, 8, 1 << 20, arity_log2, None)
+    return fmt.Manifest(config, versions, ())
+
+
+def test_a_manifest_holds_up_to_two_to_the_arity_inline_versions():
+    full = _manifest((1, 2))
+    assert fmt.decode_manifest(fmt.encode_manifest(full)) == full
+    data = fmt.encode_manifest(_manifest((1, 2, 3)))
+    assert error_of(lambda: fmt.decode_manifest(data, file="m")) == (
+        "m at @43: num_versions out of range (expected '<= 2', got 3) [OCDBT-008]"
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# decode_envelope
+
+M = fmt.MANIFEST_MAGIC
+BODY = fmt.encode_envelope(M, b"body")  # 22 bytes: header 12, version 0, compression 0, CRC
+
+
+def reseal(data: bytes) -> bytes:
+    """Fix length and CRC-32C after an edit, so the decoder looks past them."""
+    data = data[:4] + struct.pack("<Q", len(data)) + data[12:]
+    return data[:-4] + struct.pack("<I", fmt.crc32c(data[:-4]))
+
+
+def env_crc(data: bytes) -> int:
+    """The CRC-32C an envelope stores in its last 4 bytes."""
+    return struct.unpack("<I", data[-4:])[0]
+
+
+def test_an_envelope_decodes_to_its_fields():
+    env = fmt.decode_envelope(BODY, magic=M, file="f", offset=100)
+    assert env == fmt.Envelope(M, 22, 0, 0, b"body", fmt.crc32c(BODY[:-4]))
+    assert env.crc32c == env_crc(BODY)
+    empty = fmt.encode_envelope(M, b"")  # 18 bytes, the shortest envelope
+    assert fmt.decode_envelope(empty, magic=M) == fmt.Envelope(M, 18, 0, 0, b"", env_crc(empty))
+    packed = fmt.encode_envelope(M, b"body" * 10, compression=1)
+    env = fmt.decode_envelope(packed, magic=M, max_decoded_bytes=40)  # exactly the bound
+    assert (env.compression, env.body, env.length) == (1, b"body" * 10, len(packed))
+    assert fmt.decode_envelope(BODY, magic=M, max_decoded_bytes=4).body == b"body"
+
+
+@pytest.mark.parametrize(
+    "data, kw, message",
+    [
+        (
+            fmt.encode_envelope(M, b"")[:-1],
+            {},
+            "@100: manifest too short for its envelope "
+            "(expected '>= 18 bytes', got 17) [OCDBT-002]",
+        ),
+        (
+            b"\1\2\3\4" + BODY[4:],
+            {},
+            "@100: bad manifest magic (expected '0x0cdb3a2a', got '0x01020304') [OCDBT-001]",
+        ),
+        (
+            b"\1\2\3\4" + BODY[4:],
+            {"magic": 0x01020305},
+            "@100: bad structure magic (expected '0x01020305', got '0x01020304') [OCDBT-001]",
+        ),
+        (
+            BODY[:4] + struct.pack("<Q", 99) + BODY[12:],
+            {},
+            "@104: manifest length field does not match its size (expected 22, got 99) [OCDBT-002]",
+        ),
+        (
+            BODY[:-1] + bytes([BODY[-1] ^ 1]),
+            {},
+            "@118: manifest CRC-32C mismatch (expected '0x17de652f', got '0x16de652f') [OCDBT-005]",
+        ),
+        (
+            reseal(BODY[:12] + b"\1" + BODY[13:]),
+            {},
+            "@112: unsupported manifest format version (expected 0, got 1) [OCDBT-003]",
+        ),
+        (
+            reseal(BODY[:13] + b"\2" + BODY[14:]),
+            {},
+            "@113: unknown manifest compression_format (expected '0 or 1', got 2) [OCDBT-004]",
+        ),
+        (
+            BODY,
+            {"max_decoded_bytes": 3},
+            "@114: manifest body exceeds the decoded size limit "
+            "(expected '<= 3', got 4) [OCDBT-006]",
+        ),
+        (
+            fmt.encode_envelope(M, b"body" * 10, compression=1),
+            {"max_decoded_bytes": 39},
+            "@114: zstd content size exceeds the limit (expected '<= 39', got 40) [OCDBT-006]",
+        ),
+        (
+            reseal(fmt.encode_envelope(M, b"")[:12] + b"\x80\x80" + b"\0" * 4),
+            {},
+            "@112: truncated varint version [OCDBT-007]",
+        ),
+        (
+            reseal(fmt.encode_envelope(M, b"")[:12] + b"\0\x80" + b"\0" * 4),
+            {},
+            "@113: truncated varint compression_format [OCDBT-007]",
+        ),
+    ],
+)
+def test_envelope_errors_name_file_offset_and_values(data, kw, message):
+    kw = {"magic": M, **kw}
+    got = error_of(lambda: fmt.decode_envelope(data, file="f", offset=100, **kw))
+    assert got == "f at " + message
+
+
+def test_envelope_offsets_count_from_zero_by_default():
+    got = error_of(lambda: fmt.decode_envelope(b"\1\2\3\4" + BODY[4:], magic=M, file="f"))
+    assert got.startswith("f at @0: bad manifest magic")
+    data = reseal(BODY[:14] + b"junk" + BODY[18:])  # compression 1, but no zstd frame
+    data = data[:13] + b"\1" + data[14:]
+    got = error_of(lambda: fmt.decode_envelope(reseal(data), magic=M, file="f", offset=100))
+    assert got.startswith("f at @114: not a zstd frame: ") and got.endswith(" [OCDBT-006]")
+
+
+# --------------------------------------------------------------------------------------------
+# zstd_decompress
+
+DATA = bytes(range(256)) * 40  # 10,240 bytes
+KNOWN = zstandard.ZstdCompressor().compress(DATA)  # with its content size
+UNKNOWN = zstandard.ZstdCompressor(write_content_size=False, write_checksum=True).compress(DATA)
+
+
+class CountingDecompressor:
+    """zstandard.ZstdDecompressor that records the calls `zstd_decompress` makes of it."""
+
+    calls: list[str] = []
+
+    def __init__(self) -> None:
+        self.real = ZSTD_DECOMPRESSOR()
+
+    def decompress(self, data, **kw):
+        self.calls.append("decompress")
+        return self.real.decompress(data, **kw)
+
+    def decompressobj(self):
+        self.calls.append("decompressobj")
+        return self.real.decompressobj()
+
+
+ZSTD_DECOMPRESSOR = zstandard.ZstdDecompressor
+
+
+@pytest.fixture
+def zstd_calls(monkeypatch) -> list[str]:
+    calls: list[str] = []
+    monkeypatch.setattr(CountingDecompressor, "calls", calls)
+    monkeypatch.setattr(zstandard, "ZstdDecompressor", CountingDecompressor)
+    return calls
+
+
+@pytest.mark.parametrize("frame", [KNOWN, UNKNOWN], ids=["known size", "unknown size"])
+def test_a_frame_within_the_bound_is_decoded_in_one_call(frame, zstd_calls):
+    assert fmt.zstd_decompress(frame, max_output_size=len(DATA)) == DATA
+    assert fmt.zstd_decompress(memoryview(frame), max_output_size=1 << 20) == DATA
+    assert zstd_calls == ["decompress", "decompress"]  # no stream
+
+
+@pytest.mark.parametrize(
+    "content_size, calls",
+    [(True, ["decompressobj"]), (False, ["decompress", "decompressobj"])],
+)
+def test_an_empty_frame_is_checked_by_the_stream(content_size, calls, zstd_calls):
+    """python-zstandard's one-shot call returns b"" for a frame that declares size 0 without
+    decoding it, and refuses one that declares none with no room to decode into."""
+    frame = zstandard.ZstdCompressor(write_content_size=content_size).compress(b"")
+    assert fmt.zstd_decompress(frame, max_output_size=0) == b""
+    assert zstd_calls == calls
+
+
+@pytest.mark.parametrize(
+    "frame, bound, message",
+    [
+        (KNOWN, 10239, "zstd content size exceeds the limit (expected '<= 10239', got 10240)"),
+        (
+            UNKNOWN,
+            10239,
+            "zstd stream decodes to more than the limit (expected '<= 10239', got '> 10239')",
+        ),
+        (KNOWN + b"xy", 10240, "bytes after the zstd frame (expected 0, got 2)"),
+        (UNKNOWN + b"xy", 10240, "bytes after the zstd frame (expected 0, got 2)"),
+        (KNOWN[:-3], 10240, "truncated zstd frame"),
+        (UNKNOWN[:-3], 10240, "truncated zstd frame"),
+        (
+            UNKNOWN[:-1] + bytes([UNKNOWN[-1] ^ 1]),
+            10240,
+            "corrupt zstd frame: zstd decompressor error: Restored data doesn't match checksum",
+        ),
+    ],
+)
+def test_zstd_errors_name_file_pointer_rule_and_sizes(frame, bound, message):
+    got = error_of(
+        lambda: fmt.zstd_decompress(frame, max_output_size=bound, file="f", pointer="@5")
+    )
+    assert got == f"f at @5: {message} [OCDBT-006]"
+
+
+def test_zstd_errors_take_the_callers_error_class_and_rule():
+    with pytest.raises(ZarrFormatError) as info:
+        fmt.zstd_decompress(
+            b"nope", max_output_size=9, file="c/0", rule="ZARR-1", error=ZarrFormatError
+        )
+    assert info.value.rule == "ZARR-1"
+    assert str(info.value).startswith("c/0: not a zstd frame: ")
+
+
+# --------------------------------------------------------------------------------------------
+# _check_ranges, _file_ids, _generations
+
+LEAF = b"\0" + b"\1\1\0f" + b"\1" + b"\1k"  # height 0, one data file "f", one entry, key "k"
+
+
+def _indirect(length: int, file_id: int, offset: int) -> bytes:
+    """LEAF's value: `length` bytes at `offset` of data file `file_id`."""
+    return LEAF + fmt.encode_varint(length) + bytes([1, file_id]) + fmt.encode_varint(offset)
+
+
+def test_a_value_may_end_at_the_last_byte_a_64_bit_range_reaches():
+    (entry,) = _btree(_indirect(5, 0, 2**64 - 6)).entries
+    assert entry.value == fmt.IndirectDataReference(fmt.DataFileId(b"", b"f"), 2**64 - 6, 5)
+
+
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        (
+            _indirect(5, 0, 2**64 - 5),
+            "@125: data_file_offset + data_file_length overflows 64 bits "
+            "(got (18446744073709551611, 5)) [OCDBT-022]",
+        ),
+        (
+            _indirect(2**64 - 1, 0, 1),
+            "@134: data_file_offset + data_file_length overflows 64 bits "
+            "(got (1, 18446744073709551615)) [OCDBT-022]",
+        ),
+        (
+            _indirect(5, 1, 0),
+            "@124: data_file_id out of range of the data file table "
+            "(expected '< 1', got 1) [OCDBT-021]",
+        ),
+    ],
+)
+def test_a_leaf_value_must_lie_in_a_listed_file_within_64_bits(body, message):
+    assert error_of(lambda: _btree(body)) == "d/n at " + message
+
+
+def _version(generation: int, location: fmt.IndirectDataReference | None):
+    stats = fmt.BtreeNodeStatistics(0, 1, 1)
+    height = 0 if location is None else 1
+    return fmt.BtreeGenerationReference(
+        fmt.BtreeNodeReference(location, stats), generation, height, generation
+    )
+
+
+HUGE = fmt.IndirectDataReference(FILE, 1, 2**64 - 1)
+SMALL = fmt.IndirectDataReference(FILE, 1, 2)
+
+
+@pytest.mark.parametrize(
+    "versions, message",
+    [
+        (
+            [_version(1, HUGE)],
+            "@47: data_file_offset + data_file_length overflows 64 bits "
+            "(got (1, 18446744073709551615)) [OCDBT-022]",
+        ),
+        # a version with no root (both fields 2**64-1) is skipped, not the versions after it
+        (
+            [_version(1, None), _version(2, HUGE)],
+            "@53: data_file_offset + data_file_length "
+            "overflows 64 bits (got (1, 18446744073709551615)) [OCDBT-022]",
+        ),
+        (
+            [_version(1, SMALL), _version(1, SMALL)],
+            "@44: generation numbers must be non-zero and "
+            "strictly increasing (got [1, 1]) [OCDBT-030]",
+        ),
+    ],
+)
+def test_manifest_versions_are_checked_one_by_one(versions, message):
+    config = fmt.Config(b"\1" * 16, 0, 8, 1 << 20, 1, None)
+    data = fmt.encode_manifest(fmt.Manifest(config, tuple(versions), ()))
+    assert error_of(lambda: fmt.decode_manifest(data, file="m")) == "m at " + message
+
+
+# --------------------------------------------------------------------------------------------
+# _Cursor.varints (a column of varints: one-byte ones at C speed, the others one by one)
+
+
+def test_a_two_byte_value_length_starting_with_0x80_is_not_taken_for_one_byte():
+    (entry,) = _btree(LEAF + b"\x80\x01" + b"\0" + b"v" * 128).entries  # 128, inline
+    assert entry == fmt.LeafNodeEntry(b"k", b"v" * 128)
+
+
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        (
+            LEAF + b"\x80" * 10 + b"\0\0",
+            "@122: varint value_length longer than 10 bytes [OCDBT-008]",
+        ),
+        (LEAF + b"\x80", "@122: truncated varint value_length [OCDBT-007]"),
+        # one data file whose path suffix is one byte longer than a path may be
+        (
+            b"\0\1" + fmt.encode_varint(65536) + b"\0",
+            "@116: path_suffix_length out of range (expected '<= 65535', got 65536) [OCDBT-008]",
+        ),
+        # 65535 is allowed: the decoder goes on to the (missing) entries
+        (
+            b"\0\1" + fmt.encode_varint(65535) + b"\0" + b"x" * 65535,
+            "@65655: truncated varint num_entries [OCDBT-007]",
+        ),
+    ],
+)
+def test_a_column_of_varints_checks_each_for_length_end_and_range(body, message):
+    assert error_of(lambda: _btree(body)) == "d/n at " + message
+
+
+# --------------------------------------------------------------------------------------------
+# fixed-width fields: signed zstd level, unsigned 64-bit length and commit time
+
+
+def test_fixed_width_fields_keep_their_sign():
+    stats = fmt.BtreeNodeStatistics(2**63, 2**64 - 1, 7)
+    version = fmt.BtreeGenerationReference(
+        fmt.BtreeNodeReference(SMALL, stats),
+        1,
+        1,
+        2**64 - 1,  # commit time: unsigned
+    )
+    config = fmt.Config(b"\1" * 16, 0, 2**40, 1 << 20, 1, fmt.ZstdCompression(-5))  # signed
+    manifest = fmt.Manifest(config, (version,), ())
+    got = fmt.decode_manifest(fmt.encode_manifest(manifest, compression=0))
+    assert got == manifest
+    assert got.config.compression.level == -5 and got.versions[0].commit_time == 2**64 - 1
+    data = BODY[:4] + struct.pack("<Q", 2**64 - 1) + BODY[12:]
+    assert error_of(lambda: fmt.decode_envelope(data, magic=M, file="f", offset=100)) == (
+        "f at @104: manifest length field does not match its size "
+        "(expected 22, got 18446744073709551615) [OCDBT-002]"
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# _zstd_walk (through zstd_frame_size): frame header and block headers of RFC 8878
+
+
+def _block(kind: int, size: int, *, last: bool) -> bytes:
+    """A block header (3 bytes, little-endian: last, kind, size) and its content."""
+    header = int(last) | kind << 1 | size << 3
+    content = b"\xab" if kind == 1 else b"\xcd" * size  # RLE: one byte, repeated size times
+    return header.to_bytes(3, "little") + content
+
+
+@pytest.mark.parametrize("single", [0, 1])
+@pytest.mark.parametrize("did_flag, did", [(0, b""), (1, b"\1"), (2, b"\1\2"), (3, b"\1\2\3\4")])
+@pytest.mark.parametrize("fcs_flag", [0, 1, 2, 3])
+@pytest.mark.parametrize("checksum", [0, 1])
+def test_a_frame_header_of_every_shape_is_measured(single, did_flag, did, fcs_flag, checksum):
+    fhd = fcs_flag << 6 | single << 5 | checksum << 2 | did_flag
+    window = b"" if single else b"\x40"
+    fcs = b"\7" * ((1 if single else 0), 2, 4, 8)[fcs_flag]
+    blocks = _block(0, 300, last=False) + _block(1, 70000, last=False) + _block(2, 5, last=True)
+    frame = b"\x28\xb5\x2f\xfd" + bytes([fhd]) + window + did + fcs + blocks
+    frame += b"\xee" * 4 * checksum
+    assert fmt.zstd_frame_size(frame) == len(frame)
+    assert fmt.zstd_frame_size(frame + b"\0" * 9) == len(frame)
+    assert fmt.zstd_frame_size(frame[:-1]) is None
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        b"\x28\xb5\x2f\xfd\x20",  # 5 bytes: no room for a block
+        b"\x28\xb5\x2f\xfd\x28" + _block(0, 1, last=True),  # the reserved bit set
+        b"\x28\xb5\x2f\xfd\x20\0" + (1 | 3 << 1 | 1 << 3).to_bytes(3, "little") + b"\0",  # kind 3
+        b"\x28\xb5\x2f\xfe\x20\0" + _block(0, 1, last=True),  # another magic
+        b"\x28\xb5\x2f\xfd\x20\0" + _block(0, 1, last=True)[:2],  # a cut block header
+    ],
+)
+def test_what_is_not_a_frame_has_no_size(frame):
+    assert fmt.zstd_frame_size(frame) is None
+
+
+def test_the_smallest_frame_is_measured():
+    frame = b"\x28\xb5\x2f\xfd\x20\0" + _block(0, 0, last=True)  # single segment, size 0
+    assert len(frame) == 9 and fmt.zstd_frame_size(frame) == 9
+
+
+@pytest.mark.parametrize(
+    "data", [bytes(range(256)) * 600, b"\0" * 300000, bytes((i * 7919) % 251 for i in range(1000))]
+)
+def test_frames_of_raw_rle_and_compressed_blocks_decode_in_one_call(data, zstd_calls):
+    """Without a content size the one-shot buffer is what the blocks can give: raw and RLE
+    blocks their size, compressed ones 128 KiB each; too small a buffer would take the
+    stream."""
+    for level in (-100, 3):
+        frame = zstandard.ZstdCompressor(level=level, write_content_size=False).compress(data)
+        assert fmt.zstd_decompress(frame, max_output_size=len(data)) == data
+    assert zstd_calls == ["decompress", "decompress"]
+
+
+# --------------------------------------------------------------------------------------------
+# _interior_versions: how many children a manifest and a version tree node may list
+
+
+def test_a_manifest_lists_more_version_tree_nodes_than_two_to_the_arity():
+    """The manifest's `version_tree_nodes` hold one node per height (up to 64 / arity_log2 + 1),
+    not 2^arity_log2 children as a node does."""
+    loc = fmt.IndirectDataReference(FILE, 5, 7)
+    nodes = tuple(fmt.VersionNodeReference(loc, g, h, 4, g) for g, h in ((8, 3), (12, 2), (14, 1)))
+    version = fmt.BtreeGenerationReference(
+        fmt.BtreeNodeReference(loc, fmt.BtreeNodeStatistics(0, 1, 1)), 15, 1, 15
+    )
+    config = fmt.Config(b"\1" * 16, 0, 8, 1 << 20, 1, None)
+    manifest = fmt.Manifest(config, (version,), nodes)
+    assert fmt.decode_manifest(fmt.encode_manifest(manifest)) == manifest
+
+
+def test_a_version_tree_node_lists_at_most_two_to_the_arity_children():
+    loc = fmt.IndirectDataReference(FILE, 5, 7)
+    children = tuple(fmt.VersionNodeReference(loc, 16 * i, 0, 16, i) for i in range(1, 18))
+    data = fmt.encode_version_tree_node(fmt.VersionTreeNode(1, 4, children), compression=0)
+    assert error_of(lambda: fmt.decode_version_tree_node(data, file="d/x", offset=100)) == (
+        "d/x at @122: num_children out of range (expected '<= 16', got 17) [OCDBT-008]"
+    )
+
+
+def _manifest_listing(arity_log2: int, n: int) -> bytes:
+    """A manifest of one inline version whose `version_tree_nodes` count is `n`, followed by
+    13 zero bytes per node (the least a node takes)."""
+    loc = fmt.IndirectDataReference(FILE, 5, 7)
+    version = fmt.BtreeGenerationReference(
+        fmt.BtreeNodeReference(loc, fmt.BtreeNodeStatistics(0, 1, 1)), 1, 1, 1
+    )
+    config = fmt.Config(b"\1" * 16, 0, 8, 1 << 20, arity_log2, None)
+    body = fmt.decode_envelope(fmt.encode_manifest(fmt.Manifest(config, (version,), ())), magic=M)
+    assert body.body[-1] == 0  # no version tree nodes
+    return fmt.encode_envelope(M, body.body[:-1] + fmt.encode_varint(n) + b"\0" * (13 * n))
+
+
+@pytest.mark.parametrize(
+    "arity_log2, n, message",
+    [
+        (1, 66, "@60: num_children out of range (expected '<= 65', got 66) [OCDBT-008]"),
+        (3, 23, "@60: num_children out of range (expected '<= 22', got 23) [OCDBT-008]"),
+        (4, 18, "@60: num_children out of range (expected '<= 17', got 18) [OCDBT-008]"),
+        (5, 14, "@60: num_children out of range (expected '<= 13', got 14) [OCDBT-008]"),
+        # 64 / 4 = 16 nodes pass the count; their generation numbers (0) do not
+        (
+            4,
+            16,
+            "@61: generation numbers must be non-zero and strictly increasing (got [0, 0, 0, "
+            "0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]) [OCDBT-030]",
+        ),
+    ],
+)
+def test_a_manifest_lists_at_most_64_over_the_arity_plus_one_version_tree_nodes(
+    arity_log2, n, message
+):
+    data = _manifest_listing(arity_log2, n)
+    assert error_of(lambda: fmt.decode_manifest(data, file="m")) == "m at " + message
