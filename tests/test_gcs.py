@@ -20,7 +20,6 @@ import json
 import os
 import selectors
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -33,6 +32,7 @@ import numpy as np
 import pytest
 
 from conftest import FIXTURES, HAVE_TENSORSTORE
+from object_stores import child_env, free_port, ockpt, python, serve, upload
 from ockpt import validate
 
 #: gs:// URLs are opened by tensorstore: without it (the suite run with OCKPT_BLOCK_TENSORSTORE,
@@ -44,13 +44,6 @@ pytestmark = pytest.mark.skipif(
 
 CASES = FIXTURES / "orbax-0.12.8"
 MANAGER = CASES / "manager" / "checkpoint"
-REFERENCE = Path(__file__).resolve().parents[1] / "reference"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _emulator_binary() -> str:
@@ -72,34 +65,13 @@ def gcs(tmp_path_factory):
     """A fake-gcs-server (in memory, plain HTTP) on 127.0.0.1 for this module; yields the
     environment that points tensorstore at it."""
     binary = _emulator_binary()
-    port = _free_port()
+    port = free_port()
     endpoint = f"http://127.0.0.1:{port}"
+    command = [binary, "-scheme", "http", "-backend", "memory", "-host", "127.0.0.1"]
+    command += ["-port", str(port), "-external-url", endpoint, "-log-level", "warn"]
     log = tmp_path_factory.mktemp("fake-gcs") / "server.log"
-    with open(log, "wb") as out:
-        server = subprocess.Popen(
-            [binary, "-scheme", "http", "-backend", "memory", "-host", "127.0.0.1"]
-            + ["-port", str(port), "-external-url", endpoint, "-log-level", "warn"],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                urllib.request.urlopen(f"{endpoint}/storage/v1/b", timeout=1)
-                break
-            except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    pytest.skip(f"fake-gcs-server did not start: {log.read_text()[-500:]}")
-                time.sleep(0.1)
+    with serve(command, f"{endpoint}/storage/v1/b", log, "fake-gcs-server"):
         yield {"TENSORSTORE_GCS_HTTP_URL": endpoint, "GOOGLE_AUTH_TOKEN_FOR_TESTING": "test"}
-    finally:
-        server.terminate()
-        try:
-            server.wait(10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait(10)
 
 
 class Bucket:
@@ -147,11 +119,7 @@ class Bucket:
 
     def upload(self, local: Path, prefix: str, *, skip: str | None = None) -> None:
         """Put every file of a local directory into the bucket under `prefix`."""
-        for path in sorted(local.rglob("*")):
-            if path.is_file():
-                rel = path.relative_to(local).as_posix()
-                if skip is None or rel != skip:
-                    self.put(f"{prefix}/{rel}", path.read_bytes())
+        upload(self.put, local, prefix, skip=skip)
 
     def url(self, path: str) -> str:
         return f"gs://{self.name}/{path}"
@@ -163,38 +131,6 @@ def bucket(gcs) -> Bucket:
     b = Bucket(gcs["TENSORSTORE_GCS_HTTP_URL"], f"ockpt-{uuid.uuid4().hex[:12]}")
     b.create()
     return b
-
-
-def _env(gcs: dict) -> dict:
-    full = dict(os.environ, **gcs)
-    full["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REFERENCE), full.get("PYTHONPATH")]))
-    return full
-
-
-def ockpt(gcs: dict, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    result = subprocess.run(
-        [sys.executable, "-m", "ockpt.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=_env(gcs),
-    )
-    if check:
-        assert result.returncode == 0, result.stderr[-3000:]
-    return result
-
-
-def python(gcs: dict, script: str, *args: str, timeout: int = 180) -> str:
-    """Run `script` in a child Python with the emulator's environment; its stdout."""
-    result = subprocess.run(
-        [sys.executable, "-c", script, *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=_env(gcs),
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return result.stdout
 
 
 def _manager_with_unfinished_step(bucket: Bucket) -> str:
@@ -557,7 +493,7 @@ def test_upload_killed_never_leaves_a_committed_step(gcs, bucket, stall, tmp_pat
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=_env(gcs),
+        env=child_env(gcs),
     )
     try:
         line = _wait_for_line(proc, timeout=120)

@@ -9,12 +9,8 @@ unfinished step, and read, compare, convert and write through ``s3://`` URLs.
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
 import sys
 import time
-import urllib.request
 import uuid
 from pathlib import Path
 
@@ -22,6 +18,7 @@ import numpy as np
 import pytest
 
 from conftest import FIXTURES, HAVE_TENSORSTORE
+from object_stores import free_port, ockpt, python, serve, upload
 
 #: s3:// URLs are opened by tensorstore: without it (the suite run with OCKPT_BLOCK_TENSORSTORE,
 #: or ockpt installed without its `tensorstore` extra) they are refused, which
@@ -31,13 +28,6 @@ pytestmark = pytest.mark.skipif(
 )
 
 CASES = FIXTURES / "orbax-0.12.8"
-REFERENCE = Path(__file__).resolve().parents[1] / "reference"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -48,25 +38,8 @@ def s3(tmp_path_factory):
         import moto.server  # noqa: F401
     except ImportError as e:
         pytest.skip(f"moto[server] is not installed: {e}")
-    port = _free_port()
-    log = tmp_path_factory.mktemp("moto") / "server.log"
-    with open(log, "wb") as out:
-        server = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    port = free_port()
     endpoint = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1)
-            break
-        except OSError:
-            if server.poll() is not None or time.monotonic() > deadline:
-                server.kill()
-                pytest.skip(f"moto server did not start: {log.read_text()[-500:]}")
-            time.sleep(0.1)
     aws = tmp_path_factory.mktemp("aws")
     (aws / "config").write_text("[default]\nregion = us-east-1\n")
     (aws / "credentials").write_text("[default]\n")
@@ -79,15 +52,10 @@ def s3(tmp_path_factory):
         "AWS_CONFIG_FILE": str(aws / "config"),
         "AWS_SHARED_CREDENTIALS_FILE": str(aws / "credentials"),
     }
-    try:
+    command = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+    log = tmp_path_factory.mktemp("moto") / "server.log"
+    with serve(command, f"{endpoint}/moto-api/", log, "moto server"):
         yield env
-    finally:
-        server.terminate()
-        try:
-            server.wait(10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait(10)
 
 
 @pytest.fixture
@@ -107,28 +75,14 @@ def bucket(s3):
     return name, client
 
 
-def ockpt(env: dict, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    full = dict(os.environ, **env)
-    full["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REFERENCE), full.get("PYTHONPATH")]))
-    result = subprocess.run(
-        [sys.executable, "-m", "ockpt.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=full,
-    )
-    if check:
-        assert result.returncode == 0, result.stderr[-3000:]
-    return result
-
-
 def _upload(client, bucket: str, local: Path, prefix: str, *, skip: str | None = None) -> None:
     """Put every file of a local directory into the bucket (boto3, not ockpt)."""
-    for path in sorted(local.rglob("*")):
-        if path.is_file():
-            rel = path.relative_to(local).as_posix()
-            if skip is None or rel != skip:
-                client.put_object(Bucket=bucket, Key=f"{prefix}/{rel}", Body=path.read_bytes())
+    upload(
+        lambda key, data: client.put_object(Bucket=bucket, Key=key, Body=data),
+        local,
+        prefix,
+        skip=skip,
+    )
 
 
 def _keys(client, bucket: str, prefix: str) -> list[str]:
@@ -283,17 +237,8 @@ def test_load_pytree_from_a_bucket_skips_uncommitted_steps(s3, bucket):
     local = CASES / "manager" / "checkpoint"
     _upload(client, name, local, "run")
     _upload(client, name, local / "2", "run/3", skip="commit_success.txt")
-    full = dict(os.environ, **s3)
-    full["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REFERENCE), full.get("PYTHONPATH")]))
-    result = subprocess.run(
-        [sys.executable, "-c", LOAD_FROM_BUCKET, f"s3://{name}/run", str(local)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=full,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "refused:" in result.stdout and "no committed step 3" in result.stdout
+    out = python(s3, LOAD_FROM_BUCKET, f"s3://{name}/run", str(local), timeout=120)
+    assert "refused:" in out and "no committed step 3" in out
 
 
 SAVE_TO_BUCKET = """
@@ -321,17 +266,7 @@ def test_save_pytree_to_a_bucket(s3, bucket):
     """save_pytree to an s3:// URL: staged locally, uploaded with commit_success.txt last;
     an existing checkpoint is refused unless overwrite=True (and then replaced whole)."""
     name, client = bucket
-    full = dict(os.environ, **s3)
-    full["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REFERENCE), full.get("PYTHONPATH")]))
-    result = subprocess.run(
-        [sys.executable, "-c", SAVE_TO_BUCKET, f"s3://{name}/ckpt"],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env=full,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "refused:" in result.stdout
+    assert "refused:" in python(s3, SAVE_TO_BUCKET, f"s3://{name}/ckpt")
     keys = _keys(client, name, "ckpt/v1/")
     assert "ckpt/v1/commit_success.txt" in keys and "ckpt/v1/orbax.checkpoint" in keys
     assert "ckpt/item/commit_success.txt" in _keys(client, name, "ckpt/item/")
@@ -340,7 +275,7 @@ def test_save_pytree_to_a_bucket(s3, bucket):
 def test_an_unreachable_store_is_an_io_error_in_bounded_time(s3):
     """A store that refuses every connection: each command gives up after ockpt's retries
     (about 40 s, not tensorstore's quarter of an hour) with one line naming the URL, exit 2."""
-    closed = dict(s3, AWS_ENDPOINT_URL=f"http://127.0.0.1:{_free_port()}")
+    closed = dict(s3, AWS_ENDPOINT_URL=f"http://127.0.0.1:{free_port()}")
     start = time.monotonic()
     result = ockpt(closed, "validate", "s3://ockpt-nowhere/run", check=False)
     assert time.monotonic() - start < 100

@@ -220,10 +220,7 @@ class Location:
         """Every key (relative path) under a URL's directory, sorted (bounded in number)."""
         if self.local is not None:
             raise UnsupportedError(f"{self.display}: keys() lists URL directories only")
-        try:
-            found = self.kvstore(context).list().result()
-        except ValueError as e:
-            raise OSError(f"{self.display}: {str(e)[:400]}") from None
+        found = self._list(context)
         if len(found) > LIMITS.max_directory_entries:
             raise FormatError(
                 "too many objects under the directory",
@@ -233,6 +230,14 @@ class Location:
                 got=len(found),
             )
         return sorted(k.decode("utf-8", "surrogateescape") for k in found)
+
+    def _list(self, context: ts.Context | None) -> list[bytes]:
+        """Every key under a URL's directory, as the store lists them; a store's failure
+        (unreachable, refused) is an OSError naming the directory."""
+        try:
+            return self.kvstore(context).list().result()
+        except ValueError as e:
+            raise OSError(f"{self.display}: {str(e)[:400]}") from None
 
     def open_range(self, name: str) -> ByteRange | None:
         """A local file as a `ByteRange` for streamed reads; None when absent."""
@@ -253,11 +258,7 @@ class Location:
                 return files.Listing(frozenset(), frozenset())
         found: set[str] = set()
         dirs: set[str] = set()
-        try:
-            keys = self.kvstore(context).list().result()
-        except ValueError as e:  # the store failed (unreachable, refused): an I/O error
-            raise OSError(f"{self.display}: {str(e)[:400]}") from None
-        for key in keys:
+        for key in self._list(context):
             text = key.decode("utf-8", "replace")
             head, sep, _ = text.partition("/")
             (dirs if sep else found).add(head)
