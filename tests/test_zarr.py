@@ -7,7 +7,6 @@ import json
 
 import numpy as np
 import pytest
-import tensorstore as ts
 
 from ocdbt_support import fixture_databases, short
 from ockpt import dtypes
@@ -43,6 +42,8 @@ def _params(db: Database) -> list[str]:
 
 
 def _ts_read(kvstore: dict, version: int) -> np.ndarray:
+    import tensorstore as ts  # here, so the tests that need no tensorstore run without it
+
     driver = "zarr" if version == 2 else "zarr3"
     return ts.open({"driver": driver, "kvstore": kvstore}).result().read().result()
 
@@ -126,6 +127,8 @@ def _orbax_like_v3(shape, chunks, inner, name) -> dict:
 
 @pytest.mark.parametrize("name", TS_DTYPES)
 def test_every_dtype_v2_and_v3(tmp_path, name):
+    import tensorstore as ts
+
     shape, chunks = (5, 6), (2, 4)
     values = _values(name, shape)
     v2 = {

@@ -353,7 +353,7 @@ def parse_json(
         ) from None
     except RecursionError:
         raise DocumentError(
-            f"JSON nesting deeper than {MAX_DEPTH}", rule="JSON-003", file=file
+            f"JSON nesting deeper than {MAX_DEPTH}", rule="JSON-003", file=file, pointer=pointer
         ) from None
     except ValueError as e:  # JSONDecodeError and rejected constants
         raise DocumentError(
@@ -366,11 +366,10 @@ def parse_json(
     return value
 
 
-def read_json(path: str | os.PathLike[str], *, max_bytes: int = MAX_DOCUMENT_BYTES) -> Any:
-    """Read and parse a JSON file, refusing files over `max_bytes` before reading them."""
+def read_json(path: str | os.PathLike[str]) -> Any:
+    """Read and parse a JSON file, refusing one over `MAX_DOCUMENT_BYTES` before reading it."""
     file = os.fspath(path)
-    data = read_file(file, limit=max_bytes, rule="JSON-003")  # the one hardened open (kv)
-    return parse_json(data, file=file, max_bytes=max_bytes)
+    return parse_json(read_file(file, limit=MAX_DOCUMENT_BYTES, rule="JSON-003"), file=file)
 
 
 def dump_json(value: Any, *, compact: bool = False) -> bytes:

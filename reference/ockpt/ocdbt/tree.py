@@ -498,7 +498,6 @@ class Database:
             if v.generation_number == generation:
                 return v
         refs: tuple = m.version_tree_nodes
-        parent: VersionNodeReference | None = None
         for _ in range(_MAX_DEPTH):
             child = next((r for r in refs if r.generation_number >= generation), None)
             if child is None:
@@ -510,8 +509,7 @@ class Database:
                     if v.generation_number == generation:
                         return v  # type: ignore[return-value]
                 break
-            refs, parent = node.entries, child
-        del parent
+            refs = node.entries
         raise OcdbtError(
             "no such generation in the database",
             rule="OCDBT-030",

@@ -247,15 +247,12 @@ def _config(entry: dict, keys: set[str], *, file, pointer) -> dict:
     return conf
 
 
-def _int(conf: dict, key: str, default: int, *, file, pointer) -> int:
+def _int(conf: dict, key: str, default: int, *, file, pointer, rule: str = "ZARR-013") -> int:
+    """`conf[key]` (`default` when absent), a 32-bit integer; `pointer` locates `conf`."""
     v = conf.get(key, default)
     if isinstance(v, bool) or not isinstance(v, int) or not -(1 << 31) <= v < 1 << 31:
         raise fail(
-            f"{key} must be a 32-bit integer",
-            "ZARR-013",
-            file=file,
-            pointer=f"{pointer}/configuration/{key}",
-            got=v,
+            f"{key} must be a 32-bit integer", rule, file=file, pointer=f"{pointer}/{key}", got=v
         )
     return v
 
@@ -343,13 +340,15 @@ def _parse_zstd(entry: dict, *, rank: int, dtype: np.dtype, file: object, pointe
             pointer=pointer,
             got=checksum,
         )
-    return ZstdCodec(_int(conf, "level", 0, file=file, pointer=pointer), checksum)
+    return ZstdCodec(
+        _int(conf, "level", 0, file=file, pointer=f"{pointer}/configuration"), checksum
+    )
 
 
 @register_codec("gzip")
 def _parse_gzip(entry: dict, *, rank: int, dtype: np.dtype, file: object, pointer: str):
     conf = _config(entry, {"level"}, file=file, pointer=pointer)
-    return GzipCodec(_int(conf, "level", 0, file=file, pointer=pointer))
+    return GzipCodec(_int(conf, "level", 0, file=file, pointer=f"{pointer}/configuration"))
 
 
 @register_codec("crc32c")
@@ -443,12 +442,13 @@ def from_v2_compressor(
 
 
 def _v2_zstd(compressor: dict, *, file: object, pointer: str) -> ZstdCodec:
-    return ZstdCodec(_int(compressor, "level", 0, file=file, pointer=pointer))
+    return ZstdCodec(_int(compressor, "level", 0, file=file, pointer=pointer, rule="ZARR-004"))
 
 
 def _v2_deflate(wbits: int) -> Callable[..., GzipCodec]:
     def make(compressor: dict, *, file: object, pointer: str) -> GzipCodec:
-        return GzipCodec(_int(compressor, "level", 0, file=file, pointer=pointer), wbits)
+        level = _int(compressor, "level", 0, file=file, pointer=pointer, rule="ZARR-004")
+        return GzipCodec(level, wbits)
 
     return make
 

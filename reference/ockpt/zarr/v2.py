@@ -75,7 +75,7 @@ class ArrayV2Metadata:
                 raise fail(
                     f"missing required field {key!r}", "ZARR-002", file=file, pointer=f"/{key}"
                 )
-        if d["zarr_format"] != 2 or isinstance(d["zarr_format"], bool):
+        if d["zarr_format"] != 2:  # refuses true (== 1); 2.0 is the JSON number 2
             raise fail(
                 "zarr_format must be 2",
                 "ZARR-002",

@@ -86,7 +86,7 @@ class ArrayV3Metadata:
                     file=file,
                     pointer=f"/{k}",
                 )
-        if d["zarr_format"] != 3 or isinstance(d["zarr_format"], bool):
+        if d["zarr_format"] != 3:  # refuses true (== 1); 3.0 is the JSON number 3
             raise fail(
                 "zarr_format must be 3",
                 "ZARR-010",
