@@ -64,6 +64,8 @@ def warm_up(tests: list[str]) -> int:
     finally:
         os.dup2(saved[0], 1)
         os.dup2(saved[1], 2)
+        for fd in (*saved, devnull):
+            os.close(fd)
 
 
 def main(argv: list[str]) -> int:
