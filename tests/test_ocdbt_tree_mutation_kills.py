@@ -882,11 +882,6 @@ def test_btree_height_differs_from_the_parent(tmp_path):
     root = db.read_btree_node(v.root.location)
     assert v.root_height == 2 and root.height == 2
     _rewrite_root(path, fmt.BtreeNode(3, root.entries), 3)
-    where = path / "d" / "root"
-    text = (
-        f"{where} at @0: B+tree node height differs from the height its parent implies "
-        "(expected 2, got 3) [OCDBT-040]"
-    )
     # a generation claiming height 3 for a node of height 3: its children (height 1) differ
     child = root.entries[0].node.location
     child_text = (
@@ -897,7 +892,14 @@ def test_btree_height_differs_from_the_parent(tmp_path):
     assert str(_error(lambda: Database(path).list())) == child_text
     errors = [str(e) for e in verify_database(Database(path))]
     assert child_text in errors
-    del text
+
+
+def _outside(path: Path, loc: fmt.IndirectDataReference, expected: str, got: str) -> str:
+    """The whole OCDBT-044 text for the node at `loc` of the database at `path`."""
+    return (
+        f"{path / loc.file_id.path.decode()} at @{loc.offset}: B+tree node keys lie outside the "
+        f'key range given by its parent (expected "{expected}", got "{got}") [OCDBT-044]'
+    )
 
 
 def test_keys_outside_the_parent_range(tmp_path):
@@ -914,24 +916,22 @@ def test_keys_outside_the_parent_range(tmp_path):
     # the second child claims to start after its first key: its first key is below
     late = fmt.InteriorNodeEntry(b"params.layer_07", 13, e1.node)
     _rewrite_root(path, fmt.BtreeNode(2, (e0, late)), 2)
-    loc = e1.node.location
-    where = path / loc.file_id.path.decode()
-    text = (
-        f"{where} at @{loc.offset}: B+tree node keys lie outside the key range given by its "
-        "parent (expected \"[b'params.layer_07', None)\", got "
-        "\"[b'params.layer_06.bias/0', b'params.layer_09.bias/0']\") [OCDBT-044]"
+    text = _outside(
+        path,
+        e1.node.location,
+        "[b'params.layer_07', None)",
+        "[b'params.layer_06.bias/0', b'params.layer_09.bias/0']",
     )
     assert str(_error(lambda: Database(path).list())) == text
     assert [str(e) for e in verify_database(Database(path))] == [text]
     # the first child's upper bound is its own last key: equal is outside
     early = fmt.InteriorNodeEntry(b"params.layer_03.kernel/0", 13, e1.node)
     _rewrite_root(path, fmt.BtreeNode(2, (e0, early)), 2)
-    loc0 = e0.node.location
-    text0 = (
-        f"{path / loc0.file_id.path.decode()} at @{loc0.offset}: B+tree node keys lie outside "
-        "the key range given by its parent (expected \"[b'params.layer_00.bias/0', "
-        "b'params.layer_03.kernel/0')\", got \"[b'params.layer_00.bias/0', "
-        "b'params.layer_03.kernel/0']\") [OCDBT-044]"
+    text0 = _outside(
+        path,
+        e0.node.location,
+        "[b'params.layer_00.bias/0', b'params.layer_03.kernel/0')",
+        "[b'params.layer_00.bias/0', b'params.layer_03.kernel/0']",
     )
     assert str(_error(lambda: Database(path).list())) == text0
     assert [str(e) for e in verify_database(Database(path))] == [text0]
@@ -966,12 +966,11 @@ def test_the_last_key_of_a_node_is_checked_against_the_upper_bound(tmp_path):
         fmt.BtreeNode(1, (l0, fmt.InteriorNodeEntry(b"3.bias/0", 0, l1.node))),
     )
     _rewrite_root(path, fmt.BtreeNode(2, (fmt.InteriorNodeEntry(e0.key, 14, child), e1)), 2)
-    loc = l0.node.location
-    text = (
-        f"{path / loc.file_id.path.decode()} at @{loc.offset}: B+tree node keys lie outside "
-        "the key range given by its parent (expected \"[b'params.layer_00.bias/0', "
-        "b'params.layer_03.bias/0')\", got \"[b'params.layer_00.bias/0', "
-        "b'params.layer_03.bias/0']\") [OCDBT-044]"
+    text = _outside(
+        path,
+        l0.node.location,
+        "[b'params.layer_00.bias/0', b'params.layer_03.bias/0')",
+        "[b'params.layer_00.bias/0', b'params.layer_03.bias/0']",
     )
     assert str(_error(lambda: Database(path).list())) == text
     assert str(_error(lambda: list(Database(path).items()))) == text
