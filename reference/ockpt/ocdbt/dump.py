@@ -11,7 +11,7 @@ ASCII and `text=True`). A location is rendered
 from __future__ import annotations
 
 import base64
-from urllib.parse import quote
+from urllib.parse import unquote_to_bytes
 
 from .format import (
     BtreeGenerationReference,
@@ -19,6 +19,7 @@ from .format import (
     BtreeNodeReference,
     BtreeNodeStatistics,
     Config,
+    DataFileId,
     IndirectDataReference,
     InteriorNodeEntry,
     LeafNodeEntry,
@@ -36,11 +37,13 @@ __all__ = [
     "to_json",
 ]
 
-_SAFE = "/-._~!$&'()*+,;=@"
+#: The bytes a location keeps as they are; tensorstore percent-encodes every other byte
+#: (``~`` too, which `urllib.parse.quote` never encodes).
+_KEEP = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._/")
 
 
 def _path(p: bytes) -> str:
-    return quote(p, safe=_SAFE)
+    return "".join(chr(b) if b in _KEEP else f"%{b:02X}" for b in p)
 
 
 def location(kind: str, ref: IndirectDataReference) -> str:
@@ -51,10 +54,6 @@ def location(kind: str, ref: IndirectDataReference) -> str:
 
 def parse_location(text: str) -> tuple[str, IndirectDataReference]:
     """Inverse of `location`."""
-    from urllib.parse import unquote_to_bytes
-
-    from .format import DataFileId
-
     kind, base, rel, offset, length = text.split(":")
     return kind, IndirectDataReference(
         DataFileId(unquote_to_bytes(base), unquote_to_bytes(rel)), int(offset), int(length)
