@@ -1197,6 +1197,26 @@ def test_a_stage_bounds_its_whole_output_not_each_piece():
     assert _check(G, zeros, 3 * stream.STEP) is True
 
 
+def test_a_stage_reads_no_further_than_it_was_asked():
+    """A gzip stream of a STEP + 100 zeros, then junk, checked as a chunk of a STEP - 1: the
+    first read stops once it holds the STEP it was asked for, so the bound is the fault
+    reported, as `GzipCodec.decode` reports it in memory, and not the trailing junk one more
+    call would reach first. Kills `_Stage.read` 2 (``<=``: one `more()` past what was asked)."""
+    data = gzip.compress(bytes(stream.STEP + 100)) + b"junk"
+    nbytes = stream.STEP - 1
+    bound = "gzip stream decodes to more than the chunk size"
+    assert _check(G, data, nbytes) == (
+        f"f at /p: {bound} (expected '<= {nbytes}', got '> {nbytes}') [ZARR-003]"
+    )
+    with pytest.raises(ZarrFormatError) as info:
+        GzipCodec().decode(data, max_size=nbytes, file="f", pointer="/p")
+    assert str(info.value) == f"f at /p: {bound} [ZARR-003]"
+    assert (
+        _check(G, data, stream.STEP + 100)
+        == "f at /p: truncated or trailing gzip stream [ZARR-003]"
+    )
+
+
 def test_a_zstd_frame_the_decoder_refuses_names_its_reason():
     """A frame whose header declares one byte more than its blocks hold: zstd's own stream
     decoder refuses it at the end (`_Zstd.feed`), ZARR-003 with zstd's reason. Kills
