@@ -33,6 +33,7 @@ from ockpt.names import (
     OWN_TMP_NAME,
     OWN_TMP_SUFFIX,
     REPLACED_SUFFIX,
+    TMP_MARKER,
 )
 
 TREE = {"a": np.arange(6, dtype=np.int32)}
@@ -110,12 +111,15 @@ def test_an_overwrite_that_loses_the_race_keeps_the_winner(tmp_path, monkeypatch
 def test_renameat2_is_found_where_the_c_library_has_it(monkeypatch, tmp_path):
     """Where libc exports renameat2 (glibc 2.28 or later), the commit uses it, and reads the
     errno of its failures: a missing source is FileNotFoundError naming both paths, not a
-    fallback."""
+    fallback. The errno is ctypes' copy, kept only for a function loaded with ``use_errno``
+    (`_libc_function` 10, 12, 13 at 88f069a: without it, the copy stays 0 and the error is
+    ``OSError(0)``); it is reset first, so that the copy an earlier call left cannot pass."""
     monkeypatch.setattr(commit, "_libc_renameat2", None)  # looked up again, here
     assert commit._load_renameat2() is not None
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     assert commit._renameat2(str(tmp_path / "a"), str(tmp_path / "b"), commit._RENAME_EXCHANGE)
+    ctypes.set_errno(0)  # ctypes' saved errno: a stale ENOENT of an earlier call must not count
     with pytest.raises(FileNotFoundError) as caught:
         commit._renameat2(str(tmp_path / "none"), str(tmp_path / "b"), commit._RENAME_EXCHANGE)
     err = caught.value
@@ -353,6 +357,264 @@ def test_final_path_takes_local_paths_and_file_urls_only(tmp_path, monkeypatch):
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.parametrize("path", ["", "file://"])
+def test_an_empty_checkpoint_path_is_refused_naming_the_rule(path):
+    """An empty path, also one left by ``file://``, is refused (DIR-001), its file the empty
+    text it came to. Kills `final_path` 25-34 (message, rule, file; ids at 88f069a)."""
+    with pytest.raises(ockpt.FormatError) as caught:
+        commit.final_path(path)
+    err = caught.value
+    assert (err.message, err.rule, err.file) == ("empty checkpoint path", "DIR-001", "")
+    assert str(err) == "empty checkpoint path [DIR-001]"
+
+
+# ---------------------------------------------------------------------------------------------
+# check_target (DIR-001, DIR-002)
+
+
+def test_a_target_named_like_a_leftover_is_refused(tmp_path):
+    """A checkpoint name holding the temporary marker is refused before anything is written
+    (DIR-001), naming the whole absolute path and the marker. Kills `check_target` 6-13
+    (message, rule, file; ids at 88f069a)."""
+    path = tmp_path / f"c{TMP_MARKER}-1"
+    with pytest.raises(ockpt.FormatError) as caught:
+        commit.check_target(path, overwrite=True)
+    err = caught.value
+    assert (err.rule, err.file) == ("DIR-001", str(path))
+    assert str(err) == f"{path}: a checkpoint name must not contain {TMP_MARKER!r} [DIR-001]"
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("kind", ["file", "link to a directory"])
+def test_a_target_that_is_not_a_real_directory_is_refused_even_to_overwrite(tmp_path, kind):
+    """A file, or a link to a directory, at the target is never overwritten: DIR-001, even
+    with `overwrite`; a real directory is taken then. Kills `check_target` 15 (``and`` for
+    ``or``: a file passed on to the overwrite, a link to a directory taken for one) and 19-28
+    (message, rule, file); ids at 88f069a."""
+    (tmp_path / "d").mkdir()
+    path = tmp_path / "c"
+    if kind == "file":
+        path.write_bytes(b"x")
+    else:
+        path.symlink_to(tmp_path / "d")
+    with pytest.raises(ockpt.FormatError) as caught:
+        commit.check_target(path, overwrite=True)
+    err = caught.value
+    assert (err.rule, err.file) == ("DIR-001", str(path))
+    assert err.message == "the checkpoint path exists and is not a directory"
+    assert commit.check_target(tmp_path / "d", overwrite=True) == str(tmp_path / "d")
+
+
+def test_an_existing_checkpoint_is_kept_without_overwrite(tmp_path):
+    """An existing directory at the target is refused without `overwrite` (DIR-002), naming
+    the path and the way out. Kills `check_target` 30, 32, 35 (message, file; ids at
+    88f069a)."""
+    with pytest.raises(ockpt.WriteConflictError) as caught:
+        commit.check_target(tmp_path, overwrite=False)
+    err = caught.value
+    assert (err.rule, err.file) == ("DIR-002", str(tmp_path))
+    assert str(err) == (
+        f"{tmp_path}: a checkpoint already exists there; pass overwrite=True to replace it "
+        "[DIR-002]"
+    )
+
+
+def test_new_tokens_fit_the_twelve_hex_digits_of_a_temporary_name():
+    """A token is 48 bits: its temporary name has exactly 12 hex digits and parses back
+    (OWN_TMP_NAME). Kills `new_token` 2 (49 bits: of 64 tokens, all below 2^48 by chance
+    once in 2^64); id at 88f069a."""
+    tokens = [commit.new_token() for _ in range(64)]
+    assert max(tokens) < 2**48
+    assert all(OWN_TMP_NAME.fullmatch(commit.temporary_name("c", t)) for t in tokens)
+
+
+# ---------------------------------------------------------------------------------------------
+# _claim, _recover
+
+
+def test_a_leftover_is_claimed_only_with_its_lock_held(tmp_path, monkeypatch):
+    """`_claim` gives the lock of a directory whose lock is free, held; None where another
+    holds it, and None where there are no locks (no one can tell if its save still runs).
+    Kills `_claim` 8 (the unheld UNLOCKED given as a claim); id at 88f069a."""
+    path = str(tmp_path)
+    lock = commit._claim(path)
+    assert lock is not None and lock.held
+    try:
+        assert commit._claim(path) is None
+    finally:
+        lock.release()
+    monkeypatch.setattr(commit, "fcntl", None)
+    assert commit._Lock.take(path, wait=False) is commit.UNLOCKED
+    assert commit._claim(path) is None
+
+
+def test_recover_leaves_a_replaced_alone_when_the_checkpoint_exists(tmp_path, monkeypatch):
+    """A ``-replaced`` directory is renamed back only when the checkpoint is missing: an
+    existing one, even an empty directory that rename(2) would replace, is kept as it is.
+    Kills `_recover` 4 (``and`` for the first ``or``); id at 88f069a."""
+    monkeypatch.setattr(commit, "_libc_renameat2", False)  # rename(2), as without renameat2
+    final = tmp_path / "c"
+    final.mkdir()
+    old = tmp_path / ("c" + REPLACED_SUFFIX)
+    old.mkdir()
+    (old / "f").write_bytes(b"x")
+    assert commit._recover(str(final)) is False
+    assert os.listdir(final) == [] and os.listdir(old) == ["f"]
+
+
+def test_recover_renames_back_with_rename_where_renameat2_is_missing(tmp_path, monkeypatch):
+    """Without renameat2, a ``-replaced`` directory whose checkpoint is missing is renamed
+    back with rename(2), whole. Kills `_recover` 17-20 (the fallback's arguments); ids at
+    88f069a."""
+    monkeypatch.setattr(commit, "_libc_renameat2", False)
+    final = tmp_path / "c"
+    old = tmp_path / ("c" + REPLACED_SUFFIX)
+    old.mkdir()
+    (old / "f").write_bytes(b"x")
+    assert commit._recover(str(final)) is True
+    assert os.listdir(tmp_path) == ["c"] and (final / "f").read_bytes() == b"x"
+
+
+@pytest.mark.parametrize("code", [errno.ENOENT, errno.EEXIST, errno.ENOTEMPTY, errno.EIO])
+def test_recover_that_loses_a_race_says_so_and_other_errors_go_on(tmp_path, monkeypatch, code):
+    """A rename back that fails because another writer recovered the checkpoint or committed
+    one meanwhile (ENOENT, EEXIST, ENOTEMPTY) is no recovery (False); any other failure is
+    raised. Kills `_recover` 21 (the test inverted), 22 (True); ids at 88f069a."""
+
+    def lose(src, dst, flags):
+        raise OSError(code, os.strerror(code), src)
+
+    monkeypatch.setattr(commit, "_renameat2", lose)
+    (tmp_path / ("c" + REPLACED_SUFFIX)).mkdir()
+    if code == errno.EIO:
+        with pytest.raises(OSError) as caught:
+            commit._recover(str(tmp_path / "c"))
+        assert caught.value.errno == errno.EIO
+    else:
+        assert commit._recover(str(tmp_path / "c")) is False
+
+
+# ---------------------------------------------------------------------------------------------
+# begin (DIR-001, DIR-003, DIR-007)
+
+
+def test_begin_uses_the_token_given_and_refuses_a_second_save_with_it(tmp_path):
+    """A save begun with a token writes under that token's temporary name; a second save
+    with the same token finds the directory taken and is refused (DIR-003), naming it. Kills
+    `begin` 13 (the token ignored for a new one), 47-56 (message, rule, file); ids at
+    88f069a."""
+    final = str(tmp_path / "c")
+    pending = commit.begin(final, token=0xABC)
+    try:
+        assert pending.tmp == commit.temporary_name(final, 0xABC)
+        assert os.listdir(tmp_path) == [os.path.basename(pending.tmp)]
+        with pytest.raises(ockpt.WriteConflictError) as caught:
+            commit.begin(final, token=0xABC)
+        err = caught.value
+        assert (err.rule, err.file) == ("DIR-003", pending.tmp)
+        assert str(err) == f"{pending.tmp}: another save uses this temporary directory [DIR-003]"
+    finally:
+        commit.abort(pending)
+    assert os.listdir(tmp_path) == []
+
+
+def test_begin_under_a_file_cannot_create_the_parent(tmp_path):
+    """A checkpoint path under a file: its parent directory cannot be created, DIR-001 naming
+    the path and the system's reason, its strerror alone. Kills `begin` 22-30 (message,
+    ``strerror and e``, rule, file); ids at 88f069a."""
+    (tmp_path / "f").write_bytes(b"x")
+    final = str(tmp_path / "f" / "d" / "c")
+    with pytest.raises(ockpt.FormatError) as caught:
+        commit.begin(final)
+    err = caught.value
+    assert (err.rule, err.file) == ("DIR-001", final)
+    reason = os.strerror(errno.ENOTDIR)
+    assert str(err) == f"{final}: cannot create the parent directory: {reason} [DIR-001]"
+
+
+def test_begin_where_the_temporary_directory_cannot_be_made(tmp_path):
+    """A checkpoint name that fits, whose temporary name is too long for the file system: the
+    save is refused before anything is written, DIR-001 naming the checkpoint path and the
+    system's reason, its strerror alone. Kills `begin` 57-65 (message, ``strerror and e``,
+    rule, file); ids at 88f069a."""
+    final = str(tmp_path / ("c" * 230))  # its temporary name is over 255 bytes
+    with pytest.raises(ockpt.FormatError) as caught:
+        commit.begin(final)
+    err = caught.value
+    assert (err.rule, err.file) == ("DIR-001", final)
+    reason = os.strerror(errno.ENAMETOOLONG)
+    assert str(err) == f"{final}: cannot create the checkpoint directory: {reason} [DIR-001]"
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.skipif(commit.fcntl is None, reason="no locks on this system")
+def test_begin_waits_for_the_lock_of_its_own_temporary_directory(tmp_path, monkeypatch):
+    """`begin` waits for the lock of the directory it just made when someone holds it, and
+    the save holds it then: it never runs unlocked. Kills `begin` 68, 71 (``wait=None`` /
+    ``False``: no lock, ``pending.lock`` None); ids at 88f069a."""
+    mkdir = os.mkdir
+    final = str(tmp_path / "c")
+
+    def mkdir_and_hold(path, *args, **kwargs):
+        mkdir(path, *args, **kwargs)
+        if os.path.dirname(path) == str(tmp_path) and path != final:
+            fd = os.open(path, os.O_RDONLY)
+            commit.fcntl.flock(fd, commit.fcntl.LOCK_EX)
+            threading.Timer(0.2, os.close, (fd,)).start()  # let go after a while
+
+    monkeypatch.setattr(os, "mkdir", mkdir_and_hold)
+    pending = commit.begin(final)
+    monkeypatch.undo()
+    try:
+        assert pending.lock is not None and pending.lock.held
+    finally:
+        commit.abort(pending)
+    assert os.listdir(tmp_path) == []
+
+
+def test_begin_removes_its_directory_when_the_lock_fails(tmp_path, monkeypatch):
+    """Where taking the lock of the new temporary directory fails, the directory is removed
+    before the error goes on (an unlocked one could be taken for a leftover). Kills `begin`
+    72 (``remove_path(None)``: TypeError, directory kept); id at 88f069a."""
+
+    take = commit._Lock.take
+    tried = []
+
+    def fail(cls, path, **kwargs):
+        if path == str(tmp_path):  # the parent's lock
+            return take(path, **kwargs)
+        tried.append(os.listdir(tmp_path))
+        raise OSError(errno.EIO, os.strerror(errno.EIO), path)
+
+    monkeypatch.setattr(commit._Lock, "take", classmethod(fail))
+    with pytest.raises(OSError) as caught:
+        commit.begin(tmp_path / "c", token=1)
+    assert caught.value.errno == errno.EIO
+    assert tried == [[os.path.basename(commit.temporary_name(str(tmp_path / "c"), 1))]]
+    assert os.listdir(tmp_path) == []
+
+
+def test_the_restore_warning_points_at_the_caller_of_begin(tmp_path):
+    """The DIR-007 warning of a checkpoint restored from ``-replaced`` names both paths and
+    is attributed to the code that called `begin` (stacklevel 2), not to `begin`. Kills
+    `begin` 38, 40 (stacklevel 1, 3; ids at 88f069a) in the plain tree only: in mutmut's
+    copy a trampoline stands between the caller and `begin`, so the frame is not checked
+    there."""
+    final = str(tmp_path / "c")
+    os.mkdir(final + REPLACED_SUFFIX)
+    with pytest.warns(ockpt.OckptWarning) as caught:
+        pending = commit.begin(final, overwrite=True)
+    commit.abort(pending)
+    assert len(caught) == 1
+    assert str(caught[0].message) == (
+        f"{final}: restored the checkpoint an interrupted overwrite had left at "
+        f"{final}{REPLACED_SUFFIX} [DIR-007]"
+    )
+    if not hasattr(commit, "x_begin__mutmut_orig"):  # mutmut's trampoline adds a frame
+        assert caught[0].filename == __file__
+    assert os.listdir(tmp_path) == ["c"]
+
+
 # ---------------------------------------------------------------------------------------------
 # finish
 
@@ -449,6 +711,24 @@ def test_replace_file_writes_whole_and_flushed(tmp_path, monkeypatch):
         assert (kind, replaced, dst) == ("replace", ino, str(path)), part
         assert last == ("fsync", parent), part
     assert second[1][1] == path.stat().st_ino
+
+
+def test_an_append_that_writes_nothing_is_an_io_error_naming_the_file(tmp_path, monkeypatch):
+    """A writev that moves no byte ends the append with EIO, "writev wrote nothing" and the
+    file's path, not a silently short file. Kills `NewFile.append` 18-25 (errno, message,
+    file); ids at 88f069a."""
+    path = str(tmp_path / "f")
+    new = commit.NewFile(path)
+    monkeypatch.setattr(os, "writev", lambda fd, buffers: 0)
+    try:
+        with pytest.raises(OSError) as caught:
+            new.append([b"abc"])
+    finally:
+        monkeypatch.undo()
+        new.close()
+    err = caught.value
+    assert (err.errno, err.strerror, err.filename) == (errno.EIO, "writev wrote nothing", path)
+    assert str(err) == f"[Errno {errno.EIO}] writev wrote nothing: {path!r}"
 
 
 # ---------------------------------------------------------------------------------------------
