@@ -11,18 +11,23 @@ with no mutant first (they must pass), so each child starts with every module im
 collection cached: about 1.5 s a mutant instead of 15 on a loaded machine; a mutant of a
 function whose result that run cached (other than the two above) can then survive unexecuted,
 so re-run its survivors without ``--warm``. Prints one line per mutant:
-``killed`` (a test failed), ``survived`` (all passed) or ``exit N`` (2: the tests did not
-collect, because of the mutant when a run with no mutant, ``none``, survives).
+``killed`` (a test failed), ``survived`` (all passed), ``timeout`` (a forked child still
+running after ``RERUN_TIMEOUT`` seconds, 300 unless set: SIGALRM ends it, as mutmut's time
+limit would) or ``exit N`` (2: the tests did not collect, because of the mutant when a run
+with no mutant, ``none``, survives).
 Results: tests/mutation/RESULTS.md.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 
 PYTEST_ARGS = ["-x", "-q", "-p", "no:cacheprovider", "--no-header", "-o", "addopts="]
+#: Seconds a forked child may run (an infinite loop of a mutant is a kill, as in mutmut).
+TIMEOUT = int(os.environ.get("RERUN_TIMEOUT", "300"))
 
 
 def run_forked(mutant: str, tests: list[str]) -> int:
@@ -33,6 +38,7 @@ def run_forked(mutant: str, tests: list[str]) -> int:
 
     pid = os.fork()
     if pid == 0:
+        signal.alarm(TIMEOUT)
         os.environ["MUTANT_UNDER_TEST"] = mutant
         dtypes._exact.cache_clear()
         dtypes._float_traits.cache_clear()
@@ -81,7 +87,7 @@ def main(argv: list[str]) -> int:
         return 1
     for mutant in mutants:
         code = run_fresh(mutant, tests) if fresh else run_forked(mutant, tests)
-        verdict = {0: "survived", 1: "killed"}.get(code, f"exit {code}")
+        verdict = {0: "survived", 1: "killed", -signal.SIGALRM: "timeout"}.get(code, f"exit {code}")
         print(f"{mutant} {verdict}", flush=True)
     return 0
 
