@@ -448,6 +448,42 @@ def test_a_leftover_is_claimed_only_with_its_lock_held(tmp_path, monkeypatch):
     assert commit._claim(path) is None
 
 
+@pytest.mark.skipif(commit.fcntl is None, reason="no locks on this system")
+def test_a_link_named_like_a_temporary_directory_is_never_claimed(tmp_path):
+    """A link that carries the name of an ockpt temporary directory is not one: its lock is
+    never taken through it (O_NOFOLLOW), so `remove_leftovers` leaves it, and its target, in
+    place. Kills `_Lock.take` 1 (``follow=True`` by default: the target's lock taken and the
+    link removed as a leftover); id at 88f069a."""
+    (tmp_path / "d").mkdir()
+    link = tmp_path / f"c{OWN_TMP_SUFFIX}000000000001"
+    link.symlink_to(tmp_path / "d")
+    assert commit._claim(str(link)) is None
+    assert commit.remove_leftovers([str(link)]) == []
+    assert os.path.islink(link) and os.path.isdir(tmp_path / "d")
+
+
+@pytest.mark.skipif(commit.fcntl is None, reason="no locks on this system")
+def test_a_file_is_never_claimed_as_a_directory(tmp_path):
+    """Only a directory has a lock to claim (O_DIRECTORY): a file where a leftover directory
+    was expected is not claimed. Kills `_Lock.take` 4 (``O_NONBLOCK & O_DIRECTORY``: neither
+    flag, the file's lock taken); id at 88f069a."""
+    path = tmp_path / f"c{OWN_TMP_SUFFIX}000000000001"
+    path.write_bytes(b"x")
+    assert commit._claim(str(path)) is None
+    assert path.read_bytes() == b"x"
+
+
+def test_a_save_goes_through_a_parent_that_is_a_link(tmp_path):
+    """The parent's lock follows a link (the parent of a checkpoint may be reached through
+    one): a save begins and ends under a linked parent. Kills `_Lock.take` 20 (O_NOFOLLOW
+    always: ELOOP for the linked parent); id at 88f069a."""
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    pending = commit.begin(tmp_path / "link" / "c")
+    commit.abort(pending)
+    assert os.listdir(tmp_path / "real") == []
+
+
 def test_recover_leaves_a_replaced_alone_when_the_checkpoint_exists(tmp_path, monkeypatch):
     """A ``-replaced`` directory is renamed back only when the checkpoint is missing: an
     existing one, even an empty directory that rename(2) would replace, is kept as it is.

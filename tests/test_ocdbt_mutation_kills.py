@@ -7,6 +7,7 @@ what a reader sees: the value decoded, or the rule, file and offset of the error
 
 from __future__ import annotations
 
+import random
 import struct
 
 import pytest
@@ -28,6 +29,14 @@ def test_decode_varint_reads_from_pos_and_stops_at_end():
     err = info.value
     assert err.rule == "OCDBT-007"
     assert str(err) == "m.bin at @1: truncated varint varint [OCDBT-007]"
+
+
+@pytest.mark.parametrize("value", [-1, 2**64])
+def test_encode_varint_refuses_what_64_bits_cannot_hold(value):
+    """Kills `encode_varint` 9 (no message); id at 88f069a."""
+    with pytest.raises(ValueError) as info:
+        fmt.encode_varint(value)
+    assert str(info.value) == f"varint out of range: {value}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -460,6 +469,71 @@ def test_zstd_errors_name_file_pointer_rule_and_sizes(frame, bound, message):
         lambda: fmt.zstd_decompress(frame, max_output_size=bound, file="f", pointer="@5")
     )
     assert got == f"f at @5: {message} [OCDBT-006]"
+
+
+def test_a_frame_of_known_size_that_the_one_call_refuses_is_named_corrupt():
+    """A frame that declares its size, whose one-call decode fails (its checksum, here), is
+    refused at once with zstd's reason: "corrupt zstd frame: ...". Kills `zstd_decompress` 54
+    (no message); id at 88f069a."""
+    frame = zstandard.ZstdCompressor(write_checksum=True).compress(DATA)
+    bad = frame[:-1] + bytes([frame[-1] ^ 1])
+    got = error_of(lambda: fmt.zstd_decompress(bad, max_output_size=10240, file="f"))
+    assert got == (
+        "f: corrupt zstd frame: decompression error: Restored data doesn't match checksum "
+        "[OCDBT-006]"
+    )
+
+
+RANDOM = random.Random(21).randbytes(300_000)  # three blocks, stored raw
+LONG = zstandard.ZstdCompressor(write_content_size=False).compress(RANDOM)
+
+
+@pytest.mark.parametrize(
+    "frame, bound, message",
+    [
+        # the stream counts every step's output: 300,000 bytes in pieces of at most 128 KiB
+        (
+            LONG,
+            len(RANDOM) - 1,
+            "zstd stream decodes to more than the limit (expected '<= 299999', got '> 299999')",
+        ),
+        # steps of 512 bytes go on to the end of a frame much longer than two of them
+        (LONG + b"xy", len(RANDOM), "bytes after the zstd frame (expected 0, got 2)"),
+        # trailing bytes past the last step read are counted with those in it
+        (KNOWN + b"\0" * 1000, 10240, "bytes after the zstd frame (expected 0, got 1000)"),
+    ],
+    ids=["limit over steps", "long frame", "trailing past the step"],
+)
+def test_the_stream_reads_every_step_and_counts_all_it_gives(frame, bound, message):
+    """The stream decode (a frame the one call refuses, or one with bytes after it) moves on
+    by whole steps, adds up their output against the bound and counts every trailing byte.
+    Kills `zstd_decompress` 71 (the position stuck at one step), 73 (only the last piece
+    counted), 90 (bytes past the last step subtracted); ids at 88f069a."""
+    got = error_of(lambda: fmt.zstd_decompress(frame, max_output_size=bound, file="f"))
+    assert got == f"f: {message} [OCDBT-006]"
+
+
+def test_a_frame_without_content_size_is_decoded_into_what_its_blocks_give(monkeypatch):
+    """The walk of a frame's block headers measures it whole (block sizes past 16 bits
+    included), and a frame without content size whose raw blocks give 300,000 bytes is
+    decoded in one call into a buffer of exactly that; an empty one, whose blocks give
+    nothing, takes the stream. Kills `_zstd_walk` 47 (`most` from 1) and 62 (the block
+    header's third byte shifted by 17); ids at 88f069a."""
+    assert fmt.zstd_frame_size(LONG) == len(LONG)
+    sizes: list[int] = []
+
+    class Recording(CountingDecompressor):
+        calls: list[str] = []  # its own
+
+        def decompress(self, data, **kw):
+            sizes.append(kw["max_output_size"])
+            return self.real.decompress(data, **kw)
+
+    monkeypatch.setattr(zstandard, "ZstdDecompressor", Recording)
+    assert fmt.zstd_decompress(LONG, max_output_size=1 << 20) == RANDOM
+    empty = zstandard.ZstdCompressor(write_content_size=False).compress(b"")
+    assert fmt.zstd_decompress(empty, max_output_size=100) == b""
+    assert sizes == [len(RANDOM), 0]
 
 
 def test_zstd_errors_take_the_callers_error_class_and_rule():
