@@ -20,6 +20,8 @@ import subprocess
 import sys
 import textwrap
 import threading
+import types
+import warnings
 
 import numpy as np
 import pytest
@@ -874,3 +876,84 @@ def test_background_writes_run_on_their_own_thread_which_finish_stops(tmp_path, 
     assert (tmp_path / "f").read_bytes() == b"abc"
     [thread] = threads
     assert thread.name.startswith("ockpt-write") and not thread.is_alive()
+
+
+def test_a_lock_held_past_the_wait_is_a_write_conflict(tmp_path, monkeypatch):
+    """`_Lock.take(wait=True)` retries a held lock until `LOCK_WAIT_SECONDS` have passed, a
+    clock reading at the deadline included, then raises WriteConflictError DIR-008 naming the
+    directory and the wait (a fake clock: no real wait). Kills `_Lock.take` 34 (``>=``: gives
+    up at the deadline), 36-43 (the error's message, rule and file; ids at 88f069a)."""
+    held = commit._Lock.take(str(tmp_path), wait=False)  # another open file: flock conflicts
+    assert held is not None and held.held
+    readings = iter([0.0, commit.LOCK_WAIT_SECONDS, commit.LOCK_WAIT_SECONDS + 1])
+    sleeps: list[float] = []
+    clock = types.SimpleNamespace(monotonic=lambda: next(readings), sleep=sleeps.append)
+    monkeypatch.setattr(commit, "time", clock)
+    try:
+        with pytest.raises(ockpt.WriteConflictError) as info:
+            commit._Lock.take(str(tmp_path), wait=True)
+    finally:
+        held.release()
+    e = info.value
+    assert (e.message, e.rule, e.file) == (
+        "another save has held this directory's lock for more than 120 s",
+        "DIR-008",
+        str(tmp_path),
+    )
+    assert sleeps == [0.005]  # one retry: the reading at the deadline is not past it
+
+
+@pytest.mark.skipif(commit.fcntl is None, reason="no locks on this system")
+def test_a_file_system_without_locks_is_unlocked_and_other_failures_raise(tmp_path, monkeypatch):
+    """A `flock` failing with an errno of a file system without locks (ENOLCK, EOPNOTSUPP,
+    ...) gives `UNLOCKED`, its descriptor closed; any other failure is raised, not taken for
+    an absent lock. Kills `_Lock.take` 46 (``os.close(None)``), 47 (``not in _NO_LOCKS``; ids
+    at 88f069a)."""
+    closed: list[int] = []
+    real_close = os.close
+
+    def close(fd):
+        closed.append(fd)
+        real_close(fd)
+
+    def flock_failing(code):
+        def flock(fd, op):
+            raise OSError(code, os.strerror(code))
+
+        return types.SimpleNamespace(flock=flock, LOCK_EX=2, LOCK_NB=4)
+
+    monkeypatch.setattr(commit.os, "close", close)
+    for code in (errno.ENOLCK, errno.EOPNOTSUPP):
+        monkeypatch.setattr(commit, "fcntl", flock_failing(code))
+        assert commit._Lock.take(str(tmp_path), wait=True) is commit.UNLOCKED
+        assert len(closed) == 1
+        closed.clear()
+    monkeypatch.setattr(commit, "fcntl", flock_failing(errno.EIO))
+    with pytest.raises(OSError) as info:
+        commit._Lock.take(str(tmp_path), wait=True)
+    assert info.value.errno == errno.EIO and len(closed) == 1
+
+
+def test_a_new_file_is_flushed_when_closed_unless_told_otherwise(tmp_path, monkeypatch):
+    """`NewFile` fsyncs when it is closed (the default), or only starts the write-back when
+    made with ``sync_on_close=False``, which ``close(sync=True)`` overrides; it is opened
+    unbuffered, with no warning, and keeps what was appended. Kills `NewFile.__init__` 1
+    (default False), 17 (``buffering=1``: a RuntimeWarning in binary mode), 18
+    (``_sync_on_close = None``) and `NewFile.close` 1 (the default not read; ids at 88f069a)."""
+    synced: list[int] = []
+    started: list[int] = []
+    monkeypatch.setattr(commit.os, "fsync", synced.append)
+    monkeypatch.setattr(commit, "_start_writeback", started.append)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        first = commit.NewFile(str(tmp_path / "d" / "a"))
+    first.append([b"abc", memoryview(b"de")])
+    first.close()
+    assert (len(synced), len(started)) == (1, 0)
+    assert (tmp_path / "d" / "a").read_bytes() == b"abcde"
+    second = commit.NewFile(str(tmp_path / "d" / "b"), sync_on_close=False)
+    second.close()
+    assert (len(synced), len(started)) == (1, 1)
+    third = commit.NewFile(str(tmp_path / "d" / "c"), sync_on_close=False)
+    third.close(sync=True)
+    assert (len(synced), len(started)) == (2, 1)
