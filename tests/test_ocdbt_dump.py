@@ -69,21 +69,7 @@ def _mine(db: Database, loc: str) -> dict:
 def _ockpt_walk(db: Database) -> dict[str, dict]:
     """location -> ockpt's dump, for every node reachable from the manifest, found by following
     the locations in ockpt's own dumps (not the recording's)."""
-    manifest = dump_manifest(db.manifest)
-    todo = [v["location"] for v in manifest["version_tree_nodes"]]
-    todo += [v["root"]["location"] for v in manifest["versions"] if "location" in v["root"]]
-    out: dict[str, dict] = {}
-    while todo:
-        loc = todo.pop()
-        if loc in out:
-            continue
-        node = out[loc] = _mine(db, loc)
-        for e in node["entries"]:
-            if "location" in e:
-                todo.append(e["location"])
-            elif "location" in e.get("root", {}):
-                todo.append(e["root"]["location"])
-    return out
+    return rec.reachable_nodes(dump_manifest(db.manifest), lambda loc: _mine(db, loc))
 
 
 def _text_form(recorded):
