@@ -840,3 +840,670 @@ def test_a_zstd_level_may_end_the_manifest_and_is_named_when_cut():
     assert error_of(lambda: fmt.decode_manifest(cut, file="m")) == (
         "m at @37: truncated: zstd level needs 4 bytes (expected 4, got 3) [OCDBT-007]"
     )
+
+
+# --------------------------------------------------------------------------------------------
+# _common_prefix: each key of a B+tree node stores only what it does not share with the key
+# before it
+
+
+@pytest.mark.parametrize(
+    "first, second, shared",
+    [
+        (b"a", b"b", 0),
+        (b"ab", b"ac", 1),  # all but the last byte of the shorter key
+        (b"abcd", b"abce", 3),
+        (b"abcd", b"abx", 2),
+        (b"axxx", b"ayyy", 1),  # the bisection's first probe (2 bytes) differs
+        (b"ab", b"abc", 2),  # the whole shorter key
+        (b"abcdefgh", b"xbcdefgh", 0),
+    ],
+)
+def test_a_leaf_key_stores_the_whole_prefix_it_shares_with_the_key_before(first, second, shared):
+    """The prefix-length column holds the longest common prefix, as tensorstore writes it,
+    and the suffix column the rest. Kills `_common_prefix` 10 (a prefix one byte short of
+    the shorter key found one byte short) and 22 (the bisection's upper bound moved two
+    bytes down when a probe differs); ids at 88f069a."""
+    node = fmt.BtreeNode(0, (fmt.LeafNodeEntry(first, b"x"), fmt.LeafNodeEntry(second, b"y")))
+    body = fmt.decode_envelope(fmt.encode_btree_node(node, compression=0), magic=B).body
+    suffix = second[shared:]
+    assert body == (
+        b"\0\0\2"  # height 0, no data files, 2 entries
+        + bytes([shared, len(first), len(suffix)])
+        + first
+        + suffix
+        + b"\1\1\0\0xy"  # value lengths, kinds (inline), values
+    )
+    assert _btree(body).entries == node.entries
+
+
+# --------------------------------------------------------------------------------------------
+# _keys: the key columns of a B+tree node, and every error they raise
+
+
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        (
+            b"\0\0\2\3\1\1ab\1\1\0\0xy",
+            "@117: entry 1: key_prefix_length exceeds the previous key "
+            "(expected '<= 1', got 3) [OCDBT-041]",
+        ),
+        (
+            b"\0\0\2\0\1\1ba\1\1\0\0xy",
+            "@117: entry 1: keys must be strictly increasing "
+            "(expected \"> b'b'\", got b'a') [OCDBT-041]",
+        ),
+        (
+            b"\0\0\2\1\1\0a\1\1\0\0xy",
+            "@117: entry 1: keys must be strictly increasing "
+            "(expected \"> b'a'\", got b'a') [OCDBT-041]",
+        ),
+        (
+            b"\0\0\1\x80\x80\x04" + b"k" * 65536 + b"\1\0x",
+            "@117: entry 0: key too long (expected '<= 65535 bytes', got 65536) [OCDBT-008]",
+        ),
+        (
+            b"\0\0\2" + b"\x80" * 10 + b"\1" + b"\0" * 8,
+            "@117: varint key_prefix_length longer than 10 bytes [OCDBT-008]",
+        ),
+        (
+            b"\0\0\2\0" + b"\x80" * 10 + b"\1" + b"\0" * 8,
+            "@118: varint key_suffix_length longer than 10 bytes [OCDBT-008]",
+        ),
+        (
+            b"\0\0\2\0\1\x14ab\1\1\0\0xy",
+            "@120: truncated: key_suffix needs 21 bytes (expected 21, got 8) [OCDBT-007]",
+        ),
+        # an interior node (height 1): the subtree_common_prefix_length column
+        (
+            b"\1\0\1\1\2a" + b"\0" * 20,
+            "@117: entry 0: subtree_common_prefix_length exceeds the key "
+            "(expected '<= 1', got 2) [OCDBT-042]",
+        ),
+        (
+            b"\1\0\1\1" + b"\x80" * 10 + b"\1a" + b"\0" * 20,
+            "@118: varint subtree_common_prefix_length longer than 10 bytes [OCDBT-008]",
+        ),
+    ],
+)
+def test_key_column_errors_name_the_offset_of_the_columns_the_field_and_the_rule(body, message):
+    """Each check of the key columns names its field, the offset where the columns start
+    (the body starts at 114: a 14-byte envelope header at offset 100), what it expected and
+    what it got. Kills `_keys` 1, 4, 9, 10, 13, 16, 17, 22, 25, 26, 29, 33, 34, 51-62, 68-75,
+    80-89, 94, 96 (field names, offsets, messages, rules or expected/got dropped or changed);
+    ids at 88f069a."""
+    assert error_of(lambda: _btree(body)) == "d/n at " + message
+
+
+def test_a_database_without_a_node_size_target_bounds_its_nodes_by_the_limit_alone():
+    """`max_decoded_node_bytes` 0 means no target: the bound is the caller's limit; a target
+    of 1 byte gives the formula's bound. Kills `node_bound` 2 (`== 1` for `== 0`); ids at
+    88f069a."""
+    no_target = fmt.Config(b"\1" * 16, 0, 8, 0, 4, None)
+    assert fmt.node_bound(no_target) == fmt.DEFAULT_MAX_DECODED_BYTES
+    assert fmt.node_bound(no_target, limit=1 << 40) == 1 << 40
+    one_byte = fmt.Config(b"\1" * 16, 0, 8, 1, 4, None)
+    assert fmt.node_bound(one_byte, limit=1 << 40) == 2 + 4 * 8 + (1 << 14) + (1 << 20)
+
+
+# --------------------------------------------------------------------------------------------
+# decode_btree_node: the fields around the key columns, in leaf and interior nodes
+
+# height 1, one data file "f", one entry: key "k", subtree_common_prefix_length 0, file id 0;
+# then data_file_offset, data_file_length, num_keys, num_tree_bytes, num_indirect_value_bytes
+INTERIOR = b"\1" + b"\1\1\0f" + b"\1" + b"\1" + b"\0" + b"k" + b"\0"
+LONG_VARINT = b"\x80" * 10 + b"\1"  # an 11-byte varint
+NONE = fmt.encode_varint(2**64 - 1)  # the "no root" value of a manifest's version
+
+
+def test_an_interior_node_decodes_to_its_child_reference_and_statistics():
+    """Kills `decode_btree_node` 262, 265 (the data file table not kept); ids at 88f069a."""
+    node = _btree(INTERIOR + b"\3\4\1\2\3")
+    assert node.data_file_table == (fmt.DataFileId(b"", b"f"),)
+    (entry,) = node.entries
+    assert entry == fmt.InteriorNodeEntry(
+        b"k",
+        0,
+        fmt.BtreeNodeReference(
+            fmt.IndirectDataReference(fmt.DataFileId(b"", b"f"), 3, 4),
+            fmt.BtreeNodeStatistics(num_indirect_value_bytes=3, num_tree_bytes=2, num_keys=1),
+        ),
+    )
+
+
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        (b"", "@114: truncated: height needs 1 bytes (expected 1, got 0) [OCDBT-007]"),
+        (b"\0\0\0", "@116: a B+tree node must hold at least one entry (got 0) [OCDBT-040]"),
+        (LEAF + b"\0\2", "@123: value_kind must be 0 or 1 (got 2) [OCDBT-043]"),
+        (LEAF + b"\5\1\0" + LONG_VARINT, "@125: varint data_file_offset longer than 10 bytes [OCDBT-008]"),
+        # both fields 2**64-1 mean "no root" in a manifest only, never in a node
+        (
+            LEAF + NONE + b"\1\0" + NONE,
+            "@134: data_file_offset + data_file_length overflows 64 bits "
+            "(got (18446744073709551615, 18446744073709551615)) [OCDBT-022]",
+        ),
+        (
+            INTERIOR + NONE + NONE + b"\1\2\3",
+            "@124: data_file_offset + data_file_length overflows 64 bits "
+            "(got (18446744073709551615, 18446744073709551615)) [OCDBT-022]",
+        ),
+        (
+            INTERIOR + fmt.encode_varint(2**64 - 5) + b"\5\1\2\3",
+            "@124: data_file_offset + data_file_length overflows 64 bits "
+            "(got (18446744073709551611, 5)) [OCDBT-022]",
+        ),
+        (INTERIOR + LONG_VARINT + b"\4\1\2\3", "@124: varint data_file_offset longer than 10 bytes [OCDBT-008]"),
+        (INTERIOR + b"\3" + LONG_VARINT + b"\1\2\3", "@125: varint data_file_length longer than 10 bytes [OCDBT-008]"),
+        (
+            INTERIOR + b"\3\4\1\2\3\0\0",
+            "@129: 2 unexpected bytes after the B+tree node (expected 0, got 2) [OCDBT-007]",
+        ),
+        (INTERIOR + b"\3\4" + LONG_VARINT + b"\2\3", "@126: varint num_keys longer than 10 bytes [OCDBT-008]"),
+        (
+            INTERIOR + b"\3\4\1" + LONG_VARINT + b"\3",
+            "@127: varint num_tree_bytes longer than 10 bytes [OCDBT-008]",
+        ),
+        (
+            INTERIOR + b"\3\4\1\2" + LONG_VARINT,
+            "@128: varint num_indirect_value_bytes longer than 10 bytes [OCDBT-008]",
+        ),
+    ],
+)
+def test_btree_node_errors_name_offset_field_and_rule(body, message):
+    """Kills `decode_btree_node` 22-24, 30, 41-54, 82-91, 108-112, 123 (a leaf value of
+    2**64-1 bytes at 2**64-1 taken for "no root"), 185-230 (field names of the
+    interior columns; 210: an interior child of 2**64-1 bytes at 2**64-1), 256-259 (the
+    name in the trailing-bytes error); ids at 88f069a."""
+    assert error_of(lambda: _btree(body)) == "d/n at " + message
+
+
+# --------------------------------------------------------------------------------------------
+# _interior_versions: the columns of an interior version node and of the manifest's
+# version_tree_nodes, and the checks of their heights and child counts
+
+# arity_log2 4, height 1, data file "d/x", one child; then generation_number, data_file_id 0,
+# data_file_offset, data_file_length, num_generations, commit_time (8 bytes)
+VERSION_HEAD = b"\4\1" + b"\1\3\0d/x" + b"\1"
+TIME = b"\0" * 8
+
+
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        (
+            VERSION_HEAD + LONG_VARINT + b"\0\5\7\x10" + TIME,
+            "@123: varint generation_number longer than 10 bytes [OCDBT-008]",
+        ),
+        (
+            VERSION_HEAD + b"\x10\0" + LONG_VARINT + b"\7\x10" + TIME,
+            "@125: varint data_file_offset longer than 10 bytes [OCDBT-008]",
+        ),
+        (
+            VERSION_HEAD + b"\x10\0\5" + LONG_VARINT + b"\x10" + TIME,
+            "@126: varint data_file_length longer than 10 bytes [OCDBT-008]",
+        ),
+        (
+            VERSION_HEAD + b"\x10\0" + fmt.encode_varint(2**64 - 5) + b"\5\x10" + TIME,
+            "@125: data_file_offset + data_file_length overflows 64 bits "
+            "(got (18446744073709551611, 5)) [OCDBT-022]",
+        ),
+        (
+            VERSION_HEAD + b"\x10\0" + NONE + NONE + b"\x10" + TIME,
+            "@125: data_file_offset + data_file_length overflows 64 bits "
+            "(got (18446744073709551615, 18446744073709551615)) [OCDBT-022]",
+        ),
+        (
+            VERSION_HEAD + b"\x10\0\5\7" + LONG_VARINT + TIME,
+            "@127: varint num_generations longer than 10 bytes [OCDBT-008]",
+        ),
+        (
+            VERSION_HEAD + b"\x90\1\0\5\7\x10" + TIME[:7],  # generation 144: two bytes
+            "@129: truncated: commit_time needs 8 bytes (expected 8, got 7) [OCDBT-007]",
+        ),
+        (
+            VERSION_HEAD + b"\x10\0\5\7\0" + TIME,
+            "@122: num_generations must not be 0 (got [0]) [OCDBT-031]",
+        ),
+    ],
+)
+def test_interior_version_node_errors_name_offset_field_and_rule(body, message):
+    """Kills `_interior_versions` 43-95 (field names, the offset of the reference columns,
+    and 81: a child of 2**64-1 bytes at 2**64-1 taken for "no root"); ids at 88f069a."""
+    data = fmt.encode_envelope(V, body)
+    got = error_of(lambda: fmt.decode_version_tree_node(data, file="d/x", offset=100))
+    assert got == "d/x at " + message
+
+
+@pytest.mark.parametrize(
+    "generations, limit",
+    [((2, 4), None), ((2,), None), ((1, 2), 1), ((5, 6), 1)],
+)
+def test_an_interior_version_node_holds_the_children_its_last_generation_allows(
+    generations, limit
+):
+    """At arity 2 (arity_log2 1) and height 1 each child covers 2 generations: a node whose
+    last child ends at generation 2 or 6 holds 1 child (the one for 1-2, or 5-6), one ending
+    at 4 holds 2. Kills `_interior_versions` 143 (`<<` for `>>`), 148 (modulo 2^(arity_log2
+    + 1)), 149 (`+ 2`), 152-154 (message, rule, offset); ids at 88f069a."""
+    loc = fmt.IndirectDataReference(FILE, 5, 7)
+    children = tuple(fmt.VersionNodeReference(loc, g, 0, 2, g) for g in generations)
+    node = fmt.VersionTreeNode(1, 1, children)
+    data = fmt.encode_version_tree_node(node, compression=0)
+    if limit is None:
+        assert fmt.decode_version_tree_node(data) == node
+    else:
+        assert error_of(lambda: fmt.decode_version_tree_node(data, file="d/x", offset=100)) == (
+            "d/x at @122: interior version node holds more children than the arity allows "
+            f"(expected '<= {limit}', got {len(generations)}) [OCDBT-031]"
+        )
+
+
+@pytest.mark.parametrize(
+    "arity_log2, heights, message",
+    [
+        (4, (2, 1), None),
+        (4, (14,), None),  # (14 + 1) x 4 = 60 < 64
+        (1, (62,), None),
+        (4, (15,), "@74: version_tree_nodes heights must be >= 1 and strictly decreasing (got [15])"),
+        (1, (63,), "@74: version_tree_nodes heights must be >= 1 and strictly decreasing (got [63])"),
+        (4, (0,), "@74: version_tree_nodes heights must be >= 1 and strictly decreasing (got [0])"),
+        (
+            4,
+            (1, 1),
+            "@87: version_tree_nodes heights must be >= 1 and strictly decreasing (got [1, 1])",
+        ),
+        (
+            4,
+            (1, 2),
+            "@87: version_tree_nodes heights must be >= 1 and strictly decreasing (got [1, 2])",
+        ),
+    ],
+)
+def test_manifest_version_tree_node_heights_decrease_and_fit_64_bits(arity_log2, heights, message):
+    """Kills `_interior_versions` 96 (offset of the heights), 111 (equal heights), 114-118
+    (the bound (height + 1) x arity_log2 < 64 moved), 119-128 (message, rule, value); ids at
+    88f069a."""
+    loc = fmt.IndirectDataReference(FILE, 5, 7)
+    version = fmt.BtreeGenerationReference(
+        fmt.BtreeNodeReference(loc, fmt.BtreeNodeStatistics(0, 1, 1)), 15, 1, 15
+    )
+    nodes = tuple(fmt.VersionNodeReference(loc, 8 + i, h, 4, 8) for i, h in enumerate(heights))
+    config = fmt.Config(b"\1" * 16, 0, 8, 1 << 20, arity_log2, None)
+    manifest = fmt.Manifest(config, (version,), nodes)
+    data = fmt.encode_manifest(manifest, compression=0)
+    if message is None:
+        assert fmt.decode_manifest(data) == manifest
+    else:
+        assert error_of(lambda: fmt.decode_manifest(data, file="m")) == (
+            f"m at {message} [OCDBT-032]"
+        )
+    # each further node takes 13 bytes before the heights column; the last height cut off
+    cut = fmt.encode_envelope(M, fmt.decode_envelope(data, magic=M).body[:-1])
+    assert error_of(lambda: fmt.decode_manifest(cut, file="m")) == (
+        f"m at @{74 + 13 * (len(heights) - 1)}: truncated: entry_height needs {len(heights)} bytes "
+        f"(expected {len(heights)}, got {len(heights) - 1}) [OCDBT-007]"
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# _data_file_table: paths stored as prefix + suffix, each split into base path and the rest
+
+ENTRY = b"\1\1k\1\0x"  # after a leaf's data file table: one entry, key "k", inline value "x"
+
+
+@pytest.mark.parametrize(
+    "table, transitive_path, files",
+    [
+        # two files: prefix [2], suffixes "a/x" and "y", base lengths 2 and 2
+        (b"\2\2\3\1\2\2a/xy", b"", [(b"a/", b"x"), (b"a/", b"y")]),
+        # the shared prefix may reach the shorter of two different base paths, no further
+        (b"\2\2\3\2\2\3a/xzy", b"", [(b"a/", b"x"), (b"a/z", b"y")]),
+        (b"\1\3\2a/x", b"t/", [(b"t/a/", b"x")]),
+        (b"\1\1\0a", b"t" * 65534, [(b"t" * 65534, b"a")]),  # 65,535 bytes in all
+    ],
+)
+def test_data_file_paths_are_rebuilt_from_prefix_suffix_and_base(table, transitive_path, files):
+    node = _btree(b"\0" + table + ENTRY, transitive_path=transitive_path)
+    assert [(f.base_path, f.relative_path) for f in node.data_file_table] == files
+
+
+@pytest.mark.parametrize(
+    "table, transitive_path, message",
+    [
+        (
+            b"\2\5\1\1\0\0ab",
+            b"",
+            "@117: data file 1: path_prefix_length exceeds the previous path "
+            "(expected '<= 1', got 5) [OCDBT-020]",
+        ),
+        (
+            b"\1\1\2a",
+            b"",
+            "@118: data file 0: base_path_length exceeds the path "
+            "(expected '<= 1', got 2) [OCDBT-020]",
+        ),
+        (
+            b"\2\2\3\1\2\0a/xy",
+            b"",
+            "@124: data file 1: shared prefix extends past a base path that differs from the "
+            "previous one [OCDBT-020]",
+        ),
+        (
+            b"\1\1\0a",
+            b"t" * 65535,
+            "@118: data file 0: path longer than 65535 bytes (got 65536) [OCDBT-020]",
+        ),
+        (LONG_VARINT, b"", "@115: varint num_files longer than 10 bytes [OCDBT-008]"),
+        (
+            b"\x09\0\0",  # and ENTRY's 6 bytes
+            b"",
+            "@115: num_files = 9 does not fit in the 8 bytes that remain (got 9) [OCDBT-007]",
+        ),
+        # every length column is bounded by the longest path (`_data_file_table` 15, 41)
+        (
+            b"\2\x80\x80\x04\1\1\0\0ab",
+            b"",
+            "@116: path_prefix_length out of range (expected '<= 65535', got 65536) [OCDBT-008]",
+        ),
+        (
+            b"\2\0\1\1\0\x80\x80\x04ab",
+            b"",
+            "@120: base_path_length out of range (expected '<= 65535', got 65536) [OCDBT-008]",
+        ),
+        # 5 files take at least 14 bytes; with ENTRY, 12 remain: past the count's bound of 2
+        # bytes a file, so the columns report the cut (`_data_file_table` 8: 3 a file)
+        (
+            b"\5" + b"\0" * 6,
+            b"",
+            "@125: truncated: base_path_length needs 5 bytes (expected 5, got 3) [OCDBT-007]",
+        ),
+        (
+            b"\2" + LONG_VARINT + b"\0" * 8,
+            b"",
+            "@116: varint path_prefix_length longer than 10 bytes [OCDBT-008]",
+        ),
+        (
+            b"\2\0" + LONG_VARINT + b"\0" * 8,
+            b"",
+            "@117: varint path_suffix_length longer than 10 bytes [OCDBT-008]",
+        ),
+        (
+            b"\2\0\1\1" + LONG_VARINT + b"\0" * 8,
+            b"",
+            "@119: varint base_path_length longer than 10 bytes [OCDBT-008]",
+        ),
+        (
+            b"\1\x14\0ab",
+            b"",
+            "@118: truncated: path_suffix needs 20 bytes (expected 20, got 8) [OCDBT-007]",
+        ),
+    ],
+)
+def test_data_file_table_errors_name_offset_field_and_rule(table, transitive_path, message):
+    """The table starts at 115 (after the height); prefix-length errors point at the suffix
+    lengths, the others at the path they concern. Kills `_data_file_table`'s field names,
+    offsets, bounds and messages."""
+    body = b"\0" + table + ENTRY
+    got = error_of(lambda: _btree(body, transitive_path=transitive_path))
+    assert got == "d/n at " + message
+
+
+# --------------------------------------------------------------------------------------------
+# _leaf_versions: the versions of a version tree leaf node (and of a manifest)
+
+# arity_log2 4, height 0, data file "d/x", one version; then generation_number, root_height,
+# data_file_id, data_file_offset, data_file_length, num_keys, num_tree_bytes,
+# num_indirect_value_bytes, commit_time (8 bytes)
+VERSION_LEAF_HEAD = b"\4\0" + b"\1\3\0d/x" + b"\1"
+
+
+def _version_leaf_node(body: bytes) -> fmt.VersionTreeNode:
+    data = fmt.encode_envelope(V, body)
+    return fmt.decode_version_tree_node(data, file="d/x", offset=100)
+
+
+def test_a_version_decodes_to_its_root_statistics_and_time():
+    (version,) = _version_leaf_node(VERSION_LEAF_HEAD + b"\1\1\0\5\7\1\2\3" + TIME).entries
+    assert version == fmt.BtreeGenerationReference(
+        fmt.BtreeNodeReference(
+            fmt.IndirectDataReference(FILE, 5, 7),
+            fmt.BtreeNodeStatistics(num_indirect_value_bytes=3, num_tree_bytes=2, num_keys=1),
+        ),
+        generation_number=1,
+        root_height=1,
+        commit_time=0,
+    )
+    # both fields 2**64-1: a version with no root (an empty database), whose height is 0
+    body = VERSION_LEAF_HEAD + b"\1\0\0" + NONE + NONE + b"\1\2\3" + TIME
+    (empty,) = _version_leaf_node(body).entries
+    assert (empty.root.location, empty.root_height) == (None, 0)
+    # one of the two at 2**64-1 is a real (if odd) range: offset 2**64-1 with length 0, or
+    # length 2**64-1 at offset 0, both within 64 bits (`_leaf_versions` 129: `or`)
+    for offset, length in [(2**64 - 1, 0), (0, 2**64 - 1)]:
+        fields = fmt.encode_varint(offset) + fmt.encode_varint(length)
+        body = VERSION_LEAF_HEAD + b"\1\1\0" + fields + b"\1\2\3" + TIME
+        (version,) = _version_leaf_node(body).entries
+        assert version.root.location == fmt.IndirectDataReference(FILE, offset, length)
+        assert version.root_height == 1
+
+
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        (
+            VERSION_LEAF_HEAD + LONG_VARINT + b"\1\0\5\7\1\2\3" + TIME,
+            "@123: varint generation_number longer than 10 bytes [OCDBT-008]",
+        ),
+        (
+            VERSION_LEAF_HEAD + b"\1\1" + LONG_VARINT + b"\5\7\1\2\3" + TIME,
+            "@125: varint data_file_id longer than 10 bytes [OCDBT-008]",
+        ),
+        (
+            VERSION_LEAF_HEAD + b"\1\1\1\5\7\1\2\3" + TIME,
+            "@125: data_file_id out of range of the data file table "
+            "(expected '< 1', got 1) [OCDBT-021]",
+        ),
+        (
+            VERSION_LEAF_HEAD + b"\1\1\0" + LONG_VARINT + b"\7\1\2\3" + TIME,
+            "@126: varint data_file_offset longer than 10 bytes [OCDBT-008]",
+        ),
+        (
+            VERSION_LEAF_HEAD + b"\1\1\0\5" + LONG_VARINT + b"\1\2\3" + TIME,
+            "@127: varint data_file_length longer than 10 bytes [OCDBT-008]",
+        ),
+        (
+            VERSION_LEAF_HEAD + b"\1\1\0" + fmt.encode_varint(2**64 - 5) + b"\5\1\2\3" + TIME,
+            "@126: data_file_offset + data_file_length overflows 64 bits "
+            "(got (18446744073709551611, 5)) [OCDBT-022]",
+        ),
+        (
+            VERSION_LEAF_HEAD + b"\1\1\0" + NONE + NONE + b"\1\2\3" + TIME,
+            "@122: root_height must be 0 when a version has no root node (got 1) [OCDBT-033]",
+        ),
+        (
+            VERSION_LEAF_HEAD + b"\1\1\0\5\7" + LONG_VARINT + b"\2\3" + TIME,
+            "@128: varint num_keys longer than 10 bytes [OCDBT-008]",
+        ),
+        (
+            VERSION_LEAF_HEAD + b"\1\1\0\5\7\1" + LONG_VARINT + b"\3" + TIME,
+            "@129: varint num_tree_bytes longer than 10 bytes [OCDBT-008]",
+        ),
+        (
+            VERSION_LEAF_HEAD + b"\1\1\0\5\7\1\2" + LONG_VARINT + TIME,
+            "@130: varint num_indirect_value_bytes longer than 10 bytes [OCDBT-008]",
+        ),
+        (
+            VERSION_LEAF_HEAD + b"\x90\1\1\0\5\7\1\2\3" + TIME[:7],  # generation 144
+            "@132: truncated: commit_time needs 8 bytes (expected 8, got 7) [OCDBT-007]",
+        ),
+    ],
+)
+def test_version_errors_name_offset_field_and_rule(body, message):
+    """Kills `_leaf_versions`' field names, offsets, and messages."""
+    assert error_of(lambda: _version_leaf_node(body)) == "d/x at " + message
+
+
+@pytest.mark.parametrize("last, accepted", [(16, True), (17, False)])
+def test_a_leaf_holds_the_versions_of_one_run_of_two_to_the_arity(last, accepted):
+    """At arity_log2 4 a leaf holds generations 16k+1 .. 16k+16: 15 and 16 share one, 15 and
+    17 do not, in a version tree leaf node as in a manifest."""
+    body = (
+        b"\4\0\1\3\0d/x\2"
+        + bytes([15, last])
+        + b"\1\1\0\0\5\5\7\7\1\1\2\2\3\3"
+        + TIME * 2
+    )
+    loc = fmt.IndirectDataReference(FILE, 5, 7)
+    versions = tuple(
+        fmt.BtreeGenerationReference(
+            fmt.BtreeNodeReference(loc, fmt.BtreeNodeStatistics(0, 1, 1)), g, 1, g
+        )
+        for g in (15, last)
+    )
+    config = fmt.Config(b"\1" * 16, 0, 8, 1 << 20, 4, None)
+    manifest = fmt.Manifest(config, versions, ())
+    data = fmt.encode_manifest(manifest, compression=0)
+    if accepted:
+        assert [v.generation_number for v in _version_leaf_node(body).entries] == [15, 16]
+        assert fmt.decode_manifest(data) == manifest
+    else:
+        assert error_of(lambda: _version_leaf_node(body)) == (
+            "d/x at @122: a version tree leaf node holds more versions than the version tree "
+            "arity allows (expected '<= 1', got 2) [OCDBT-031]"
+        )
+        assert error_of(lambda: fmt.decode_manifest(data, file="m")) == (
+            "m at @43: the manifest holds more versions than the version tree arity allows "
+            "(expected '<= 1', got 2) [OCDBT-031]"
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# decode_manifest: the configuration and what follows it
+
+UUID = b"\1" * 16
+# manifest_kind 1 (numbered), max_inline_value_bytes 8, max_decoded_node_bytes 2**20 (3 bytes)
+NUMBERED = UUID + b"\1\x08\x80\x80\x40"
+
+
+def _manifest_body(body: bytes) -> fmt.Manifest:
+    return fmt.decode_manifest(fmt.encode_envelope(M, body), file="m")
+
+
+def test_a_numbered_kind_manifest_holds_its_configuration_alone():
+    """Arity 16 is the largest; the body starts at 14 (after the envelope header)."""
+    assert _manifest_body(NUMBERED + b"\x10\0").config == fmt.Config(
+        UUID, fmt.MANIFEST_KIND_NUMBERED, 8, 1 << 20, 16, None
+    )
+
+
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        (UUID[:15], "@14: truncated: uuid needs 16 bytes (expected 16, got 15) [OCDBT-007]"),
+        (UUID, "@30: truncated: manifest_kind needs 1 bytes (expected 1, got 0) [OCDBT-007]"),
+        (
+            UUID + b"\2\x08\x80\x80\x40\x04\0",
+            "@30: unknown manifest_kind (expected '0 or 1', got 2) [OCDBT-010]",
+        ),
+        (
+            UUID + b"\1" + LONG_VARINT + b"\x80\x80\x40\x04\0",
+            "@31: varint max_inline_value_bytes longer than 10 bytes [OCDBT-008]",
+        ),
+        (
+            UUID + b"\1\x08" + LONG_VARINT + b"\x04\0",
+            "@32: varint max_decoded_node_bytes longer than 10 bytes [OCDBT-008]",
+        ),
+        (
+            NUMBERED,
+            "@35: truncated: version_tree_arity_log2 needs 1 bytes (expected 1, got 0) "
+            "[OCDBT-007]",
+        ),
+        (
+            NUMBERED + b"\0\0",
+            "@35: version_tree_arity_log2 out of range (expected '1..16', got 0) [OCDBT-011]",
+        ),
+        (
+            NUMBERED + b"\x11\0",
+            "@35: version_tree_arity_log2 out of range (expected '1..16', got 17) [OCDBT-011]",
+        ),
+        (
+            NUMBERED + b"\4" + LONG_VARINT,
+            "@36: varint compression_method longer than 10 bytes [OCDBT-008]",
+        ),
+        (
+            NUMBERED + b"\4\2",
+            "@36: unknown compression_method (expected '0 or 1', got 2) [OCDBT-012]",
+        ),
+        (
+            NUMBERED + b"\4\0\0",
+            "@37: 1 unexpected bytes after the configuration of a numbered-kind manifest "
+            "(expected 0, got 1) [OCDBT-007]",
+        ),
+    ],
+)
+def test_manifest_configuration_errors_name_offset_field_and_rule(body, message):
+    """Kills `decode_manifest`'s field names, offsets, bounds and messages."""
+    assert error_of(lambda: _manifest_body(body)) == "m at " + message
+
+
+@pytest.mark.parametrize("node_generation", [15, 16, 17])
+def test_version_tree_nodes_hold_only_generations_before_the_inline_versions(node_generation):
+    """A manifest's version tree nodes end before its first inline version (here 17), and
+    its data file table is kept; bytes after the last field are counted and named."""
+    loc = fmt.IndirectDataReference(FILE, 5, 7)
+    version = fmt.BtreeGenerationReference(
+        fmt.BtreeNodeReference(loc, fmt.BtreeNodeStatistics(0, 1, 1)), 17, 1, 17
+    )
+    node = fmt.VersionNodeReference(loc, node_generation, 1, 4, 8)
+    config = fmt.Config(UUID, 0, 8, 1 << 20, 4, None)
+    manifest = fmt.Manifest(config, (version,), (node,))
+    data = fmt.encode_manifest(manifest, compression=0)
+    if node_generation < 17:
+        got = fmt.decode_manifest(data)
+        assert (got, got.data_file_table) == (manifest, (FILE,))
+    else:
+        assert error_of(lambda: fmt.decode_manifest(data, file="m")) == (
+            "m at @75: version_tree_nodes must hold only generations older than the inline "
+            "versions (got (17, 17)) [OCDBT-032]"
+        )
+    body = fmt.decode_envelope(fmt.encode_manifest(fmt.Manifest(config, (version,), ())), magic=M)
+    assert error_of(lambda: _manifest_body(body.body + b"\0")) == (
+        "m at @61: 1 unexpected bytes after the manifest (expected 0, got 1) [OCDBT-007]"
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# _prefix_lengths: 64 keys or more are compared as rows of a byte matrix
+
+
+def _shared(a: bytes, b: bytes) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+@pytest.mark.parametrize("count", [63, 64, 100])
+def test_many_keys_store_the_prefix_each_shares_with_the_key_before(count):
+    """Keys of different lengths, some the prefix of the next (where the matrix's zero
+    padding must not count as shared), some differing in their first or last byte: the
+    prefix column is the longest common prefix of each key with the one before, with 63
+    keys (compared pairwise) as with 64 or more (compared as a matrix)."""
+    rng = random.Random(count)
+    keys = set()
+    while len(keys) < count:
+        stem = bytes(rng.choice(b"ab\0") for _ in range(rng.randrange(0, 6)))
+        keys.add(stem)
+        keys.add(stem + b"\0")
+        keys.add(stem + bytes([rng.randrange(256)]) * rng.randrange(1, 4))
+    keys = sorted(keys)[:count]
+    node = fmt.BtreeNode(0, tuple(fmt.LeafNodeEntry(k, b"") for k in keys))
+    body = fmt.decode_envelope(fmt.encode_btree_node(node, compression=0), magic=B).body
+    prefixes = [_shared(a, b) for a, b in zip(keys, keys[1:])]
+    assert max(prefixes) < 128 and count < 128  # one byte per varint
+    assert body[:3] == bytes([0, 0, count])
+    assert list(body[3 : 3 + count - 1]) == prefixes
+    assert list(body[2 + count : 2 + 2 * count]) == [
+        len(k) - p for k, p in zip(keys, [0, *prefixes])
+    ]
+    assert _btree(body).entries == node.entries
