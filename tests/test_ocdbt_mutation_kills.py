@@ -978,7 +978,10 @@ def test_an_interior_node_decodes_to_its_child_reference_and_statistics():
         (b"", "@114: truncated: height needs 1 bytes (expected 1, got 0) [OCDBT-007]"),
         (b"\0\0\0", "@116: a B+tree node must hold at least one entry (got 0) [OCDBT-040]"),
         (LEAF + b"\0\2", "@123: value_kind must be 0 or 1 (got 2) [OCDBT-043]"),
-        (LEAF + b"\5\1\0" + LONG_VARINT, "@125: varint data_file_offset longer than 10 bytes [OCDBT-008]"),
+        (
+            LEAF + b"\5\1\0" + LONG_VARINT,
+            "@125: varint data_file_offset longer than 10 bytes [OCDBT-008]",
+        ),
         # both fields 2**64-1 mean "no root" in a manifest only, never in a node
         (
             LEAF + NONE + b"\1\0" + NONE,
@@ -995,13 +998,22 @@ def test_an_interior_node_decodes_to_its_child_reference_and_statistics():
             "@124: data_file_offset + data_file_length overflows 64 bits "
             "(got (18446744073709551611, 5)) [OCDBT-022]",
         ),
-        (INTERIOR + LONG_VARINT + b"\4\1\2\3", "@124: varint data_file_offset longer than 10 bytes [OCDBT-008]"),
-        (INTERIOR + b"\3" + LONG_VARINT + b"\1\2\3", "@125: varint data_file_length longer than 10 bytes [OCDBT-008]"),
+        (
+            INTERIOR + LONG_VARINT + b"\4\1\2\3",
+            "@124: varint data_file_offset longer than 10 bytes [OCDBT-008]",
+        ),
+        (
+            INTERIOR + b"\3" + LONG_VARINT + b"\1\2\3",
+            "@125: varint data_file_length longer than 10 bytes [OCDBT-008]",
+        ),
         (
             INTERIOR + b"\3\4\1\2\3\0\0",
             "@129: 2 unexpected bytes after the B+tree node (expected 0, got 2) [OCDBT-007]",
         ),
-        (INTERIOR + b"\3\4" + LONG_VARINT + b"\2\3", "@126: varint num_keys longer than 10 bytes [OCDBT-008]"),
+        (
+            INTERIOR + b"\3\4" + LONG_VARINT + b"\2\3",
+            "@126: varint num_keys longer than 10 bytes [OCDBT-008]",
+        ),
         (
             INTERIOR + b"\3\4\1" + LONG_VARINT + b"\3",
             "@127: varint num_tree_bytes longer than 10 bytes [OCDBT-008]",
@@ -1081,9 +1093,7 @@ def test_interior_version_node_errors_name_offset_field_and_rule(body, message):
     "generations, limit",
     [((2, 4), None), ((2,), None), ((1, 2), 1), ((5, 6), 1)],
 )
-def test_an_interior_version_node_holds_the_children_its_last_generation_allows(
-    generations, limit
-):
+def test_an_interior_version_node_holds_the_children_its_last_generation_allows(generations, limit):
     """At arity 2 (arity_log2 1) and height 1 each child covers 2 generations: a node whose
     last child ends at generation 2 or 6 holds 1 child (the one for 1-2, or 5-6), one ending
     at 4 holds 2. Kills `_interior_versions` 143 (`<<` for `>>`), 148 (modulo 2^(arity_log2
@@ -1107,8 +1117,16 @@ def test_an_interior_version_node_holds_the_children_its_last_generation_allows(
         (4, (2, 1), None),
         (4, (14,), None),  # (14 + 1) x 4 = 60 < 64
         (1, (62,), None),
-        (4, (15,), "@74: version_tree_nodes heights must be >= 1 and strictly decreasing (got [15])"),
-        (1, (63,), "@74: version_tree_nodes heights must be >= 1 and strictly decreasing (got [63])"),
+        (
+            4,
+            (15,),
+            "@74: version_tree_nodes heights must be >= 1 and strictly decreasing (got [15])",
+        ),
+        (
+            1,
+            (63,),
+            "@74: version_tree_nodes heights must be >= 1 and strictly decreasing (got [63])",
+        ),
         (4, (0,), "@74: version_tree_nodes heights must be >= 1 and strictly decreasing (got [0])"),
         (
             4,
@@ -1350,12 +1368,7 @@ def test_version_errors_name_offset_field_and_rule(body, message):
 def test_a_leaf_holds_the_versions_of_one_run_of_two_to_the_arity(last, accepted):
     """At arity_log2 4 a leaf holds generations 16k+1 .. 16k+16: 15 and 16 share one, 15 and
     17 do not, in a version tree leaf node as in a manifest."""
-    body = (
-        b"\4\0\1\3\0d/x\2"
-        + bytes([15, last])
-        + b"\1\1\0\0\5\5\7\7\1\1\2\2\3\3"
-        + TIME * 2
-    )
+    body = b"\4\0\1\3\0d/x\2" + bytes([15, last]) + b"\1\1\0\0\5\5\7\7\1\1\2\2\3\3" + TIME * 2
     loc = fmt.IndirectDataReference(FILE, 5, 7)
     versions = tuple(
         fmt.BtreeGenerationReference(
@@ -1418,8 +1431,7 @@ def test_a_numbered_kind_manifest_holds_its_configuration_alone():
         ),
         (
             NUMBERED,
-            "@35: truncated: version_tree_arity_log2 needs 1 bytes (expected 1, got 0) "
-            "[OCDBT-007]",
+            "@35: truncated: version_tree_arity_log2 needs 1 bytes (expected 1, got 0) [OCDBT-007]",
         ),
         (
             NUMBERED + b"\0\0",
@@ -1480,7 +1492,9 @@ def test_version_tree_nodes_hold_only_generations_before_the_inline_versions(nod
 
 
 def _shared(a: bytes, b: bytes) -> int:
-    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    return next(
+        (i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b))
+    )
 
 
 @pytest.mark.parametrize("count", [63, 64, 100])
@@ -1499,12 +1513,12 @@ def test_many_keys_store_the_prefix_each_shares_with_the_key_before(count):
     keys = sorted(keys)[:count]
     node = fmt.BtreeNode(0, tuple(fmt.LeafNodeEntry(k, b"") for k in keys))
     body = fmt.decode_envelope(fmt.encode_btree_node(node, compression=0), magic=B).body
-    prefixes = [_shared(a, b) for a, b in zip(keys, keys[1:])]
+    prefixes = [_shared(a, b) for a, b in zip(keys, keys[1:], strict=False)]
     assert max(prefixes) < 128 and count < 128  # one byte per varint
     assert body[:3] == bytes([0, 0, count])
     assert list(body[3 : 3 + count - 1]) == prefixes
     assert list(body[2 + count : 2 + 2 * count]) == [
-        len(k) - p for k, p in zip(keys, [0, *prefixes])
+        len(k) - p for k, p in zip(keys, [0, *prefixes], strict=True)
     ]
     assert _btree(body).entries == node.entries
 
@@ -1535,7 +1549,12 @@ def test_structures_are_compressed_at_zstds_default_level_unless_told():
 
 @pytest.mark.parametrize(
     "config_compression, compression, expected",
-    [(None, None, 0), (fmt.ZstdCompression(0), None, 1), (None, 1, 1), (fmt.ZstdCompression(0), 0, 0)],
+    [
+        (None, None, 0),
+        (fmt.ZstdCompression(0), None, 1),
+        (None, 1, 1),
+        (fmt.ZstdCompression(0), 0, 0),
+    ],
 )
 def test_a_manifest_is_compressed_as_its_configuration_says_unless_told(
     config_compression, compression, expected
