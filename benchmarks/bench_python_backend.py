@@ -64,11 +64,11 @@ def main() -> None:
 
     from ockpt import engines
     from ockpt.engines import python as python_engine
-    from ockpt.kv import Location, new_context
     from ockpt.layout import detect
+    from ockpt.store import Store, new_context
 
     names = sorted(python_engine.key_listing(python_engine.item_keys(path))["params"])
-    loc = Location.of(path)
+    loc = Store.of(path)
     fmt = detect(path).item
     backends = {
         "tensorstore": lambda: engines.open_store(

@@ -39,7 +39,7 @@ def tree(writer: int, trial: int) -> dict:
 def main() -> None:
     mode, base, writer, trials = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
     import ockpt
-    from ockpt import commit
+    from ockpt.store import commit
 
     if mode == "overwrite-fallback":
         commit._renameat2 = lambda src, dst, flags: False  # as without renameat2

@@ -88,7 +88,8 @@ def install() -> None:
     for name in ("mkdir", "rename", "replace", "unlink", "remove", "rmdir", "fsync"):
         _wrap(os, name)
     _wrap(shutil, "rmtree")
-    from ockpt import commit, writer
+    from ockpt import writer
+    from ockpt.store import commit
 
     if os.environ.get("OCKPT_NO_EXCHANGE"):
         commit._renameat2 = lambda src, dst, flags: False  # as without renameat2

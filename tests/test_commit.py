@@ -1,4 +1,4 @@
-"""Overwrite and recovery in `ockpt.commit`: the atomic exchange (renameat2) and its fallback,
+"""Overwrite and recovery in `ockpt.store.commit`: the atomic exchange (renameat2) and its fallback,
 putting back a checkpoint that an interrupted overwrite left under ``-replaced`` (DIR-006,
 DIR-007), and what readers and the manager do with such a name (LAYOUT-006).
 
@@ -20,9 +20,10 @@ import numpy as np
 import pytest
 
 import ockpt
-from ockpt import commit
 from ockpt.layout import Kind
 from ockpt.names import COMMIT_FILE, DELETED_SUFFIX, OWN_TMP_NAME, REPLACED_SUFFIX
+from ockpt.store import commit
+from ockpt.store.inflight import BackgroundWriter
 
 OLD = {"a": np.arange(6, dtype=np.int32), "s": "old"}
 NEW = {"a": np.arange(6, dtype=np.int32) * 10, "s": "new"}
@@ -378,7 +379,7 @@ def test_a_copy_whose_commit_conflicts_leaves_nothing(tmp_path, monkeypatch):
 
 
 def test_background_writes_fail_the_save(tmp_path, monkeypatch):
-    """A write that fails on the writer's own thread (`commit.BackgroundWriter`) fails the
+    """A write that fails on the writer's own thread (`BackgroundWriter`) fails the
     save with that error, and leaves no directory behind, committed or temporary."""
     import errno
 
@@ -394,8 +395,8 @@ def test_background_writes_fail_the_save(tmp_path, monkeypatch):
     with pytest.raises(OSError):
         ockpt.save_pytree(tmp_path / "c", tree)
     assert list(tmp_path.iterdir()) == []
-    writer = commit.BackgroundWriter()
-    file = writer.open(str(tmp_path / "f"))
+    writer = BackgroundWriter()
+    file = writer.queue(commit.NewFile(str(tmp_path / "f"), sync_on_close=False))
     file.append([b"x" * 10])
     with pytest.raises(OSError, match="No space"):
         writer.finish()

@@ -1,4 +1,4 @@
-"""Tests written to kill the mutants of `ockpt.commit` that survived the mutation run or got
+"""Tests written to kill the mutants of `ockpt.store.commit` that survived the mutation run or got
 no verdict in it (issue 21; tests/mutation/RESULTS.md names each mutant and the test here that
 kills it).
 
@@ -27,7 +27,6 @@ import numpy as np
 import pytest
 
 import ockpt
-from ockpt import commit
 from ockpt.names import (
     CHECKPOINT_METADATA_FILE,
     COMMIT_FILE,
@@ -37,6 +36,8 @@ from ockpt.names import (
     REPLACED_SUFFIX,
     TMP_MARKER,
 )
+from ockpt.store import commit
+from ockpt.store.inflight import BackgroundWriter
 
 TREE = {"a": np.arange(6, dtype=np.int32)}
 
@@ -775,7 +776,7 @@ def test_an_append_that_writes_nothing_is_an_io_error_naming_the_file(tmp_path, 
 
 _FORK_CHILD = """
 import os, sys
-from ockpt import commit
+from ockpt.store import commit
 os.close(0)  # a process without stdin (a daemon): the lock's descriptor can be 0
 lock = commit._Lock.take(sys.argv[1], wait=True)
 assert lock.fd == 0, lock.fd
@@ -821,7 +822,7 @@ def test_a_forked_child_lets_go_of_every_lock(tmp_path):
 # BackgroundWriter
 
 
-def _submit(writer: commit.BackgroundWriter, nbytes: int) -> threading.Thread:
+def _submit(writer: BackgroundWriter, nbytes: int) -> threading.Thread:
     """`writer.submit` of a no-op job of `nbytes`, called on a thread of its own."""
     thread = threading.Thread(target=writer.submit, args=(lambda: None, nbytes), daemon=True)
     thread.start()
@@ -832,11 +833,11 @@ def test_background_writer_holds_at_most_max_bytes(tmp_path):
     """Buffers wait for the disk up to `max_bytes` in all (a close counts none): a submit that
     fits returns at once while the writes before it are stuck; one byte more waits for them;
     once they are written, the count is back to nothing held."""
-    writer = commit.BackgroundWriter(max_bytes=10)
+    writer = BackgroundWriter(max_bytes=10)
     gate, done = threading.Event(), threading.Event()
     try:
         writer.submit(gate.wait, 4)
-        writer.open(str(tmp_path / "f")).close()
+        writer.queue(commit.NewFile(str(tmp_path / "f"), sync_on_close=False)).close()
         fits = _submit(writer, 6)  # 10 bytes held
         fits.join(10)
         assert not fits.is_alive()
@@ -868,8 +869,8 @@ def test_background_writes_run_on_their_own_thread_which_finish_stops(tmp_path, 
         "append",
         lambda self, parts: (threads.append(threading.current_thread()), real(self, parts)),
     )
-    writer = commit.BackgroundWriter()
-    file = writer.open(str(tmp_path / "f"))
+    writer = BackgroundWriter()
+    file = writer.queue(commit.NewFile(str(tmp_path / "f"), sync_on_close=False))
     file.append([b"abc"])
     file.close()
     writer.finish()

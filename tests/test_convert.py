@@ -345,11 +345,12 @@ def test_streaming_memory_stays_near_one_block(tmp_path, monkeypatch):
         _, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
         assert peak < min(_fastread.workers(), 3) * (8 << 20) + (2 << 20), f"{dst}: {peak}"
-    from ockpt import _chunkwrite, commit
+    from ockpt import _chunkwrite
+    from ockpt.store.inflight import BackgroundWriter
 
     # the background writer's queue, capped at one chunk, so that the bound does not depend on
     # how fast the disk drains it (on a loaded machine it lags and holds more leaves)
-    kwdefaults = commit.BackgroundWriter.__init__.__kwdefaults__
+    kwdefaults = BackgroundWriter.__init__.__kwdefaults__
     monkeypatch.setitem(kwdefaults, "max_bytes", 4 << 20)
     tracemalloc.start()
     convert(str(tmp_path / "big.safetensors"), str(tmp_path / "again"), progress=False)

@@ -30,9 +30,9 @@ import numpy as np
 import pytest
 
 import ockpt
-from ockpt import commit
 from ockpt.layout import Kind, is_temporary_name
 from ockpt.names import TMP_MARKER
+from ockpt.store import commit
 
 HERE = Path(__file__).resolve().parent
 CHILD = HERE / "_crash_child.py"

@@ -24,9 +24,9 @@ from conftest import FIXTURES, case_id, fixture_cases, flat_leaves
 from ockpt import engines
 from ockpt.engines import python as pb
 from ockpt.errors import FormatError, MissingDataError
-from ockpt.kv import Location
 from ockpt.layout import ItemFormat, Storage, detect, resolve
 from ockpt.paths import param_name
+from ockpt.store import LocalStore, Store
 from test_reader import expected_items, load_kwargs
 
 ENGINES = list(engines.BACKENDS)
@@ -50,7 +50,7 @@ ITEMS = _items()
 ITEM_IDS = [f"{case_id(c)}:{r or '.'}" for c, r in ITEMS]
 
 
-def _item(case: Path, rel: str) -> tuple[Location, ItemFormat]:
+def _item(case: Path, rel: str) -> tuple[Store, ItemFormat]:
     found = resolve(case / "checkpoint", **load_kwargs(case, rel))
     assert found.target.item is not None
     return found.location, found.target.item
@@ -62,10 +62,10 @@ def _format(path: Path) -> ItemFormat:
     return fmt
 
 
-def _open(engine: str, path: Path | Location, fmt: ItemFormat | None = None, **kw):
-    loc = path if isinstance(path, Location) else Location.of(path)
-    assert loc.local is not None
-    return engines.open_store(loc, fmt or _format(Path(loc.local)), backend=engine, **kw)
+def _open(engine: str, path: Path | Store, fmt: ItemFormat | None = None, **kw):
+    loc = Store.of(path)
+    assert isinstance(loc, LocalStore)
+    return engines.open_store(loc, fmt or _format(Path(loc.path)), backend=engine, **kw)
 
 
 def _params(path: str | Path, fmt: ItemFormat) -> list[str]:
@@ -100,11 +100,11 @@ def _same_bytes(x, y, what) -> None:
     assert x.tobytes() == y.tobytes(), what
 
 
-def _compare(path: str | Path | Location, fmt: ItemFormat) -> list[str]:
+def _compare(path: str | Path | Store, fmt: ItemFormat) -> list[str]:
     """Open every array of the item with both engines: the same metadata, and the same bytes
     for whole arrays, random boxes, casts, views and `read_regions`. Returns the params."""
-    loc = path if isinstance(path, Location) else Location.of(path)
-    keys = pb.item_keys(loc.local, fmt)
+    loc = Store.of(path)
+    keys = pb.item_keys(loc, fmt)
     params = sorted(pb.key_listing(keys)["params"])
     mine = engines.open_store(loc, fmt, backend="python")
     theirs = engines.open_store(loc, fmt, backend="tensorstore")
@@ -164,7 +164,7 @@ def test_engine_reads_the_recorded_values(case, rel, engine):
     """Each array leaf the fixture records, read whole, is the recorded array bit for bit."""
     loc, fmt = _item(case, rel)
     store = engines.open_store(loc, fmt, backend=engine)
-    params = set(_params(loc.local, fmt))
+    params = set(_params(loc.path, fmt))
     checked = 0
     try:
         for path, want in flat_leaves(expected_items(case)[rel]):

@@ -349,7 +349,7 @@ def _raw_tree():
 @pytest.fixture
 def filled(monkeypatch):
     """The buffers each scattered read fills, per call."""
-    from ockpt.kv.byterange import ByteRange
+    from ockpt.store.byterange import ByteRange
 
     calls = []
     real = ByteRange.read_scattered
@@ -435,8 +435,8 @@ def test_raw_chunk_of_the_wrong_size_keeps_its_rule(tmp_path, damage):
 def test_scattered_read_fills_buffers_across_short_reads(tmp_path, monkeypatch):
     """`ByteRange.read_scattered` fills its buffers in order when ``os.preadv`` returns less
     than asked (a signal, a page at a time), and refuses buffers that run past the range."""
-    from ockpt.kv import byterange
-    from ockpt.kv.files import open_range
+    from ockpt.store import byterange
+    from ockpt.store.files import open_range
 
     data = bytes(range(256)) * 4
     (tmp_path / "f").write_bytes(data)

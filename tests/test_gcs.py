@@ -431,30 +431,30 @@ import sys
 import time
 
 from ockpt import transfer
-from ockpt.kv import Location
+from ockpt.store import UrlStore
 
 src, dst, stall = sys.argv[1], sys.argv[2], sys.argv[3]
 writes = 0
-open_kvstore = Location.kvstore
+open_kvstore = UrlStore.kvstore
 
 
 class Stalling:
     def __init__(self, inner):
         self.inner = inner
 
-    def write(self, key, value):
+    def write(self, key, value, **kwargs):
         global writes
         writes += 1
         if stall in (str(writes), key):
             print("stalled", key, flush=True)
             time.sleep(600)
-        return self.inner.write(key, value)
+        return self.inner.write(key, value, **kwargs)
 
     def __getattr__(self, name):
         return getattr(self.inner, name)
 
 
-Location.kvstore = lambda self, context=None: Stalling(open_kvstore(self, context))
+UrlStore.kvstore = lambda self: Stalling(open_kvstore(self))
 transfer.copy(src, dst, progress=False)
 print("finished", flush=True)
 """

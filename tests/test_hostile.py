@@ -17,9 +17,10 @@ from conftest import FIXTURES
 from ockpt.documents import MetadataDocument
 from ockpt.documents import metadata as metadata_module
 from ockpt.errors import FormatError
-from ockpt.kv import Location, check_tree, resolve_inside
 from ockpt.limits import LIMITS, Limits
 from ockpt.paths import tree_key, unsafe_path
+from ockpt.store import Store
+from ockpt.store.files import check_tree, resolve_inside
 
 NO_OCDBT = FIXTURES / "orbax-0.12.8" / "no_ocdbt" / "checkpoint"
 OCDBT = FIXTURES / "orbax-0.12.8" / "sharded" / "checkpoint"
@@ -203,12 +204,12 @@ def test_path_003_location_read_refuses_escaping_names(tmp_path):
     (tmp_path / "secret").write_text("{}")
     item = tmp_path / "item"
     item.mkdir()
-    loc = Location.of(item)
+    loc = Store.of(item)
     for name in ("../secret", "/etc/passwd", "a\0b", "x/../../secret"):
         with pytest.raises(FormatError) as e:
-            loc.read(name, context=None)
+            loc.get(name)
         assert _rule(e) == "PATH-003"
-    assert loc.read("missing", context=None) is None
+    assert loc.get("missing") is None
 
 
 def test_path_003_writer_refuses_names_leaving_the_target(tmp_path):

@@ -1,5 +1,6 @@
-"""The one hardened open (`ockpt.kv`): special files, links leading out, bounded reads and
-listings, on copies of real Orbax checkpoints and through every reading API.
+"""The one hardened open (`ockpt.store.files`, behind `LocalStore`): special files, links
+leading out, bounded reads and listings, on copies of real Orbax checkpoints and through every
+reading API.
 
 PATH-005: a FIFO, socket, device, directory or symbolic link loop in place of a file is refused
 at once (never waited on); PATH-004: nothing is read through a link leading out, and no error
@@ -18,14 +19,14 @@ import pytest
 import ockpt
 from conftest import FIXTURES, deadline
 from ockpt.errors import FormatError
-from ockpt.kv import Location, files
+from ockpt.store import Store, UrlStore, files
 
 CASE_12 = FIXTURES / "orbax-0.12.8" / "nested"  # OCDBT, zarr v2, _METADATA, _sharding
 CASE_03 = FIXTURES / "orbax-0.3.5" / "scalars_strings"  # msgpack `checkpoint`, per-leaf zarr
 
 
 # ---------------------------------------------------------------------------------------------
-# kv.files
+# store.files
 
 
 def _special(kind: str, path: Path) -> contextlib.AbstractContextManager:
@@ -51,7 +52,7 @@ def test_special_files_are_refused_at_once(tmp_path, kind):
             lambda: files.read_file(str(target), limit=1 << 20, rule="JSON-003"),
             lambda: files.read_inside(str(tmp_path), "doc", limit=1 << 20, rule="JSON-003"),
             lambda: files.open_range(str(target)),
-            lambda: Location.of(tmp_path).read("doc"),
+            lambda: Store.of(tmp_path).get("doc"),
             lambda: files.size_inside(str(tmp_path), "doc"),
         ):
             with pytest.raises(FormatError) as e:
@@ -72,12 +73,12 @@ def test_a_link_leading_out_is_refused_and_its_bytes_never_shown(tmp_path):
     item.mkdir()
     (item / "_METADATA").symlink_to(secret)
     with pytest.raises(FormatError) as e:
-        Location.of(item).read("_METADATA")
+        Store.of(item).get("_METADATA")
     assert e.value.rule == "PATH-004" and "TOP-SECRET" not in str(e.value)
     inside = item / "real"
     inside.write_text("{}")
     (item / "alias").symlink_to("real")  # a link inside the checkpoint is followed
-    assert Location.of(item).read("alias") == b"{}"
+    assert Store.of(item).get("alias") == b"{}"
 
 
 def test_reads_are_bounded_before_reading(tmp_path):
@@ -168,17 +169,17 @@ def test_check_tree_is_bounded(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------
-# kv.Location behind a URL (tensorstore's memory:// kvstore: what gs:// and s3:// answer alike)
+# UrlStore (tensorstore's memory:// kvstore: what gs:// and s3:// answer alike)
 
 
-def _memory_location(objects: dict[str, bytes]) -> tuple[Location, object]:
+def _memory_location(objects: dict[str, bytes]) -> tuple[UrlStore, object]:
     """A memory:// directory holding `objects`, and its open kvstore (a memory store lives in
     its context: each new context is an empty store)."""
     pytest.importorskip("tensorstore")
-    from ockpt.kv import new_context
 
-    loc = Location.of("memory://bucket/ckpt/")
-    store = loc.kvstore(new_context())
+    loc = Store.of("memory://bucket/ckpt/")
+    assert isinstance(loc, UrlStore)
+    store = loc.kvstore()
     for name, data in objects.items():
         store.write(name, data).result()
     return loc, store
@@ -195,15 +196,15 @@ def test_url_reads_are_bounded_before_fetching(monkeypatch):
             asked.append(byte_range)
             return store.read(name, byte_range=byte_range)
 
-    monkeypatch.setattr(Location, "kvstore", lambda self, context=None: Counting())
+    monkeypatch.setattr(UrlStore, "kvstore", lambda self: Counting())
     with pytest.raises(FormatError) as e:
-        loc.read("_METADATA", limit=99, rule="JSON-003")
+        loc.get("_METADATA", limit=99, rule="JSON-003")
     assert e.value.rule == "JSON-003" and e.value.file == "memory://bucket/ckpt/_METADATA"
     assert asked == [slice(99, 100)]  # one byte past the limit, nothing else
-    assert loc.read("small", limit=99) == b"ok" and loc.read("absent", limit=99) is None
-    assert loc.read_range("small", 1, 1) == b"k"
-    assert loc.read_range("small", 1, 5) == b""  # past the end: a short read, as pread
+    assert loc.get("small", limit=99) == b"ok" and loc.get("absent", limit=99) is None
+    assert loc.get_range("small", 1, 1) == b"k"
+    assert loc.get_range("small", 1, 5) == b""  # past the end: a short read, as pread
     assert loc.exists("small") and not loc.exists("absent")
     with pytest.raises(FormatError) as e:
-        loc.read("../outside", limit=99)
+        loc.get("../outside", limit=99)
     assert e.value.rule == "PATH-003"

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-_LAZY = ("ockpt.writer", "ockpt.manager", "ockpt._zarr_write", "ockpt.commit")
+_LAZY = ("ockpt.writer", "ockpt.manager", "ockpt._zarr_write", "ockpt.store.commit")
 
 
 def _run(code: str) -> None:

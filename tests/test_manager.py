@@ -13,9 +13,9 @@ jax = pytest.importorskip("jax")
 import orbax.checkpoint as ocp  # noqa: E402
 
 import ockpt  # noqa: E402
-from ockpt import commit  # noqa: E402
 from ockpt.manager import CheckpointManager  # noqa: E402
 from ockpt.names import TMP_MARKER  # noqa: E402
+from ockpt.store import commit  # noqa: E402
 from ockpt.writer import JsonItem  # noqa: E402
 
 
@@ -189,7 +189,7 @@ def test_step_removed_while_listing_or_restoring(tmp_path, monkeypatch):
     mngr = CheckpointManager(root)
     for step in (1, 2):
         mngr.save(step, _state(step))
-    import ockpt.kv.files as kv_files
+    import ockpt.store.files as kv_files
 
     real_scandir = os.scandir
 
@@ -202,9 +202,9 @@ def test_step_removed_while_listing_or_restoring(tmp_path, monkeypatch):
     assert mngr.all_steps() == [2]
     monkeypatch.setattr(kv_files.os, "scandir", real_scandir)
     mngr.save(3, _state(3))
-    path = mngr.step_path(3)
-    commit.remove_path(path)
-    monkeypatch.setattr(mngr, "step_path", lambda step: path)  # listed just before the delete
+    step = mngr._step(3)
+    commit.remove_path(step.display)
+    monkeypatch.setattr(mngr, "_step", lambda number: step)  # listed just before the delete
     with pytest.raises(ockpt.NotACheckpointError, match="removed meanwhile"):
         mngr.restore(3)
 

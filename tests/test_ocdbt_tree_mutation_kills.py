@@ -11,6 +11,7 @@ offset, message, expected/got, rule). None needs tensorstore.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import sys
@@ -21,12 +22,11 @@ import pytest
 from conftest import FIXTURES
 from ocdbt_support import build_database
 from ockpt.errors import FormatError, MissingDataError
-from ockpt.kv import Location
-from ockpt.kv.files import Listing
 from ockpt.ocdbt import format as fmt
 from ockpt.ocdbt import tree
 from ockpt.ocdbt.tree import Database, key_successor
 from ockpt.ocdbt.verify import DatabaseStats, verify_database
+from ockpt.store import MemoryStore
 
 sys.path.insert(0, str(FIXTURES))
 import _record_ocdbt as rec  # noqa: E402
@@ -554,8 +554,11 @@ def test_manifest_missing_or_linked_out(tmp_path):
         f"{os.path.realpath(tmp_path / 'elsewhere')!r}, outside the checkpoint {real!r} "
         "(a symbolic link leads out) [PATH-004]"
     )
-    # the same link is inside a root one level up
-    assert Database(path, root=tmp_path).versions()
+    # a link to a file inside the database reads
+    os.unlink(path / "manifest.ocdbt")
+    (tmp_path / "elsewhere").rename(path / "inside")
+    os.symlink("inside", path / "manifest.ocdbt")
+    assert Database(path).versions()
 
 
 def test_a_manifest_that_is_no_regular_file(tmp_path):
@@ -579,55 +582,37 @@ def test_display_names_files_in_errors(tmp_path):
     assert err.file == "ckpt/db/manifest.ocdbt"
 
 
-class MemoryStore(Location):
-    """An object store held in a dict (name -> bytes), read as ockpt reads a URL directory
-    (`Location.read`, `exists`, `read_range`, `listdir`), without tensorstore: `local` is
-    None, so `Database` takes its object-store paths (no file sizes, no links)."""
+class ObjectStore(MemoryStore):
+    """An object store held in memory, read as ockpt reads a URL directory: no sizes known
+    and no cheap ranges (as `UrlStore` declares), without tensorstore; each `get` recorded."""
 
-    def read(self, name, *, context=None, limit=0, rule=""):
-        self.requests.append(("read", name, limit, rule))
-        data = self.objects.get(name)
-        if data is not None and len(data) > limit:
-            raise FormatError(
-                "file larger than its size limit",
-                rule=rule,
-                file=self.file(name),
-                expected=f"<= {limit} bytes",
-            )
-        return data
+    capabilities = dataclasses.replace(
+        MemoryStore.capabilities, sizes_known=False, random_access=False
+    )
 
-    def kvstore(self, context=None):
-        return None
+    def get(self, key, *, limit=0, rule=""):
+        self.requests.append(("read", key, limit, rule))
+        return super().get(key, limit=limit, rule=rule)
 
-    def exists(self, name, *, store=None):
-        return name in self.objects
-
-    def read_range(self, name, offset, length, *, store=None):
-        data = self.objects.get(name)
-        return None if data is None else data[offset : offset + length]
-
-    def listdir(self, *, context=None):
-        names = {n.split("/")[0] for n in self.objects}
-        top = frozenset(n for n in names if n in self.objects)
-        return Listing(top, frozenset(names - top))
+    def size(self, key):
+        raise AssertionError("an object store tells no sizes")
 
 
-def _store(path: Path) -> MemoryStore:
-    loc = MemoryStore({"driver": "memory", "path": "db/"}, "mem://db")
-    objects = {
-        p.relative_to(path).as_posix(): p.read_bytes() for p in path.rglob("*") if p.is_file()
-    }
-    object.__setattr__(loc, "objects", objects)
-    object.__setattr__(loc, "requests", [])
+def _store(path: Path) -> ObjectStore:
+    loc = ObjectStore("db/", display="mem://db")
+    for p in path.rglob("*"):
+        if p.is_file():
+            loc.set(p.relative_to(path).as_posix(), p.read_bytes())
+    loc.requests = []
     return loc
 
 
 def test_a_database_on_an_object_store_reads_as_on_disk(monkeypatch):
-    """`Database` on an object-store location (no local path): the manifest is read with the
-    manifest size limit and rule OCDBT-002 (`Location.read`), every generation reads as on
-    disk, data files are read by ranges (no size known: `value_range` is None), errors name
-    the location. Kills the mutants of `_read_manifest_file`'s object-store branch, of
-    `_resolve`'s early return and of `_names` for a URL."""
+    """`Database` on an object store (no sizes, no descriptors): the manifest is read with the
+    manifest size limit and rule OCDBT-002 (`Store.get`), every generation reads as on disk,
+    data files are read by ranges (no size known: `value_range` is None), errors name the
+    store. Kills the mutants of `_read_manifest_file`, of `_resolve` and of `_names` for a
+    store without files."""
     path = _case("version_tree_arity2")
     record = rec.load(SET / "version_tree_arity2")
     loc = _store(path)
@@ -644,17 +629,17 @@ def test_a_database_on_an_object_store_reads_as_on_disk(monkeypatch):
     assert db.reference_fault(_value_ref(db, key.encode())) is None
     assert db.where("d/x") == "mem://db/d/x"
     # the manifest bound and errors, by the location's name
-    data = loc.objects["manifest.ocdbt"]
+    data = MemoryStore.get(loc, "manifest.ocdbt", limit=1 << 30)
     monkeypatch.setattr(tree, "MAX_MANIFEST_BYTES", len(data) - 1)
     err = _error(lambda: Database(loc).manifest)
     assert str(err) == (
-        f"mem://db/manifest.ocdbt: file larger than its size limit "
-        f"(expected '<= {len(data) - 1} bytes') [OCDBT-002]"
+        f"mem://db/manifest.ocdbt: manifest larger than the manifest size limit "
+        f"(expected '<= {len(data) - 1}') [OCDBT-002]"
     )
     monkeypatch.setattr(tree, "MAX_MANIFEST_BYTES", len(data))
-    loc.objects["manifest.ocdbt"] = data[:-1] + bytes([data[-1] ^ 1])
+    loc.set("manifest.ocdbt", data[:-1] + bytes([data[-1] ^ 1]))
     assert _error(lambda: Database(loc).manifest).file == "mem://db/manifest.ocdbt"
-    del loc.objects["manifest.ocdbt"]
+    loc.delete("manifest.ocdbt")
     err = _error(lambda: Database(loc).manifest)
     assert str(err) == "mem://db/manifest.ocdbt: OCDBT manifest is missing [OCDBT-050]"
 
@@ -1041,9 +1026,9 @@ def test_data_file_path_not_utf8(tmp_path):
 
 
 def test_data_file_linked_out_of_the_root(tmp_path):
-    """A data file that is a symlink out of the root: PATH-004 naming origin, pointer and
-    path; the same link inside a wider `root` reads. Kills mutants of the realpath join, of
-    `commonpath` and of `_real_root`."""
+    """A data file that is a symlink out of the database: PATH-004 naming origin, pointer and
+    path; a link to a file inside it reads. Kills mutants of the realpath join, of
+    `commonpath` and of the containment root."""
     build_database(tmp_path / "db", {b"a": b"v" * 20})
     (tmp_path / "db" / "d" / "values").rename(tmp_path / "values")
     os.symlink(tmp_path / "values", tmp_path / "db" / "d" / "values")
@@ -1052,7 +1037,10 @@ def test_data_file_linked_out_of_the_root(tmp_path):
         "value at b'a': data file resolves outside the checkpoint (a symbolic link leads out) "
         "(got 'd/values') [PATH-004]"
     )
-    assert Database(tmp_path / "db", root=tmp_path).get(b"a") == b"v" * 20
+    os.unlink(tmp_path / "db" / "d" / "values")
+    (tmp_path / "values").rename(tmp_path / "db" / "inside")
+    os.symlink(tmp_path / "db" / "inside", tmp_path / "db" / "d" / "values")
+    assert Database(tmp_path / "db").get(b"a") == b"v" * 20
 
 
 def test_missing_data_file_names_origin_and_pointer(tmp_path):

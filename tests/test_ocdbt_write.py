@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from ocdbt_support import assert_nodes_equal_dump, ocdbt_kvstore
-from ockpt import commit
 from ockpt.ocdbt import Database
 from ockpt.ocdbt import format as fmt
 from ockpt.ocdbt.verify import verify_database
 from ockpt.ocdbt.write import DatabaseWriter, build_btree, merge, new_config
+from ockpt.store import commit
 
 
 def _orbax_like_keys(n: int) -> list[bytes]:

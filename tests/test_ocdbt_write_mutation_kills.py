@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from ockpt import commit
 from ockpt.ocdbt import format as fmt
 from ockpt.ocdbt.write import (
     DatabaseWriter,
@@ -25,6 +24,7 @@ from ockpt.ocdbt.write import (
     data_file_name,
     new_config,
 )
+from ockpt.store import commit
 
 _NODE_FILE = fmt.DataFileId(b"", b"d/nodes")
 

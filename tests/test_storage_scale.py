@@ -19,13 +19,13 @@ import pytest
 import tensorstore as ts
 
 import ockpt
-from ockpt import kv
 from ockpt.engines import ImmediateFuture, ReadRequest, read_regions
 from ockpt.engines.tensorstore import stage as _ts_stage
 from ockpt.engines.tensorstore import store as ts_store
 from ockpt.errors import OckptError
-from ockpt.kv import new_context
 from ockpt.ocdbt import Database
+from ockpt.store import new_context
+from ockpt.store import url as kv
 from test_reader import ITEMS, assert_same, expected_items, load_kwargs
 
 

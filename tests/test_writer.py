@@ -22,8 +22,9 @@ import orbax.checkpoint as ocp  # noqa: E402
 import tensorstore as ts  # noqa: E402
 
 import ockpt  # noqa: E402
-from ockpt import _zarr_write, commit  # noqa: E402
+from ockpt import _zarr_write  # noqa: E402
 from ockpt.names import TMP_MARKER  # noqa: E402
+from ockpt.store import commit  # noqa: E402
 from ockpt.writer import save_pytree, save_pytree_async  # noqa: E402
 
 P = jax.sharding.PartitionSpec
@@ -575,8 +576,12 @@ def test_leftover_temporary_directories(tmp_path):
 def test_temporary_directory_is_not_a_checkpoint(tmp_path, monkeypatch):
     """DIR-004: everything is written under the temporary name, the marker last; while writing,
     the only directory is the temporary one, which readers refuse."""
+    from ockpt.store import LocalStore
+
     seen = {}
+    written: list[str] = []
     real = commit.finish
+    real_set, real_writer = LocalStore.set, LocalStore.writer
 
     def spy(pending, **kw):
         seen["listing"] = sorted(os.listdir(tmp_path))
@@ -584,12 +589,22 @@ def test_temporary_directory_is_not_a_checkpoint(tmp_path, monkeypatch):
         seen["files"] = sorted(os.listdir(pending.tmp))
         real(pending, **kw)
 
+    def spy_set(self, key, value):
+        written.append(key)
+        return real_set(self, key, value)
+
+    def spy_writer(self, key):
+        written.append(key)
+        return real_writer(self, key)
+
     monkeypatch.setattr(commit, "finish", spy)
+    monkeypatch.setattr(LocalStore, "set", spy_set)
+    monkeypatch.setattr(LocalStore, "writer", spy_writer)
     save_pytree(tmp_path / "c", {"a": np.ones(2)})
     (listed,) = seen["listing"]
     assert listed.startswith("c" + TMP_MARKER)
     assert seen["kind"] == ockpt.Kind.TEMPORARY
-    assert "commit_success.txt" not in seen["files"]  # written by finish(), last
+    assert written[-1] == "commit_success.txt" and written.count("commit_success.txt") == 1
     assert {"_CHECKPOINT_METADATA", "orbax.checkpoint", "state"} <= set(seen["files"])
     assert sorted(os.listdir(tmp_path)) == ["c"]
 

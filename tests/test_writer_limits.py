@@ -15,8 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ockpt
-from ockpt import commit, write_limits
+from ockpt import write_limits
 from ockpt.limits import LIMITS
+from ockpt.store import commit
 from ockpt.writer import JsonItem
 
 

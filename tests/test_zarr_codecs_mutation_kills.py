@@ -24,7 +24,7 @@ import zstandard
 
 from ockpt import limits
 from ockpt.errors import MemoryLimitError, MissingDataError, ZarrFormatError
-from ockpt.kv.byterange import ByteRange
+from ockpt.store.byterange import ByteRange
 from ockpt.zarr import codecs, stream
 from ockpt.zarr.codecs import (
     BytesCodec,

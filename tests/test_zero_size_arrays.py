@@ -18,7 +18,7 @@ import pytest
 
 import ockpt
 from conftest import FIXTURES, assert_backends_agree
-from ockpt.kv import files as kv_files
+from ockpt.store import files as kv_files
 from ockpt.validate import validate
 from ockpt.zarr.array import open_metadata, read_region
 

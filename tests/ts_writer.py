@@ -8,13 +8,13 @@ the stored values (or files) byte for byte.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 from typing import Any
 
 import tensorstore as ts
 
 from ockpt import _zarr_write
+from ockpt.store import Store
 
 #: The configuration Orbax gives tensorstore for every database it writes (WRITE-014).
 OCDBT_CONFIG: dict[str, Any] = {
@@ -24,20 +24,19 @@ OCDBT_CONFIG: dict[str, Any] = {
 }
 
 
-def _kvstore(item_dir: str, name: str, *, use_ocdbt: bool, process_index: int) -> dict[str, Any]:
+def _kvstore(item: Store, name: str, *, use_ocdbt: bool, process_index: int) -> dict[str, Any]:
     if use_ocdbt:
-        base = os.path.join(item_dir, _zarr_write.process_dir(process_index))
         return {
             "driver": "ocdbt",
-            "base": {"driver": "file", "path": base.rstrip("/") + "/"},
+            "base": item.child(_zarr_write.process_dir(process_index)).tensorstore_spec(),
             "config": OCDBT_CONFIG,
             "path": name + "/",
         }
-    return {"driver": "file", "path": os.path.join(item_dir, name).rstrip("/") + "/"}
+    return item.child(name).tensorstore_spec()
 
 
 def write_arrays(
-    item_dir: str,
+    item: Store,
     arrays: Iterable[_zarr_write.ArrayWrite],
     *,
     use_ocdbt: bool,
@@ -60,7 +59,7 @@ def write_arrays(
         spec = {
             "driver": "zarr" if zarr_version == 2 else "zarr3",
             "kvstore": _kvstore(
-                item_dir, a.param_name, use_ocdbt=use_ocdbt, process_index=process_index
+                item, a.param_name, use_ocdbt=use_ocdbt, process_index=process_index
             ),
             "metadata": metadata,
             "store_data_equal_to_fill_value": True,

@@ -15,19 +15,20 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from . import _chunkwrite, commit, dtypes
+from . import _chunkwrite, dtypes
 from .names import MANIFEST_FILE, ZARR2_METADATA, ZARR3_METADATA
 from .ocdbt import write as write_ocdbt
 from .ocdbt.tree import Database
 from .ocdbt.write import DatabaseWriter, Entry
 from .paths import array_prefix
+from .store import NewFile, Store
+from .store.inflight import BackgroundWriter
 
 __all__ = [
     "ZSTD_LEVEL",
@@ -226,7 +227,7 @@ def _v3_fill(dtype: np.dtype) -> Any:
 
 
 def write_arrays(
-    item_dir: str,
+    item: Store,
     arrays: Iterable[ArrayWrite],
     *,
     use_ocdbt: bool,
@@ -260,17 +261,20 @@ def write_arrays(
             )
         documents[array_prefix(a.param_name) + name] = stored[which]
     database = None
-    files = commit.BackgroundWriter()  # writes overlap encoding; flushed at commit (DIR-004)
+    files = BackgroundWriter()  # writes overlap encoding; flushed at commit (DIR-004)
+
+    def open_file(key: str) -> NewFile:
+        return files.queue(item.writer(key))
+
     if use_ocdbt:
-        directory = os.path.join(item_dir, process_dir(process_index))
-        database = DatabaseWriter(directory, open_file=files.open)
+        database = DatabaseWriter(process_dir(process_index), open_file=open_file)
 
         def sink(key: str, parts: list[Any]) -> None:
             database.put(key.encode(), parts)
     else:
 
         def sink(key: str, parts: list[Any]) -> None:
-            file = files.open(os.path.join(item_dir, *key.split("/")))
+            file = open_file(key)
             file.append(parts)
             file.close()
 
@@ -287,11 +291,6 @@ def write_arrays(
         files.finish()
 
 
-def _deferred(path: str) -> commit.NewFile:
-    """A new file of the save, flushed to disk with the rest at commit, not when closed."""
-    return commit.NewFile(path, sync_on_close=False)
-
-
 def stored_metadata(metadata: dict[str, Any]) -> bytes:
     """A zarr metadata document (`zarr_metadata`) as tensorstore's zarr drivers store it:
     keys sorted, no spaces."""
@@ -299,18 +298,18 @@ def stored_metadata(metadata: dict[str, Any]) -> bytes:
 
 
 def merge_databases(
-    item_dir: str, process_indices: Iterable[int], *, known: Mapping[int, list[Entry]]
+    item: Store, process_indices: Iterable[int], *, known: Mapping[int, list[Entry]]
 ) -> None:
     """Write the item's root OCDBT database as the union of the per-process databases: its
     B+tree refers to the values where each process wrote them (``ocdbt.process_<N>/d/``);
     nothing is copied but the inline values. `known`: the entries of databases this process
     wrote (`write_arrays`), taken as they are; the others are read from their files."""
-    root = DatabaseWriter(item_dir, open_file=_deferred)
+    root = DatabaseWriter("", open_file=item.writer)
     for p in sorted(set(process_indices)):
-        base = os.path.join(item_dir, process_dir(p))
+        base = item.child(process_dir(p))
         if p in known:
             write_ocdbt.merge(root, [((process_dir(p) + "/").encode(), known[p])])
-        elif os.path.exists(os.path.join(base, MANIFEST_FILE)):
-            with Database(base, root=item_dir) as database:
+        elif base.exists(MANIFEST_FILE):
+            with Database(base) as database:
                 write_ocdbt.merge(root, [((process_dir(p) + "/").encode(), database.entries())])
     root.commit()

@@ -177,7 +177,7 @@ def load_item(
             file=layout.path,
         )
     if layout.kind is Kind.JSON_ITEM:
-        return read_json_item(layout, context=context)
+        return read_json_item(layout)
     if layout.kind is Kind.RANDOM_KEY_ITEM:
         return _random_key(layout, name, context=context, backend=backend)
     writer = f"written by {cls}" if cls else "no handler named"
@@ -234,12 +234,12 @@ def _only_key(layout: Layout, tree: Any) -> Any:
     return key
 
 
-def read_json_item(layout: Layout, *, context: ts.Context | None = None) -> Any:
+def read_json_item(layout: Layout) -> Any:
     """The value of a JSON item's one file (checkpointables §4): bounded (JSON-003), parsed
     strictly but for ``NaN`` / ``Infinity``, which Python's `json` writes."""
     loc = layout.location
     assert loc is not None
-    listing = loc.listdir(context=context)
+    listing = loc.list_dir()
     files = (listing.files | listing.other) - {COMMIT_FILE, CHECKPOINT_METADATA_FILE}
     if len(files) != 1 or listing.dirs:
         raise FormatError(
@@ -250,7 +250,7 @@ def read_json_item(layout: Layout, *, context: ts.Context | None = None) -> Any:
             file=layout.path,
         )
     (file_name,) = files
-    data = loc.read(file_name, context=context, limit=LIMITS.max_json_bytes, rule="JSON-003")
+    data = loc.get(file_name, limit=LIMITS.max_json_bytes, rule="JSON-003")
     if data is None:
         raise NotACheckpointError("removed meanwhile", rule="LOAD-055", file=loc.file(file_name))
     return parse_json(data, file=loc.file(file_name), constants=True)
@@ -279,7 +279,7 @@ def _random_key(layout: Layout, name: str, **options: Any) -> Any:
             file=layout.path,
         )
     flag = "typed" if jax_key else "legacy"
-    meta = read_json_item(meta_part, context=options["context"])
+    meta = read_json_item(meta_part)
     if not isinstance(meta, dict) or not isinstance(meta.get(flag), bool):
         raise DocumentError(
             f"must be an object with the boolean {flag!r}",

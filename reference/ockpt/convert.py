@@ -80,8 +80,6 @@ import numpy as np
 from . import dtypes
 from .convert_rules import Rules
 from .errors import OckptError, UnsupportedError, WriteConflictError
-from .kv import is_url
-from .kv.files import read_file
 from .limits import LIMITS
 from .paths import leaf_name, nest, select_paths
 from .sources import (
@@ -94,6 +92,8 @@ from .sources import (
     safetensors_code,
     suffix_format,
 )
+from .store import Store, is_url
+from .store.files import read_file
 
 __all__ = [
     "FORMATS",
@@ -879,10 +879,12 @@ def _upload(
         transfer.copy(local, dst, overwrite=overwrite, progress=progress)
         return [dst]
     base = os.path.dirname(local)
-    parent = dst.rstrip("/").rsplit("/", 1)[0]
+    parent = Store.of(dst.rstrip("/").rsplit("/", 1)[0])
     out = []
     for file in files:
         rel = os.path.relpath(file, base)
-        transfer.put_file(file, f"{parent}/{rel}", overwrite=overwrite)
-        out.append(f"{parent}/{rel}")
+        if not overwrite and parent.exists(rel):
+            raise WriteConflictError(f"{parent.file(rel)}: exists; pass --overwrite to replace it")
+        parent.set(rel, read_file(file, limit=LIMITS.max_chunk_bytes, rule="LIMIT-001"))
+        out.append(parent.file(rel))
     return out

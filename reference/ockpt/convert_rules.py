@@ -45,8 +45,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import dtypes
-from .kv.files import read_file
 from .limits import LIMITS
+from .store.files import read_file
 
 __all__ = ["Rules", "parse_rules", "load_rules_file"]
 

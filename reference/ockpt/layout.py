@@ -19,8 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from .documents.checkpoint_metadata import CheckpointMetadata
 from .documents.metadata import MetadataDocument
-from .errors import NotACheckpointError, OckptError, PathNotFoundError
-from .kv import Listing, Location
+from .errors import FormatError, NotACheckpointError, OckptError, PathNotFoundError
 from .names import (
     ARRAY_METADATAS_DIR,
     CHECKPOINT_METADATA_FILE,
@@ -45,6 +44,7 @@ from .names import (
     ZARR2_METADATA,
     ZARR3_METADATA,
 )
+from .store import Listing, Store
 
 if TYPE_CHECKING:
     import tensorstore as ts
@@ -193,7 +193,7 @@ class Layout:
     commit_time_ns: int | None = None
     handler: str | None = None  # the `item_handlers` entry naming what wrote this item
     exists: bool = True  # False: nothing at `path` (an I/O error for the commands)
-    location: Location | None = field(default=None, compare=False, repr=False)
+    location: Store | None = field(default=None, compare=False, repr=False)
 
     @property
     def committed(self) -> bool:
@@ -260,48 +260,54 @@ class _Scan:
     """One directory's listing, with the names of files (anything not a directory counts:
     a FIFO `_METADATA` is still `_METADATA`, refused when it is opened, never overlooked)."""
 
-    def __init__(self, loc: Location, context: ts.Context | None) -> None:
+    def __init__(self, loc: Store) -> None:
         self.loc = loc
-        self.context = context
-        listing: Listing = loc.listdir(context=context)
+        listing: Listing = loc.list_dir()
         self.dirs = set(listing.dirs)
         self.files = set(listing.files | listing.other)
         # a directory standing where a marker file must be still marks the directory
         self.files |= self.dirs & {METADATA_FILE, MANIFEST_FILE, CHECKPOINT_METADATA_FILE}
 
     def sub(self, name: str) -> _Scan:
-        return _Scan(self.loc.join(name), self.context)
+        return _Scan(self.loc.child(name))
 
 
 def detect(path: Any, *, context: ts.Context | None = None) -> Layout:
     """Describe what `path` (local, ``file://`` or a kvstore URL) is. Never raises: failures
     become NOT_A_CHECKPOINT with a reason."""
     try:
-        return _detect_top(Location.of(path), context)
+        return _detect_top(Store.of(path, context=context))
     except PathNotFoundError as e:
         reason = f"cannot stat: {e.message}"
-        return Layout(os.fspath(path), Kind.NOT_A_CHECKPOINT, reason, exists=False)
+        return Layout(_shown(path), Kind.NOT_A_CHECKPOINT, reason, exists=False)
     except (OSError, RecursionError, OckptError, ValueError) as e:
-        return Layout(os.fspath(path), Kind.NOT_A_CHECKPOINT, f"cannot read directory: {e}")
+        return Layout(_shown(path), Kind.NOT_A_CHECKPOINT, f"cannot read directory: {e}")
 
 
-def _detect_top(loc: Location, context: ts.Context | None) -> Layout:
-    """`detect` that raises `PathNotFoundError` for a missing path (for a URL: a prefix with
-    no key under it)."""
-    scan = None
-    if loc.local is not None:
-        missing = not os.path.lexists(loc.local)
-    else:
-        scan = _Scan(loc, context)
-        missing = not (scan.files or scan.dirs)
-    if missing:
-        raise PathNotFoundError(
-            "no such file or directory" + interrupted_overwrite_note(loc.display),
-            file=loc.display,
-        )
-    if loc.local is not None and not os.path.isdir(loc.local):
-        return Layout(loc.display, Kind.NOT_A_CHECKPOINT, "not a directory", location=loc)
-    return _detect_dir(loc, context, depth=0, scan=scan)
+def _shown(path: Any) -> str:
+    """How a path or store given to `detect` is named."""
+    return path.display if isinstance(path, Store) else os.fspath(path)
+
+
+def _detect_top(loc: Store) -> Layout:
+    """`detect` that raises `PathNotFoundError` for a missing path (in an object store: a
+    prefix with no key under it)."""
+    try:
+        scan: _Scan | None = _Scan(loc)
+    except FormatError as e:
+        if e.rule != "PATH-005":  # a link loop in the place of the directory: below
+            raise
+        scan = None
+    if scan is None or not (scan.files or scan.dirs):  # missing, empty, or no directory
+        state = loc.is_directory()
+        if state is False:
+            raise PathNotFoundError(
+                "no such file or directory" + interrupted_overwrite_note(loc.display),
+                file=loc.display,
+            )
+        if state is None or scan is None:
+            return Layout(loc.display, Kind.NOT_A_CHECKPOINT, "not a directory", location=loc)
+    return _detect_dir(loc, depth=0, scan=scan)
 
 
 #: How deep checkpoints nest: a step (0) holds items (1), a random-key item its two parts (2);
@@ -310,8 +316,7 @@ _MAX_ITEM_DEPTH = 3
 
 
 def _detect_dir(
-    loc: Location,
-    context: ts.Context | None,
+    loc: Store,
     *,
     depth: int,
     scan: _Scan | None = None,
@@ -333,7 +338,7 @@ def _detect_dir(
             f"nested more than {_MAX_ITEM_DEPTH} checkpoint levels deep",
             location=loc,
         )
-    scan = scan if scan is not None else _Scan(loc, context)
+    scan = scan if scan is not None else _Scan(loc)
     if V1_MARKER in scan.files:
         return _detect_composite(scan, depth=depth)
     own = _Own.of(scan)
@@ -457,7 +462,7 @@ def _random_key_item(
 ) -> Layout:
     """A random-key item: its two parts, each detected as an item (checkpointables §4)."""
     children = {
-        name: _detect_dir(scan.loc.join(name), scan.context, depth=depth + 1) for name in parts
+        name: _detect_dir(scan.loc.child(name), depth=depth + 1) for name in parts
     }
     which = "JAX random key" if parts[0] == JAX_RANDOM_KEY_DIR else "numpy random state"
     reason = f"{which}: data in {parts[0]}/, metadata in {parts[1]}/"
@@ -573,7 +578,7 @@ def _peek(scan: _Scan, name: str, parse: Any) -> Any:
     """Parse the small document `name` with ``parse(data, file=...)``; None when it is too
     large to peek at or gone. Read through the one hardened open (PATH-003/004/005)."""
     try:
-        data = scan.loc.read(name, context=scan.context, limit=_MAX_PEEK_BYTES, rule="JSON-003")
+        data = scan.loc.get(name, limit=_MAX_PEEK_BYTES, rule="JSON-003")
     except OckptError as e:
         if e.rule == "JSON-003":  # too large to peek at: the reader parses it in full
             return None
@@ -603,8 +608,7 @@ def _detect_composite(scan: _Scan, *, depth: int, own: _Own | None = None) -> La
     for sub in sorted(d for d in scan.dirs if not is_temporary_name(d)):
         handler = handlers.get(sub)
         child = _detect_dir(
-            scan.loc.join(sub),
-            scan.context,
+            scan.loc.child(sub),
             depth=depth + 1,
             handler=handler if isinstance(handler, str) else None,
         )
@@ -657,7 +661,7 @@ def scan_steps(root: Any, *, context: ts.Context | None = None) -> tuple[Step, .
 
     A step directory removed while the root is scanned is absent (LOAD-055). On object
     stores (no atomic rename) a step is committed only once it holds `commit_success.txt`."""
-    return _scan_steps(_Scan(Location.of(root), context))[0]
+    return _scan_steps(_Scan(Store.of(root, context=context)))[0]
 
 
 def _scan_steps(scan: _Scan) -> tuple[tuple[Step, ...], set[str | None]]:
@@ -681,15 +685,15 @@ def _scan_steps(scan: _Scan) -> tuple[tuple[Step, ...], set[str | None]]:
             continue
         prefixes.add(prefix)
         has_commit = COMMIT_FILE in child.files
-        committed = scan.loc.has_rename or has_commit
+        committed = scan.loc.capabilities.atomic_rename or has_commit
         steps.append(Step(number, name, committed=committed, has_commit_file=has_commit))
     return tuple(sorted(steps, key=lambda s: (s.step, s.name))), prefixes
 
 
-def detect_step(root: Layout, step: Step, *, context: ts.Context | None = None) -> Layout:
+def detect_step(root: Layout, step: Step) -> Layout:
     """The layout of one step of the manager root `root` (as `detect` gives it)."""
     assert root.location is not None
-    return _detect_dir(root.location.join(step.name), context, depth=0)
+    return _detect_dir(root.location.child(step.name), depth=0)
 
 
 def _detect_manager_root(scan: _Scan) -> Layout | None:
@@ -740,7 +744,7 @@ class Resolved:
     container: Layout | None = None
 
     @property
-    def location(self) -> Location:
+    def location(self) -> Store:
         assert self.target.location is not None
         return self.target.location
 
@@ -807,7 +811,7 @@ def select(
     latest committed one when only `item` is given), `item` an item of a step or v1
     checkpoint. Raises `PathNotFoundError` for a missing path and `NotACheckpointError`
     (LOAD-052..055) for a request the checkpoint cannot satisfy."""
-    return _select(Location.of(path), step=step, item=item, context=context, down=False)
+    return _select(Store.of(path, context=context), step=step, item=item, down=False)
 
 
 def resolve(
@@ -826,7 +830,7 @@ def resolve(
     checkpoint (or the item, given directly or named by `item`) whose checkpointables a read of
     all of them means (spec/checkpointables.md §6). Raises `PathNotFoundError` or
     `NotACheckpointError` naming the rule (LOAD-050..055)."""
-    return _select(Location.of(path), step=step, item=item, context=context, down=True, what=what)
+    return _select(Store.of(path, context=context), step=step, item=item, down=True, what=what)
 
 
 #: The kinds `resolve(..., what="item")` accepts: every item of a step or v1 checkpoint.
@@ -836,22 +840,21 @@ _ITEM_KINDS = frozenset(
 
 
 def _select(
-    loc: Location,
+    loc: Store,
     *,
     step: int | None,
     item: str | None,
-    context: Any,
     down: bool,
     what: str = "pytree",
 ) -> Resolved:
-    top = _detect_top(loc, context)
+    top = _detect_top(loc)
     target = top
     chosen: Step | None = None
     container: Layout | None = None
     if top.kind is Kind.MANAGER_ROOT:
         if step is not None or item is not None or down:
             chosen = _choose_step(top, step)
-            target = detect_step(top, chosen, context=context)
+            target = detect_step(top, chosen)
             if target.kind is Kind.NOT_A_CHECKPOINT:  # removed since the root was listed
                 raise _fail(target.path, "step removed meanwhile", "LOAD-055")
     elif step is not None:

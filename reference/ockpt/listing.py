@@ -91,9 +91,9 @@ def _entry(
     )
 
 
-def step_entry(root: Layout, step: Step, *, context: ts.Context | None = None) -> Entry:
+def step_entry(root: Layout, step: Step) -> Entry:
     """The entry of one step of the manager root `root`, with its items."""
-    return _entry(detect_step(root, step, context=context), name=step.name, step=step)
+    return _entry(detect_step(root, step), name=step.name, step=step)
 
 
 def describe(path: Any, *, context: ts.Context | None = None) -> Entry:
@@ -103,5 +103,5 @@ def describe(path: Any, *, context: ts.Context | None = None) -> Entry:
     name = top.path.rstrip("/").rsplit("/", 1)[-1]
     steps = None
     if top.kind is Kind.MANAGER_ROOT:
-        steps = tuple(step_entry(top, s, context=context) for s in top.steps)
+        steps = tuple(step_entry(top, s) for s in top.steps)
     return _entry(top, name=name, children=steps)

@@ -3,8 +3,9 @@
 Layout (spec/directories.md §5): ``<root>/<step>/`` (or ``<prefix>_<step>``, optionally
 zero-padded), each step holding ``_CHECKPOINT_METADATA``, ``commit_success.txt`` and one
 subdirectory per item (``default/`` for a single unnamed pytree); root metadata in
-``<root>/metadata/_ROOT_METADATA``. Steps are committed atomically (`commit`); a directory with
-a temporary name is never a step.
+``<root>/metadata/_ROOT_METADATA``. The root is any `store.Store`; steps are committed the way
+it allows (`Store.begin`: a rename, or ``commit_success.txt`` last); a directory with a
+temporary name is never a step.
 """
 
 from __future__ import annotations
@@ -15,11 +16,9 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from . import commit
 from .checkpointables import read_json_item
 from .documents import RootMetadata
 from .errors import NotACheckpointError, OckptWarning, WriteConflictError
-from .kv import Location
 from .layout import Kind, detect, is_temporary_name, parse_step_name, scan_steps
 from .names import (
     DEFAULT_ITEM,
@@ -29,6 +28,7 @@ from .names import (
 )
 from .reader import CastPolicy, load_pytree
 from .save_options import SaveOptions
+from .store import Store
 from .writer import prepare_save
 
 __all__ = ["CheckpointManager", "DEFAULT_ITEM"]
@@ -38,7 +38,8 @@ class CheckpointManager:
     """Save and restore numbered steps under `root`.
 
     Args:
-        root: the manager root directory (created on the first save).
+        root: the manager root directory (created on the first save): a path, a URL or a
+            `store.Store`.
         max_to_keep: keep at most this many committed steps (the newest); None keeps all.
         save_interval_steps: `save` writes a step only when ``step % save_interval_steps == 0``
             (unless ``force=True``).
@@ -51,7 +52,7 @@ class CheckpointManager:
 
     def __init__(
         self,
-        root: str | os.PathLike[str],
+        root: str | os.PathLike[str] | Store,
         *,
         max_to_keep: int | None = None,
         save_interval_steps: int = 1,
@@ -68,7 +69,8 @@ class CheckpointManager:
             )
         if step_prefix is not None and (not step_prefix or "/" in step_prefix):
             raise ValueError(f"invalid step_prefix {step_prefix!r}")
-        self.root = os.path.abspath(os.fspath(root))
+        self.store = Store.of(root)
+        self.root = self.store.display
         self.max_to_keep = max_to_keep
         self.save_interval_steps = save_interval_steps
         self.step_prefix = step_prefix
@@ -83,10 +85,12 @@ class CheckpointManager:
             json.dumps(self._metadata, allow_nan=False)  # refuse non-JSON early
         left = self.temporaries()
         if left:  # an earlier save or delete was interrupted: say so, touch nothing
+            present = self.store.list_dir().names
             parked = [
                 p
                 for p in left
-                if p.endswith(REPLACED_SUFFIX) and not os.path.lexists(p[: -len(REPLACED_SUFFIX)])
+                if p.endswith(REPLACED_SUFFIX)
+                and os.path.basename(p[: -len(REPLACED_SUFFIX)]) not in present
             ]
             note = (
                 f"; {len(parked)} of them hold the only copy of a step an interrupted overwrite "
@@ -115,7 +119,7 @@ class CheckpointManager:
         """Committed step -> directory name, of this manager's prefix (`layout.scan_steps`,
         as every reader sees them; a step removed meanwhile is absent, LOAD-055)."""
         out: dict[int, str] = {}
-        for step in scan_steps(self.root):
+        for step in scan_steps(self.store):
             parsed = parse_step_name(step.name)
             if step.committed and parsed is not None and parsed[0] == self.step_prefix:
                 out.setdefault(step.step, step.name)
@@ -127,10 +131,9 @@ class CheckpointManager:
         and temporary files of the root metadata). They are never steps (LOAD-054), even a
         ``…-replaced`` whose step is missing (see `remove_temporaries`)."""
         out = []
-        for base in (self.root, os.path.join(self.root, ROOT_METADATA_DIR)):
-            listing = Location.of(base).listdir()  # empty when it does not exist
-            names = listing.files | listing.dirs | listing.other
-            out += [os.path.join(base, n) for n in names if is_temporary_name(n)]
+        for base in (self.store, self.store.child(ROOT_METADATA_DIR)):
+            names = base.list_dir().names  # empty when it does not exist
+            out += [base.file(n) for n in names if is_temporary_name(n)]
         return sorted(out)
 
     def remove_temporaries(self) -> list[str]:
@@ -141,17 +144,21 @@ class CheckpointManager:
         not removed (DIR-007). The temporary directory of an ockpt save still running (in
         any process) is left alone (DIR-003); one of another writer (Orbax) cannot be told
         from a leftover: call this only when no other program is saving under this root."""
-        found = commit.remove_leftovers(self.temporaries())
-        if found:
-            commit.fsync_dir(self.root)
-        return found
+        found = []
+        for base in (self.store, self.store.child(ROOT_METADATA_DIR)):
+            names = [n for n in base.list_dir().names if is_temporary_name(n)]
+            found += base.remove_temporaries(names) if names else []
+        return sorted(found)
 
     def step_path(self, step: int) -> str:
-        """The directory of a committed step."""
+        """The directory of a committed step (as the root's store names it)."""
+        return self._step(step).display
+
+    def _step(self, step: int) -> Store:
         steps = self._steps()
         if step not in steps:
             raise NotACheckpointError(f"no committed step {step}", rule="LOAD-053", file=self.root)
-        return os.path.join(self.root, steps[step])
+        return self.store.child(steps[step])
 
     # -- queries ----------------------------------------------------------------------------
 
@@ -168,10 +175,11 @@ class CheckpointManager:
 
     def metadata(self) -> Mapping[str, Any] | None:
         """The root's custom metadata (`metadata/_ROOT_METADATA`), or None."""
-        path = os.path.join(self.root, ROOT_METADATA_FILE)
-        if not os.path.exists(path):
+        data = self.store.get(ROOT_METADATA_FILE)
+        if data is None:
             return None
-        custom = RootMetadata.read(path).custom_metadata
+        custom = RootMetadata.from_bytes(data, file=self.store.file(ROOT_METADATA_FILE))
+        custom = custom.custom_metadata
         return custom if isinstance(custom, Mapping) else None
 
     # -- save / restore / delete ------------------------------------------------------------
@@ -200,7 +208,7 @@ class CheckpointManager:
             raise WriteConflictError(f"step {step} exists already", rule="DIR-002", file=self.root)
         parts = {DEFAULT_ITEM: tree} if items is None else dict(items)
         save = prepare_save(
-            os.path.join(self.root, self._step_name(step)),
+            self.store.child(self._step_name(step)),
             parts,
             layout="step",
             overwrite=False,
@@ -209,7 +217,6 @@ class CheckpointManager:
             options=self._save_options,
         )
         if save.job.primary:
-            os.makedirs(self.root, exist_ok=True)
             self._write_root_metadata()
         save.write(save.begin())
         if save.job.primary:
@@ -217,11 +224,10 @@ class CheckpointManager:
         return True
 
     def _write_root_metadata(self) -> None:
-        path = os.path.join(self.root, ROOT_METADATA_FILE)
-        if self._metadata is None or os.path.exists(path):
+        if self._metadata is None or self.store.exists(ROOT_METADATA_FILE):
             return
         doc = RootMetadata(internal_metadata={}, custom_metadata=self._metadata)
-        commit.replace_file(path, doc.to_bytes())
+        self.store.replace(ROOT_METADATA_FILE, doc.to_bytes())
 
     def _collect(self) -> None:
         if self.max_to_keep is None:
@@ -236,10 +242,10 @@ class CheckpointManager:
     def delete(self, step: int) -> None:
         """Delete a committed step: renamed to a temporary name first, so a reader never sees
         it half deleted (DIR-005)."""
-        path = self.step_path(step)
-        if not commit.remove_committed(path):
+        found = self._step(step)
+        if not found.remove_committed():
             raise NotACheckpointError(
-                f"step {step} was removed meanwhile", rule="LOAD-055", file=path
+                f"step {step} was removed meanwhile", rule="LOAD-055", file=found.display
             )
 
     def restore(
@@ -262,11 +268,11 @@ class CheckpointManager:
             step = self.latest_step()
             if step is None:
                 raise NotACheckpointError("no committed step", rule="LOAD-053", file=self.root)
-        path = self.step_path(step)
+        path = self._step(step)
         layout = detect(path)
         if layout.kind is not Kind.STEP:  # removed since it was listed
             raise NotACheckpointError(
-                f"step {step} was removed meanwhile", rule="LOAD-055", file=path
+                f"step {step} was removed meanwhile", rule="LOAD-055", file=path.display
             )
         items = layout.checkpointables
         if item is None:

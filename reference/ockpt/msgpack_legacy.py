@@ -54,9 +54,9 @@ import numpy as np
 
 from . import dtypes
 from .errors import MsgpackError, NotACheckpointError
-from .kv.files import read_file
 from .limits import LIMITS
 from .names import MSGPACK_FILE
+from .store.files import read_file
 
 __all__ = [
     "DEFAULT_MAX_BYTES",

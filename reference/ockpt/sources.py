@@ -32,10 +32,10 @@ import numpy as np
 
 from . import dtypes
 from .errors import FormatError, NotACheckpointError, UnsupportedError
-from .kv import is_url
-from .kv.files import open_regular, read_file
 from .limits import LIMITS
 from .names import CHECKPOINT_METADATA_FILE
+from .store import is_url
+from .store.files import open_regular, read_file
 
 __all__ = [
     "BLOCK_BYTES",

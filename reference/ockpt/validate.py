@@ -47,7 +47,6 @@ from .errors import (
     ZarrFormatError,
 )
 from .findings import Finding
-from .kv import Location, files
 from .layout import Kind, Layout, Storage, detect_step, select
 from .limits import LIMITS, check_allocation
 from .msgpack_legacy import DEFAULT_MAX_BYTES as MSGPACK_MAX_BYTES
@@ -72,6 +71,7 @@ from .paths import array_prefix, find_collisions
 from .rules import RULES
 from .saved_tree import SavedLeaf
 from .schema import check_document
+from .store import Store
 
 __all__ = ["validate", "Report", "Progress"]
 
@@ -171,25 +171,26 @@ def _join(*parts: str) -> str:
     return os.path.join(*parts)
 
 
-def _names(loc: Location) -> set[str]:
+def _names(loc: Store) -> set[str]:
     """Every name in the directory `loc`, whatever it is (a FIFO or a directory in place of a
     document is still that document, refused when read: PATH-005)."""
-    listing = loc.listdir()
+    listing = loc.list_dir()
     return set(listing.files | listing.dirs | listing.other)
 
 
-def _tree_bytes(loc: Location | None, depth: int = 0) -> int:
-    """The bytes of the regular files under the local directory `loc`: the total a progress
-    bar counts towards. Only sizes are read (no file is opened); what cannot be listed or is
-    deeper than `LIMITS.max_depth` counts as nothing (the checks report it)."""
-    if loc is None or loc.local is None or depth > LIMITS.max_depth:
+def _tree_bytes(loc: Store | None, depth: int = 0) -> int:
+    """The bytes of the regular files under the directory `loc` (of a store that knows sizes):
+    the total a progress bar counts towards. Only sizes are read (no file is opened); what
+    cannot be listed or is deeper than `LIMITS.max_depth` counts as nothing (the checks report
+    it)."""
+    if loc is None or depth > LIMITS.max_depth:
         return 0
     try:
-        listing = loc.listdir()
-        total = sum(files.size_inside(loc.local, name) or 0 for name in listing.files)
+        listing = loc.list_dir()
+        total = sum(loc.size(name) or 0 for name in listing.files)
     except (OckptError, OSError):
         return 0
-    return total + sum(_tree_bytes(loc.join(name), depth + 1) for name in listing.dirs)
+    return total + sum(_tree_bytes(loc.child(name), depth + 1) for name in listing.dirs)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -237,9 +238,9 @@ class _Validator:
 
     # -- dispatch ---------------------------------------------------------------------------
 
-    def run(self, path: str, *, step: int | None, item: str | None) -> str:
-        loc = Location.of(path)
-        if loc.local is not None and os.path.exists(loc.local) and not os.path.isdir(loc.local):
+    def run(self, loc: Store, *, step: int | None, item: str | None) -> str:
+        path = loc.display
+        if loc.is_directory() is None:
             raise NotACheckpointError("not a directory", file=path)
         try:
             chosen = select(loc, step=step, item=item)
@@ -250,7 +251,7 @@ class _Validator:
             rule = "VAL-001" if e.rule == "LOAD-050" else e.rule or "VAL-001"
             self.report(rule, e.message, file=e.file or path)
             return Kind.NOT_A_CHECKPOINT.value
-        if loc.local is None:
+        if not loc.capabilities.sizes_known:
             self.progress = None  # an object store's listing has no sizes: no total to show
         if self.progress is not None:
             self._total = _tree_bytes(chosen.target.location)
@@ -302,7 +303,7 @@ class _Validator:
     def manager_root(self, layout: Layout) -> None:
         self._problems(layout)
         assert layout.location is not None
-        meta = layout.location.join(ROOT_METADATA_DIR)
+        meta = layout.location.child(ROOT_METADATA_DIR)
         names = _names(meta)
         if ROOT_METADATA_NAME in names:
             self.document("root-metadata", meta, ROOT_METADATA_NAME)
@@ -364,11 +365,11 @@ class _Validator:
 
     # -- documents --------------------------------------------------------------------------
 
-    def read(self, loc: Location, name: str, *, limit: int, rule: str) -> bytes | None:
+    def read(self, loc: Store, name: str, *, limit: int, rule: str) -> bytes | None:
         """The bytes of file `name` of `loc` through the one hardened open; None (reported)
         when it is refused (PATH-003..005, too large) or gone."""
         try:
-            data = loc.read(name, limit=limit, rule=rule)
+            data = loc.get(name, limit=limit, rule=rule)
         except OckptError as e:
             self.error(e, file=loc.file(name))
             return None
@@ -376,7 +377,7 @@ class _Validator:
             self.report("VAL-009", "removed while validated", file=loc.file(name))
         return data
 
-    def document(self, kind: str, loc: Location, name: str) -> bytes | None:
+    def document(self, kind: str, loc: Store, name: str) -> bytes | None:
         """Check one document; its bytes when it has no error finding, else None."""
         self.checked["documents"] += 1
         if kind == "msgpack-view":
@@ -390,7 +391,7 @@ class _Validator:
             self.add(f)
         return None if any(f.severity == "error" for f in found) else data
 
-    def plain_json(self, loc: Location, name: str) -> None:
+    def plain_json(self, loc: Store, name: str) -> None:
         from .documents._json import parse_json
 
         self.checked["documents"] += 1
@@ -479,7 +480,7 @@ class _ItemCheck:
             self.read_strings(STRINGS_FILE)
         self.array_metas: dict[str, tuple[str, Any]] = {}
         if ARRAY_METADATAS_DIR in here:
-            sub = loc.join(ARRAY_METADATAS_DIR)
+            sub = loc.child(ARRAY_METADATAS_DIR)
             for name in sorted(_names(sub), key=lambda n: (process_index(n) is None, n)):
                 if process_index(name) is None:
                     continue
@@ -557,12 +558,7 @@ class _ItemCheck:
     # -- storage ----------------------------------------------------------------------------
 
     def open_storage(self) -> None:
-        from .engines.python.store import (
-            DirectoryStore,
-            MultiOcdbtStore,
-            ObjectDirectoryStore,
-            OcdbtStore,
-        )
+        from .engines.python.store import DirectoryStore, MultiOcdbtStore, OcdbtStore
         from .engines.python.store import per_leaf_skip as _per_leaf_skip  # the engine's rule
 
         v, fmt = self.v, self.fmt
@@ -587,10 +583,8 @@ class _ItemCheck:
         process_stores = []
         for n in processes:
             db_path = self.f(f"ocdbt.process_{n}")
-            store = OcdbtStore(
-                self.loc.join(f"ocdbt.process_{n}"), root=self.loc.local, display=db_path
-            )
-            if MANIFEST_FILE not in _names(self.loc.join(f"ocdbt.process_{n}")):
+            store = OcdbtStore(self.loc.child(f"ocdbt.process_{n}"), display=db_path)
+            if MANIFEST_FILE not in _names(self.loc.child(f"ocdbt.process_{n}")):
                 v.report(
                     "OCDBT-050",
                     f"per-process database ocdbt.process_{n}/ has no manifest",
@@ -604,17 +598,15 @@ class _ItemCheck:
             else:
                 store.close()
         if fmt.has_root_manifest:
-            root = OcdbtStore(self.loc, root=self.loc.local, display=self.path)
+            root = OcdbtStore(self.loc, display=self.path)
             self.check_database(root, self.path)
             for s in process_stores:
                 s.close()
             self.store = root
         elif process_stores:
             self.store = MultiOcdbtStore(process_stores, self.path)
-        elif fmt.storage is Storage.PER_LEAF_ZARR and self.loc.local is None:
-            self.store = ObjectDirectoryStore(self.loc, skip=_per_leaf_skip, display=self.path)
         elif fmt.storage is Storage.PER_LEAF_ZARR:
-            self.store = DirectoryStore(self.loc.local, skip=_per_leaf_skip, display=self.path)
+            self.store = DirectoryStore(self.loc, skip=_per_leaf_skip, display=self.path)
         elif fmt.storage is Storage.OCDBT:
             self.store = None  # nothing readable: every array leaf is reported missing
         else:
@@ -1038,7 +1030,7 @@ def _b64(name: str) -> str:
 
 
 def validate(
-    path: str | os.PathLike[str],
+    path: str | os.PathLike[str] | Store,
     *,
     step: int | None = None,
     item: str | None = None,
@@ -1055,10 +1047,10 @@ def validate(
     finding is an error. Raises `PathNotFoundError` when `path` does not exist,
     `NotACheckpointError` when it is not a directory, and `OSError` when a file cannot be read.
     """
-    p = os.fspath(path)
+    store = Store.of(path)
     v = _Validator(deep, progress)
-    kind = v.run(p, step=step, item=item)
-    return Report(p, kind, deep, v.findings, {k: n for k, n in v.checked.items()})
+    kind = v.run(store, step=step, item=item)
+    return Report(store.display, kind, deep, v.findings, {k: n for k, n in v.checked.items()})
 
 
 def _iter_rules(findings: Iterable[Finding]) -> list[str]:  # pragma: no cover - debugging aid

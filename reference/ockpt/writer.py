@@ -12,10 +12,12 @@ A save runs in three steps:
    (WRITE-001..WRITE-005, PATH-001, PATH-002) and what a reader would refuse (`write_limits`:
    LIMIT-002..004, JSON-003, ZARR-005, OCDBT-008), choose each array's chunk grid, copy this
    process's unique shards to the host;
-2. **write** under the temporary name: each process writes its own pieces; the primary writes
+2. **write** where the store's save protocol says (`Store.begin`: a temporary directory, or in
+   an object store the final one): each process writes its own pieces; the primary writes
    the zarr metadata, the numpy and scalar leaves, merges the OCDBT databases and writes the
    JSON documents;
-3. **commit** (`commit.finish`): ``commit_success.txt``, fsync, rename.
+3. **commit** (`Pending.commit`): ``commit_success.txt`` last, then (where the store has
+   one) the rename; locally with fsync first.
 
 ockpt never imports jax: jax.Arrays, custom pytree nodes and multi-process jobs are handled
 through the jax the caller has already imported (`sys.modules`); numpy-only saves work without
@@ -40,7 +42,7 @@ from typing import Any, Literal
 import numpy as np
 import zstandard
 
-from . import _jax, _zarr_write, commit, dtypes, random_keys, write_limits
+from . import _jax, _zarr_write, dtypes, random_keys, write_limits
 from ._zarr_write import Piece
 from .documents import (
     ArrayMetadata,
@@ -73,6 +75,8 @@ from .ocdbt.write import Entry
 from .paths import EmptyNode, KeyEntry, KeyPath, KeyType, check_param_names, flatten, param_name
 from .random_keys import RandomKey
 from .save_options import UNSET, Compression, SaveOptions, StorageDtypes, Unset, from_keywords
+from .store import Pending, Store
+from .store.commit import new_token
 
 __all__ = [
     "save_pytree",
@@ -747,21 +751,13 @@ def _check_custom_metadata(custom: Any) -> None:
 # Writing one item (every process), then committing (the primary)
 
 
-def _write_file(path: str, data: bytes) -> None:
-    """A file of the save's temporary directory, flushed to disk with all the others when the
-    save commits (`commit.finish`, DIR-004 step 5), not once more on its own."""
-    commit.write_file(path, data, sync=False)
-
-
-def _write_item(item_dir: str, plan: _ItemPlan, opts: _Options, job: Job) -> list[Entry] | None:
+def _write_item(item: Store, plan: _ItemPlan, opts: _Options, job: Job) -> list[Entry] | None:
     """This process's part of an item: its array pieces and its array_metadatas file; returns
     the entries of the process's OCDBT database (None without one)."""
-    if job.primary:
-        os.makedirs(item_dir, exist_ok=True)
     entries = None
     if plan.arrays:
         entries = _zarr_write.write_arrays(
-            item_dir,
+            item,
             plan.arrays,
             use_ocdbt=opts.use_ocdbt,
             zarr_version=opts.zarr_version,
@@ -770,12 +766,12 @@ def _write_item(item_dir: str, plan: _ItemPlan, opts: _Options, job: Job) -> lis
         )
     meta = _array_metadatas(plan)
     if meta is not None:
-        _write_file(os.path.join(item_dir, ARRAY_METADATAS_DIR, f"process_{job.index}"), meta)
+        item.set(f"{ARRAY_METADATAS_DIR}/process_{job.index}", meta)
     return entries
 
 
 def _finish_item(
-    item_dir: str,
+    item: Store,
     plan: _ItemPlan,
     opts: _Options,
     job: Job,
@@ -785,9 +781,9 @@ def _finish_item(
     `entries`, the others' from their files), write documents."""
     if opts.use_ocdbt and plan.arrays:
         known = {} if entries is None else {job.index: entries}
-        _zarr_write.merge_databases(item_dir, range(job.count), known=known)
+        _zarr_write.merge_databases(item, range(job.count), known=known)
     for name, data in _item_documents(plan, opts).items():
-        _write_file(os.path.join(item_dir, name), data)
+        item.set(name, data)
 
 
 @dataclass(frozen=True)
@@ -812,7 +808,7 @@ class _Save:
     """One save: the parts it writes (relative directory -> pytree plan or JSON) and how to
     commit them."""
 
-    path: str
+    store: Store  # where the checkpoint is saved
     parts: dict[str, _Part]  # relative item directory ('' = the root itself) -> part
     layout: Literal["v1", "item", "step"]
     custom_metadata: Mapping[str, Any] | None
@@ -821,29 +817,27 @@ class _Save:
     handlers: str | Mapping[str, str]
     init_ns: int = field(default_factory=time.time_ns)
 
-    def begin(self) -> commit.Pending:
-        """Create this save's own temporary directory (primary), agreed by every process:
-        the others learn its name from the primary's token."""
+    def begin(self) -> Pending:
+        """Begin the save in its store (primary), agreed by every process: the others join
+        it by the primary's token."""
         pending = None
         error: BaseException | None = None
-        token = commit.new_token() if self.job.primary else 0
+        token = new_token() if self.job.primary else 0
         if self.job.primary:
             try:
-                pending = commit.begin(self.path, overwrite=self.overwrite, token=token)
+                pending = self.store.begin(overwrite=self.overwrite, token=token)
             except BaseException as e:  # noqa: BLE001 - re-raised after the barrier
                 error = e
         self.job.agree(error is None, "creating the temporary directory")
         if error is not None:
             raise error
         if pending is None:
-            final = commit.final_path(self.path)
-            tmp = commit.temporary_name(final, self.job.share(token))
-            pending = commit.Pending(final, tmp, self.overwrite)
+            pending = self.store.join(self.job.share(token), overwrite=self.overwrite)
         elif self.job.count > 1:
             self.job.share(token)
         return pending
 
-    def write(self, pending: commit.Pending) -> None:
+    def write(self, pending: Pending) -> None:
         """Write every part, merge, write documents and commit; on failure remove the
         temporary directory (primary) and re-raise."""
         written = self.write_parts(pending)
@@ -860,7 +854,7 @@ class _Save:
         if error is not None:
             _raise(error, pending)
 
-    def write_parts(self, pending: commit.Pending) -> dict[str, list[Entry] | None]:
+    def write_parts(self, pending: Pending) -> dict[str, list[Entry] | None]:
         """Every process: write its part of every item, then wait for the others (WRITE-032).
         On a failure anywhere the primary removes the temporary directory and every process
         raises. Returns what `commit_parts` needs of this process (its databases' entries)."""
@@ -870,7 +864,7 @@ class _Save:
             for rel, part in self.parts.items():
                 if not isinstance(part, _JsonPart):
                     plan, opts = part
-                    written[rel] = _write_item(os.path.join(pending.tmp, rel), plan, opts, self.job)
+                    written[rel] = _write_item(_item(pending, rel), plan, opts, self.job)
         except BaseException as e:  # noqa: BLE001
             error = e
         try:
@@ -879,12 +873,12 @@ class _Save:
             error = error or e
         if error is not None:
             if self.job.primary:
-                commit.abort(pending)
+                pending.abort()
             _raise(error, pending)
         return written
 
     def commit_parts(
-        self, pending: commit.Pending, written: Mapping[str, list[Entry] | None]
+        self, pending: Pending, written: Mapping[str, list[Entry] | None]
     ) -> None:
         """The primary, once every process has written (`write_parts`): merge the databases,
         write the documents and commit; on failure remove the temporary directory and raise.
@@ -892,28 +886,31 @@ class _Save:
         try:
             self._commit(pending, written)
         except BaseException as e:  # noqa: BLE001
-            commit.abort(pending)
+            pending.abort()
             _raise(e, pending)
 
-    def _commit(self, pending: commit.Pending, written: Mapping[str, list[Entry] | None]) -> None:
+    def _commit(self, pending: Pending, written: Mapping[str, list[Entry] | None]) -> None:
         """The primary's duties once every process has written (WRITE-032, DIR-004)."""
         for rel, part in self.parts.items():
-            item_dir = os.path.join(pending.tmp, rel)
+            item = _item(pending, rel)
             if isinstance(part, _JsonPart):
-                _write_file(os.path.join(item_dir, part.file_name), part.data)
+                item.set(part.file_name, part.data)
             else:
                 plan, opts = part
-                _finish_item(item_dir, plan, opts, self.job, written.get(rel))
-            if self.layout == "step":
-                final = os.path.join(pending.final, rel)
-                _write_file(os.path.join(item_dir, COMMIT_FILE), commit.commit_text(final).encode())
+                _finish_item(item, plan, opts, self.job, written.get(rel))
         if self.layout == "v1":
-            _write_file(os.path.join(pending.tmp, V1_MARKER), b"")
-        _write_file(
-            os.path.join(pending.tmp, CHECKPOINT_METADATA_FILE),
+            pending.store.set(V1_MARKER, b"")
+        pending.store.set(
+            CHECKPOINT_METADATA_FILE,
             _checkpoint_metadata(self.handlers, self.custom_metadata, self.init_ns),
         )
-        commit.finish(pending)
+        # every item of a step is marked too, as Orbax marks them (directories §7)
+        pending.commit([*(self.parts if self.layout == "step" else ()), ""])
+
+
+def _item(pending: Pending, rel: str) -> Store:
+    """The directory of the item `rel` of a save (``""``: the checkpoint itself)."""
+    return pending.store.child(rel) if rel else pending.store
 
 
 def prepare_save(
@@ -933,7 +930,8 @@ def prepare_save(
     opts = _resolve(options, "item" if layout == "step" else layout)
     _check_custom_metadata(custom_metadata)
     job = _job() if job is None else job
-    final = commit.check_target(path, overwrite=overwrite)  # refuse early, before copying
+    store = Store.of(path)
+    store.check_target(overwrite=overwrite)  # refuse early, before copying
     parts: dict[str, _Part] = {}
     handlers: str | dict[str, str]
     if layout == "item":
@@ -957,13 +955,13 @@ def prepare_save(
                 parts[name] = (_plan(value, opts, job, copy=copy), opts)
                 handlers[name] = V1_PYTREE_HANDLER if layout == "v1" else STANDARD_HANDLER
     _check_storage_dtype_names(opts, parts)
-    _check_paths(final, parts)
+    _check_paths(store, parts)
     write_limits.check_json(
         _checkpoint_metadata(handlers, custom_metadata, time.time_ns()),
         file=CHECKPOINT_METADATA_FILE,
     )
     return _Save(
-        path=os.fspath(path),
+        store=store,
         parts=parts,
         layout=layout,
         custom_metadata=custom_metadata,
@@ -989,10 +987,11 @@ def _check_storage_dtype_names(opts: _Options, parts: Mapping[str, _Part]) -> No
         raise ValueError(f"storage_dtypes names no array leaf: {unknown}")
 
 
-def _check_paths(final: str, parts: Mapping[str, _Part]) -> None:
-    """WRITE-005: the files of per-leaf arrays fit in a path under the temporary directory of
-    a save to `final` (longer than `final`, so they fit once committed too)."""
-    tmp = commit.temporary_name(final, 0)  # every token has 12 digits
+def _check_paths(store: Store, parts: Mapping[str, _Part]) -> None:
+    """WRITE-005: the files of per-leaf arrays fit in a path under the directory a save to
+    `store` writes (its temporary directory, longer than the final one: they fit once
+    committed too)."""
+    tmp = store.write_path()
     for rel, part in parts.items():
         if isinstance(part, _JsonPart) or part[1].use_ocdbt:
             continue
@@ -1015,31 +1014,6 @@ def _check_item_name(name: Any) -> None:
 # Public API
 
 
-def _is_object_store(path: str | os.PathLike[str]) -> bool:
-    text = os.fspath(path)
-    return "://" in text and not text.startswith("file://")
-
-
-def _save_to_object_store(
-    url: str | os.PathLike[str], save_local: Callable[[str], None], *, overwrite: bool
-) -> None:
-    """Object stores have no rename (directories §7): stage the checkpoint in a local
-    temporary directory, then upload it with `commit_success.txt` last, so that readers take
-    it as committed only once it is whole."""
-    import tempfile
-
-    from . import transfer
-
-    if "jax" in sys.modules and sys.modules["jax"].process_count() > 1:
-        raise UnsupportedError(
-            f"{os.fspath(url)}: multi-process saves write to shared local storage only"
-        )
-    with tempfile.TemporaryDirectory(prefix="ockpt-upload-") as tmp:
-        local = os.path.join(tmp, "checkpoint")
-        save_local(local)
-        transfer.copy(local, os.fspath(url), overwrite=overwrite, progress=False)
-
-
 def _save(
     path: str | os.PathLike[str],
     items: Mapping[str, Any],
@@ -1049,21 +1023,7 @@ def _save(
     custom_metadata: Mapping[str, Any] | None,
     options: SaveOptions,
 ) -> None:
-    """Write `items` (checkpointable name -> tree) and commit; object stores via staging."""
-    if _is_object_store(path):
-        _save_to_object_store(
-            path,
-            lambda local: _save(
-                local,
-                items,
-                layout=layout,
-                overwrite=overwrite,
-                custom_metadata=custom_metadata,
-                options=options,
-            ),
-            overwrite=overwrite,
-        )
-        return
+    """Write `items` (checkpointable name -> tree) and commit, the way the store allows."""
     save = prepare_save(
         path,
         items,
@@ -1099,9 +1059,9 @@ def save_pytree(
     """Save `tree` as a checkpoint at `path` that Orbax restores exactly.
 
     Args:
-        path: a local directory that does not exist yet (or exists and `overwrite`), or an
-            object-store URL (``s3://``, ``gs://``): the checkpoint is staged locally and
-            uploaded with ``commit_success.txt`` last.
+        path: a local directory that does not exist yet (or exists and `overwrite`), an
+            object-store URL (``s3://``, ``gs://``: written straight there, with
+            ``commit_success.txt`` last), or a `store.Store`.
         tree: nested dicts, lists, tuples, NamedTuples and custom pytree nodes registered with
             jax, whose leaves are jax.Arrays (any sharding), numpy arrays (every dtype of the
             spec's table, incl. bfloat16, float8_*, int4), Python and numpy scalars, strings
@@ -1265,7 +1225,7 @@ def save_pytree_async(
     return SaveHandle(lambda: save.write(pending))
 
 
-def _raise(error: BaseException, pending: commit.Pending) -> None:
+def _raise(error: BaseException, pending: Pending) -> None:
     """Re-raise `error` of a save to `pending`, a full disk as the OSError it is."""
     full = _disk_full(error, pending.final)
     if full is not None:

@@ -15,8 +15,8 @@ from typing import Any, TypeVar
 import numpy as np
 
 from ..errors import DocumentError
-from ..kv.files import read_file
 from ..limits import LIMITS
+from ..store.files import read_file
 
 MAX_DOCUMENT_BYTES = LIMITS.max_json_bytes  # 1 GiB: a 1M-leaf _METADATA is ~200 MiB
 MAX_DEPTH = LIMITS.max_depth

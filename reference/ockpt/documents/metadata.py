@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ..errors import DocumentError
-from ..kv.files import read_file
 from ..limits import LIMITS
 from ..names import METADATA_FILE
 from ..paths import (
@@ -29,6 +28,7 @@ from ..paths import (
     tree_key,
     unflatten,
 )
+from ..store.files import read_file
 from ._base import Document
 from ._json import (
     ABSENT,

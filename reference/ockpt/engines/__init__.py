@@ -2,10 +2,10 @@
 
 * `contract`: the `ArrayStore` / `StoredArray` protocols and what every engine shares
   (`ReadRequest`, `tiles`, `ImmediateFuture`, `read_regions`);
-* `python`: ockpt's own OCDBT and zarr decoders (``backend="python"``, local directories;
-  numpy, zstandard and google-crc32c only);
-* `tensorstore`: tensorstore's drivers (``backend="tensorstore"``, any kvstore URL);
-  tensorstore is imported on first use.
+* `python`: ockpt's own OCDBT and zarr decoders (``backend="python"``, any store; numpy,
+  zstandard and google-crc32c only);
+* `tensorstore`: tensorstore's drivers (``backend="tensorstore"``, any store tensorstore
+  reaches: local directories and kvstore URLs); tensorstore is imported on first use.
 
 `open_store` is the one place an engine is chosen. Where an item keeps its arrays is said in
 the words of `layout`: `Storage.OCDBT` (with `ItemFormat.has_root_manifest` telling the
@@ -28,8 +28,8 @@ from .contract import (
 )
 
 if TYPE_CHECKING:
-    from ..kv import Location
     from ..layout import ItemFormat
+    from ..store import Store
 
 __all__ = [
     "ArrayStore",
@@ -49,7 +49,7 @@ BACKENDS = ("python", "tensorstore")
 
 
 def open_store(
-    location: Location,
+    location: Store,
     fmt: ItemFormat,
     *,
     backend: str,

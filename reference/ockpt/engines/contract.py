@@ -26,8 +26,8 @@ from ..layout import Storage
 from ..names import MANIFEST_FILE
 
 if TYPE_CHECKING:
-    from ..kv import Location
     from ..layout import ItemFormat
+    from ..store import Store
 
 __all__ = [
     "ArrayStore",
@@ -119,7 +119,7 @@ class ArrayStore(Protocol):
     """
 
     BULK_OPEN: ClassVar[bool]
-    location: Location
+    location: Store
     fmt: ItemFormat  # where the item keeps its arrays
     zarr_version: int | None  # 2 or 3 where the item says; None: found out per array
 
@@ -157,7 +157,7 @@ class ReadRequest:
     tag: Any = None
 
 
-def array_file(location: Location, fmt: ItemFormat, param_name: str) -> str:
+def array_file(location: Store, fmt: ItemFormat, param_name: str) -> str:
     """The real file an error names for the array `param_name`: its directory (per-leaf
     zarr), else the manifest of the OCDBT database holding it (the item's root database, or
     its per-process databases); the message names the param."""

@@ -1,8 +1,8 @@
 """Reading an OCDBT database directory: manifest, version tree, B+tree, values (spec/ocdbt.md).
 
-`Database(path)` opens the directory holding `manifest.ocdbt`. Reads resolve data file paths
-against that directory and refuse any path that leaves the checkpoint root (by default the
-database directory itself), whether by its text (`..`, absolute paths) or through a symlink.
+`Database(path)` opens the directory holding `manifest.ocdbt`, a path or any `store.Store`.
+Reads resolve data file paths against that directory and refuse any path that leaves it,
+whether by its text (`..`, absolute paths: OCDBT-023) or through a symlink (PATH-004).
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 
 from ..errors import FormatError, MissingDataError, OcdbtError
-from ..kv import Location, files
-from ..kv.byterange import ByteRange
-from ..kv.datafile import DataFile, open_data_file
-from ..limits import LIMITS, read_capped
+from ..limits import LIMITS
 from ..names import MANIFEST_FILE
+from ..store import Store
+from ..store.byterange import ByteRange
+from ..store.datafile import DataFile
 from . import format as fmt
 from .format import (
     BtreeGenerationReference,
@@ -84,11 +84,10 @@ class Database:
     """A read-only view of one OCDBT database.
 
     Args:
-        path: the database directory (holding ``manifest.ocdbt``): a local path, or a
-            `kv.Location` (a URL's directory is read by ranged requests).
-        root: the local directory no data file may lie outside of (default: `path`); an
-            object store has no links, so its data files stay inside by their names alone.
-        display: how errors name `path` (default: `path`), for example as the user gave it.
+        path: the database directory (holding ``manifest.ocdbt``): a local path or URL, or a
+            `store.Store` (an object store's values are read by ranged requests).
+        display: how errors name `path` (default: as its store names it), for example as the
+            user gave it.
         max_decoded_bytes: bound on a decoded manifest or node body; a node is held to the
             smaller bound its manifest's configuration gives (`format.node_bound`).
         node_cache_size: how many decoded nodes to keep.
@@ -96,18 +95,16 @@ class Database:
 
     def __init__(
         self,
-        path: str | os.PathLike | Location,
+        path: str | os.PathLike | Store,
         *,
-        root: str | os.PathLike | None = None,
         display: str | os.PathLike | None = None,
         max_decoded_bytes: int = fmt.DEFAULT_MAX_DECODED_BYTES,
         node_cache_size: int = 4096,
     ) -> None:
-        self.location = Location.of(path)
-        self._shown = os.fspath(display) if display is not None else self.location.display
-        local = self.location.local
-        self._real_dir = None if local is None else os.path.realpath(local)
-        self._real_root = None if local is None else os.path.realpath(root or local)
+        self.store = Store.of(path)
+        if display is not None:
+            self.store = self.store.with_display(os.fspath(display))
+        self._shown = self.store.display
         self.max_decoded_bytes = max_decoded_bytes
         self._node_bound: int | None = None
         self._cache: OrderedDict = OrderedDict()
@@ -153,9 +150,8 @@ class Database:
 
     def _resolve(
         self, file_id: DataFileId, *, pointer: str | None, origin: str | None
-    ) -> tuple[str, str | None]:
-        """The data file's name relative to the database, and its resolved local path (None
-        for an object store), after checking both (OCDBT-023, PATH-004)."""
+    ) -> str:
+        """The data file's name relative to the database, after checking it (OCDBT-023)."""
         raw = file_id.path
         try:
             rel = raw.decode("utf-8")
@@ -182,19 +178,7 @@ class Database:
                 pointer=pointer,
                 got=rel,
             )
-        if self._real_dir is None or self._real_root is None:
-            return rel, None
-        full = os.path.realpath(os.path.join(self._real_dir, *parts))
-        if os.path.commonpath([full, self._real_root]) != self._real_root:
-            # a path of plain components leaves only through a link (directories §2.2)
-            raise OcdbtError(
-                "data file resolves outside the checkpoint (a symbolic link leads out)",
-                rule="PATH-004",
-                file=origin,
-                pointer=pointer,
-                got=rel,
-            )
-        return rel, full
+        return rel
 
     def _open(self, file_id: DataFileId, *, pointer, origin) -> DataFile:
         key = file_id.path
@@ -202,10 +186,21 @@ class Database:
             hit = self._files.get(key)
             if hit is not None:
                 return hit
-        rel, full = self._resolve(file_id, pointer=pointer, origin=origin)
+        rel = self._resolve(file_id, pointer=pointer, origin=origin)
         display = self.where(rel)
         try:  # a FIFO or directory: PATH-005
-            opened = open_data_file(self.location, rel, full=full, display=display)
+            opened = self.store.open_file(rel)
+        except FormatError as e:
+            if e.rule != "PATH-004":
+                raise
+            # a path of plain components leaves only through a link (directories §2.2)
+            raise OcdbtError(
+                "data file resolves outside the checkpoint (a symbolic link leads out)",
+                rule="PATH-004",
+                file=origin,
+                pointer=pointer,
+                got=rel,
+            ) from None
         except (FileNotFoundError, NotADirectoryError):
             raise MissingDataError(
                 "referenced data file is missing",
@@ -328,39 +323,25 @@ class Database:
 
     def _read_manifest_file(self, name: str) -> Manifest:
         shown = self.where(name)
-        if self._real_dir is None:  # an object store
-            data = self.location.read(name, limit=MAX_MANIFEST_BYTES, rule="OCDBT-002")
-            if data is None:
-                raise OcdbtError("OCDBT manifest is missing", rule="OCDBT-050", file=shown)
-            return fmt.decode_manifest(data, file=shown, max_decoded_bytes=self.max_decoded_bytes)
-        full = os.path.realpath(os.path.join(self._real_dir, name))
-        assert self._real_root is not None
-        if os.path.commonpath([full, self._real_root]) != self._real_root:
-            raise FormatError(  # the check data files get (OCDBT-023), for a manifest
-                f"{name!r} resolves to {full!r}, outside the checkpoint {self._real_root!r} "
-                "(a symbolic link leads out)",
-                rule="PATH-004",
-                file=shown,
-            )
         try:
-            fd = files.open_regular(full, file=shown)  # a FIFO or directory: PATH-005
-        except (FileNotFoundError, NotADirectoryError):
-            raise OcdbtError("OCDBT manifest is missing", rule="OCDBT-050", file=shown) from None
-        with os.fdopen(fd, "rb") as f:
-            data = read_capped(f, MAX_MANIFEST_BYTES)
-        if len(data) > MAX_MANIFEST_BYTES:
+            data = self.store.get(name, limit=MAX_MANIFEST_BYTES, rule="OCDBT-002")
+        except FormatError as e:
+            if e.rule != "OCDBT-002":
+                raise  # PATH-004, PATH-005
             raise OcdbtError(
                 "manifest larger than the manifest size limit",
                 rule="OCDBT-002",
                 file=shown,
                 expected=f"<= {MAX_MANIFEST_BYTES}",
-            )
+            ) from None
+        if data is None:
+            raise OcdbtError("OCDBT manifest is missing", rule="OCDBT-050", file=shown)
         return fmt.decode_manifest(data, file=shown, max_decoded_bytes=self.max_decoded_bytes)
 
     def _names(self) -> frozenset[str]:
         """The names in the database directory that are not directories (a bounded listing;
         a FIFO among them is refused when opened)."""
-        listing = self.location.listdir()
+        listing = self.store.list_dir()
         return listing.files | listing.other
 
     @property

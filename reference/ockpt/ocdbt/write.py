@@ -22,9 +22,9 @@ import secrets
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 from ..names import MANIFEST_FILE, OCDBT_DATA_DIR
+from ..store.base import NewFile
 from . import format as fmt
 from .format import (
     BtreeGenerationReference,
@@ -55,15 +55,7 @@ __all__ = [
 Entry = tuple[bytes, bytes | IndirectDataReference]
 
 
-class NewFile(Protocol):
-    """A new file being written: buffers appended, then closed (and flushed to disk)."""
-
-    def append(self, parts: Sequence[bytes | memoryview]) -> None: ...
-
-    def close(self) -> None: ...
-
-
-#: ``open_file(path)``: create the new file `path` (and its parent directories).
+#: ``open_file(name)``: create the new file `name` (a store's `Store.writer`).
 OpenFile = Callable[[str], NewFile]
 
 
@@ -204,7 +196,8 @@ class DatabaseWriter:
     """One new OCDBT database in `directory`, written by `put` and `commit`.
 
     Args:
-        directory: the database directory (need not exist).
+        directory: the database directory, the prefix of every file name given to `open_file`
+            (``""``: the names themselves; the directory need not exist).
         open_file: creates a new file (`OpenFile`); each file is opened once, its values
             appended as they come, and closed when full (flushing it is the opener's choice).
         config: the manifest's configuration (default: Orbax's, `new_config`).
@@ -259,11 +252,15 @@ class DatabaseWriter:
         self._entries[key] = value
 
     def _open(self, file_id: DataFileId) -> NewFile:
-        return self._open_file(os.path.join(self.directory, file_id.path.decode()))
+        return self._open_file(self._name(file_id.path))
+
+    def _name(self, name: bytes) -> str:
+        """The name of the database's file `name` as `open_file` takes it."""
+        return f"{self.directory.rstrip('/')}/{name.decode()}" if self.directory else name.decode()
 
     def _write(self, name: bytes, parts: Sequence[bytes | memoryview]) -> None:
         """A new file `name` (relative to the database) holding `parts`, written and closed."""
-        file = self._open_file(os.path.join(self.directory, name.decode()))
+        file = self._open_file(self._name(name))
         try:
             file.append(parts)
         finally:

@@ -12,7 +12,6 @@ from ..documents.metadata import MetadataDocument
 from ..documents.sharding import ShardingDocument, ShardingSpec
 from ..documents.strings import StringsDocument
 from ..errors import MissingDataError, NotACheckpointError
-from ..kv import Location, new_context
 from ..layout import Resolved, Storage, resolve
 from ..msgpack_legacy import DEFAULT_MAX_BYTES, decode_checkpoint
 from ..names import (
@@ -23,6 +22,7 @@ from ..names import (
     STRINGS_FILE,
 )
 from ..paths import check_relative
+from ..store import Store
 
 if TYPE_CHECKING:
     import tensorstore as ts
@@ -55,13 +55,10 @@ class OpenedItem:
     ) -> None:
         if backend not in ("auto", *engines.BACKENDS):
             raise ValueError(f"backend must be 'auto', 'tensorstore' or 'python', not {backend!r}")
-        loc = Location.of(path)
-        if backend == "auto":  # ockpt's own decoders where they can read: local directories
-            backend = "python" if loc.local is not None else "tensorstore"
-        # a tensorstore context for the tensorstore backend and for URLs; none otherwise
-        need_context = backend == "tensorstore" or loc.local is None
-        self.context = new_context(context) if need_context else None
-        self.resolved: Resolved = resolve(loc, step=step, item=item, context=self.context)
+        loc = Store.of(path, context=context)
+        if backend == "auto":  # ockpt's own decoders where reads are cheap; else tensorstore's
+            backend = "python" if loc.capabilities.random_access else "tensorstore"
+        self.resolved: Resolved = resolve(loc, step=step, item=item)
         loc = self.resolved.location
         fmt = self.resolved.target.item
         assert fmt is not None  # resolve returns pytree items only
@@ -69,7 +66,7 @@ class OpenedItem:
         self.format = fmt
         self.doc: MetadataDocument | None = None
         if fmt.has_metadata:
-            data = loc.read(METADATA_FILE, context=self.context)
+            data = loc.get(METADATA_FILE)
             if data is None:
                 raise MissingDataError(
                     "removed meanwhile", rule="LOAD-050", file=loc.file(METADATA_FILE)
@@ -77,9 +74,7 @@ class OpenedItem:
             self.doc = MetadataDocument.from_bytes(data, file=loc.file(METADATA_FILE))
         self.msgpack: Any = None
         if fmt.has_msgpack:
-            data = loc.read(
-                MSGPACK_FILE, context=self.context, limit=DEFAULT_MAX_BYTES, rule="MSGPACK-001"
-            )
+            data = loc.get(MSGPACK_FILE, limit=DEFAULT_MAX_BYTES, rule="MSGPACK-001")
             if data is None:
                 raise MissingDataError(
                     "removed meanwhile", rule="LOAD-050", file=loc.file(MSGPACK_FILE)
@@ -105,7 +100,6 @@ class OpenedItem:
             loc,
             fmt,
             backend=backend,
-            context=self.context,
             zarr_version=zarr_version,
             missing_chunks_are_errors=strict,
         )
@@ -145,13 +139,13 @@ class OpenedItem:
         """
         if self._strings_loaded:
             return self._strings
-        data = self.location.read(STRINGS_FILE, context=self.context)
+        data = self.location.get(STRINGS_FILE)
         file = self.location.file(STRINGS_FILE)
         if data is None:
             names = list(dict.fromkeys(candidates))  # the tree's order, each name once
             for rel in [f"{n}/{STRINGS_FILE}" for n in names] + names:
                 try:
-                    data = self.location.read(rel, context=self.context)
+                    data = self.location.get(rel)
                 except (OSError, ValueError):
                     data = None
                 if data is not None:
@@ -174,7 +168,7 @@ class OpenedItem:
         return doc.get(leaf.param_name)
 
     def shardings(self) -> Mapping[str, ShardingSpec]:
-        data = self.location.read(SHARDING_FILE, context=self.context)
+        data = self.location.get(SHARDING_FILE)
         if data is None:
             return {}
         return ShardingDocument.from_bytes(data, file=self.location.file(SHARDING_FILE)).shardings
@@ -184,13 +178,13 @@ class OpenedItem:
         With `marker`, a document whose bytes lack it (and hold no ``\\u`` escape that could
         spell it) is skipped unparsed."""
         out: dict[str, Any] = {}
-        sub = self.location.join(ARRAY_METADATAS_DIR)
-        listing = sub.listdir(context=self.context)  # a FIFO or directory is refused when read
+        sub = self.location.child(ARRAY_METADATAS_DIR)
+        listing = sub.list_dir()  # a FIFO or directory is refused when read
         names = listing.files | listing.dirs | listing.other
         for name in sorted(names, key=lambda n: process_index(n) or 0):
             if process_index(name) is None:
                 continue
-            data = sub.read(name, context=self.context)
+            data = sub.get(name)
             if data is not None and (marker is None or marker in data or b"\\u" in data):
                 doc = ArrayMetadatas.from_bytes(data, file=sub.file(name))
                 for a in doc.arrays:

@@ -41,12 +41,14 @@ from torch.distributed.checkpoint.planner import SavePlan, SavePlanner, WriteIte
 from torch.distributed.checkpoint.storage import StorageWriter, WriteResult
 from torch.futures import Future
 
-from .. import commit, dtypes
+from .. import dtypes
 from ..documents import NamedShardingSpec
 from ..errors import UnsupportedError
 from ..names import PYTREE_CHECKPOINTABLES
 from ..paths import nest
 from ..save_options import SaveOptions
+from ..store import Pending, Store
+from ..store.commit import new_token
 from ..writer import Job, Piece, ShardedArray, prepare_save
 
 __all__ = ["OrbaxWriter"]
@@ -74,8 +76,8 @@ class _ArrayLayout:
 class _GlobalInfo:
     """The storage data of every rank's global plan: where the save writes and what."""
 
-    final: str
-    tmp: str
+    path: str  # the checkpoint
+    token: int  # the save's, for `Store.join`
     arrays: tuple[_ArrayLayout, ...]
     objects: tuple[str, ...]  # non-tensor values, written by the coordinator
 
@@ -119,7 +121,7 @@ class OrbaxWriter(StorageWriter):
         self.options = SaveOptions() if options is None else options
         self._group = process_group
         self._job = Job(0, 1)
-        self._pending: commit.Pending | None = None
+        self._pending: Pending | None = None
         self._commit: Any = None  # (save, written) of the coordinator, for `finish`
 
     @staticmethod
@@ -139,7 +141,7 @@ class OrbaxWriter(StorageWriter):
         between planning and finishing), if this rank holds one."""
         pending, self._pending, self._commit = self._pending, None, None
         if pending is not None:
-            commit.abort(pending)
+            pending.abort()
 
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id: str | os.PathLike[str]) -> bool:
@@ -183,9 +185,9 @@ class OrbaxWriter(StorageWriter):
             )
         arrays = _layouts(tensors)
         _nest(dict.fromkeys([a.fqn for a in arrays] + list(objects)))  # refuse collisions now
-        pending = commit.begin(self.path, overwrite=self.overwrite)
-        self._pending = pending
-        info = _GlobalInfo(pending.final, pending.tmp, arrays, tuple(sorted(objects)))
+        token = new_token()
+        self._pending = Store.of(self.path).begin(overwrite=self.overwrite, token=token)
+        info = _GlobalInfo(os.fspath(self.path), token, arrays, tuple(sorted(objects)))
         return [
             dataclasses.replace(
                 p, items=[*items, *objects.values()] if rank == 0 else items, storage_data=info
@@ -199,7 +201,7 @@ class OrbaxWriter(StorageWriter):
         job = self._job
         pending = self._pending if job.primary else None
         if pending is None:
-            pending = commit.Pending(info.final, info.tmp, self.overwrite)
+            pending = Store.of(info.path).join(info.token, overwrite=self.overwrite)
         try:
             tree = _tree(info, plan.items, planner, primary=job.primary)
         except BaseException:
@@ -209,7 +211,7 @@ class OrbaxWriter(StorageWriter):
             raise
         try:  # a failure in planning is agreed on by every rank there (writer._plan)
             save = prepare_save(
-                pending.final,
+                info.path,
                 {"": tree} if self.layout == "item" else {PYTREE_CHECKPOINTABLES[0]: tree},
                 layout=self.layout,
                 overwrite=self.overwrite,

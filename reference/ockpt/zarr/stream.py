@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import google_crc32c
 import zstandard
 
-from ..kv import ByteRange
+from ..store import ByteRange
 from ._common import MAX_CHUNK_BYTES, fail, intermediate_bound
 from .array import missing_chunk
 from .codecs import BytesCodec, CodecPipeline, Crc32cCodec, GzipCodec, ZstdCodec

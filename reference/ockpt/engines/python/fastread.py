@@ -30,8 +30,8 @@ import numpy as np
 import zstandard
 
 from ... import dtypes
-from ...kv.byterange import ByteRange
 from ...ocdbt.format import zstd_frame_size
+from ...store.byterange import ByteRange
 from ...zarr.array import missing_chunk, overlap, read_region
 from ...zarr.codecs import BytesCodec, ZstdCodec
 from ...zarr.v3 import ArrayV3Metadata

@@ -31,8 +31,6 @@ import numpy as np
 
 from ... import dtypes
 from ...errors import FormatError, MissingDataError, NotACheckpointError
-from ...kv import Location, files
-from ...kv.byterange import ByteRange
 from ...layout import ItemFormat, Storage, detect
 from ...limits import LIMITS
 from ...names import (
@@ -44,6 +42,8 @@ from ...names import (
 )
 from ...ocdbt.tree import Database
 from ...paths import array_prefix
+from ...store import Store
+from ...store.byterange import ByteRange
 from ...zarr import ArrayMetadata, open_metadata, read_region
 from ...zarr.v3 import ArrayV3Metadata
 from ..contract import ImmediateFuture, ReadRequest, array_file
@@ -56,7 +56,6 @@ __all__ = [
     "OcdbtStore",
     "MultiOcdbtStore",
     "DirectoryStore",
-    "ObjectDirectoryStore",
     "open_item_store",
     "item_format",
     "per_leaf_skip",
@@ -95,13 +94,12 @@ class OcdbtStore(KeyValueStore):
 
     def __init__(
         self,
-        path: str | Location,
+        path: str | Store,
         *,
-        root: str | None = None,
         generation: int | None = None,
         display: str | None = None,
     ):
-        self.db = Database(path, root=root, display=display)
+        self.db = Database(path, display=display)
         self.display = self.db.where()  # how errors name it
         self.generation = generation
 
@@ -154,109 +152,59 @@ class MultiOcdbtStore(KeyValueStore):
 
 
 class DirectoryStore(KeyValueStore):
-    """Files under a directory, keyed by their relative POSIX path (no key may leave it)."""
+    """The values of a store's directory, keyed by their relative path (no key may leave it;
+    a directory in the place of a value holds none: the key is absent, as in tensorstore)."""
 
     def __init__(
         self,
-        path: str,
+        store: Store,
         *,
         skip: Callable[[str], bool] | None = None,
         display: str | None = None,
     ) -> None:
-        self.display = display if display is not None else path  # how errors name it
-        self.root = os.path.realpath(path)
+        self.store = store if display is None else store.with_display(display)
+        self.display = self.store.display  # how errors name it
         self.skip = skip
 
-    def _path(self, key: str) -> str | None:
+    @staticmethod
+    def _valid(key: str) -> bool:
         parts = key.split("/")
-        if not key or any(p in ("", ".", "..") for p in parts) or "\\" in key or "\0" in key:
-            return None
-        full = os.path.realpath(os.path.join(self.root, *parts))
-        if os.path.commonpath([full, self.root]) != self.root:
-            raise FormatError(  # not "absent": that would read as the fill value
-                f"{key!r} resolves to {full!r}, outside {self.root!r} (a symbolic link leads out)",
-                rule="PATH-004",
-                file=os.path.join(self.display, key),
-            )
-        return full
+        return bool(key) and not any(p in ("", ".", "..") for p in parts) and not (
+            "\\" in key or "\0" in key
+        )
+
+    def _directory(self, error: FormatError, key: str) -> bool:
+        """Whether `error` refused a directory standing where the value `key` would be."""
+        return error.rule == "PATH-005" and self.store.child(key).is_directory() is True
 
     def get(self, key: str) -> bytes | None:
-        full = self._path(key)
-        if full is None:
+        if not self._valid(key):
             return None
         try:
-            return files.read_file(full, limit=_MAX_FILE_BYTES, rule="ZARR-003")
-        except (FileNotFoundError, NotADirectoryError):
-            return None  # absent (or removed meanwhile): a missing chunk or document
+            return self.store.get(key, limit=_MAX_FILE_BYTES, rule="ZARR-003")
         except FormatError as e:
-            if e.rule == "PATH-005" and os.path.isdir(full):
-                return None  # a directory holds no value: the key is absent (as in tensorstore)
+            if self._directory(e, key):
+                return None
             raise
 
     def value_range(self, key: str) -> ByteRange | None:
-        """The file of `key` as a `ByteRange` (for streaming a large chunk); None if absent."""
-        full = self._path(key)
-        if full is None:
+        """The file of `key` as a `ByteRange` (for streaming a large chunk); None if absent
+        or where the store has no descriptors."""
+        if not self._valid(key):
             return None
         try:
-            return files.open_range(full)
-        except (FileNotFoundError, NotADirectoryError):
-            return None  # absent, or removed meanwhile
+            return self.store.open_range(key)
         except FormatError as e:
-            if e.rule == "PATH-005" and os.path.isdir(full):
-                return None  # as in `get`
+            if self._directory(e, key):
+                return None
             raise
 
     def list(self, prefix: str = "") -> list[str]:
-        """Every key under the directory (a FIFO or the like too: reading it is refused),
-        through bounded listings (`kv.files.list_dir`); links to directories are not
-        followed."""
-        out = []
-        stack = [""]
-        while stack:
-            rel_dir = stack.pop()
-            here = os.path.join(self.root, *rel_dir.split("/")) if rel_dir else self.root
-            try:
-                listing = files.list_dir(here)
-            except OSError:
-                continue  # removed meanwhile, or not readable
-            for name in listing.dirs:
-                sub = rel_dir + name + "/"
-                if os.path.islink(os.path.join(here, name)):
-                    continue
-                if self.skip is None or not self.skip(sub):
-                    stack.append(sub)
-            for name in listing.files | listing.other:
-                key = rel_dir + name
-                if key.startswith(prefix) and (self.skip is None or not self.skip(key)):
-                    out.append(key)
-        return sorted(out)
+        """Every key under the directory (a FIFO or the like too: reading it is refused)."""
+        return [k for k in self.store.list(prefix) if self.skip is None or not self.skip(k)]
 
-
-class ObjectDirectoryStore(KeyValueStore):
-    """The objects under a URL's directory, keyed by their path relative to it: the
-    `DirectoryStore` of an object store (no links; a key leaving it is refused, PATH-003)."""
-
-    def __init__(
-        self,
-        location: Location,
-        *,
-        skip: Callable[[str], bool] | None = None,
-        display: str | None = None,
-    ) -> None:
-        self.location = location
-        self.display = display if display is not None else location.display
-        self.skip = skip
-
-    def get(self, key: str) -> bytes | None:
-        return self.location.read(key, limit=_MAX_FILE_BYTES, rule="ZARR-003")
-
-    def list(self, prefix: str = "") -> list[str]:
-        return [
-            k
-            for k in self.location.keys()
-            if k.startswith(prefix) and (self.skip is None or not self.skip(k))
-        ]
+    def close(self) -> None:
+        self.store.close()
 
 
 def per_leaf_skip(key: str) -> bool:
@@ -270,48 +218,40 @@ def per_leaf_skip(key: str) -> bool:
     )
 
 
-def item_format(item_dir: str | os.PathLike | Location) -> ItemFormat:
+def item_format(item_dir: str | os.PathLike | Store) -> ItemFormat:
     """How the pytree item in the directory `item_dir` is stored (`layout.detect`)."""
     found = detect(item_dir).item
     if found is None:
         raise NotACheckpointError(
-            "not a pytree item", rule="LOAD-050", file=Location.of(item_dir).display
+            "not a pytree item", rule="LOAD-050", file=Store.of(item_dir).display
         )
     return found
 
 
 def open_item_store(
-    item_dir: str | os.PathLike | Location,
+    item_dir: str | os.PathLike | Store,
     fmt: ItemFormat | None = None,
     *,
     display: str | None = None,
 ) -> KeyValueStore:
-    """The key-value view of an item's array storage (`fmt` detected when None), local or
-    behind a URL; errors name the item `display` (default: as the location shows it)."""
-    loc = Location.of(item_dir)
-    shown = display if display is not None else loc.display
+    """The key-value view of an item's array storage (`fmt` detected when None), in any
+    store; errors name the item `display` (default: as its store shows it)."""
+    store = Store.of(item_dir)
+    if display is not None:
+        store = store.with_display(display)
     if fmt is None:
-        fmt = item_format(loc)
+        fmt = item_format(store)
     if fmt.storage is not Storage.OCDBT:
-        if loc.local is None:
-            return ObjectDirectoryStore(loc, skip=per_leaf_skip, display=shown)
-        return DirectoryStore(loc.local, skip=per_leaf_skip, display=shown)
+        return DirectoryStore(store, skip=per_leaf_skip)
     if fmt.has_root_manifest:
-        return OcdbtStore(loc, root=loc.local, display=shown)
+        return OcdbtStore(store)
     return MultiOcdbtStore(
-        [
-            OcdbtStore(
-                loc.join(f"ocdbt.process_{p}"),
-                root=loc.local,
-                display=f"{shown.rstrip('/')}/ocdbt.process_{p}",
-            )
-            for p in fmt.ocdbt_processes
-        ],
-        shown,
+        [OcdbtStore(store.child(f"ocdbt.process_{p}")) for p in fmt.ocdbt_processes],
+        store.display,
     )
 
 
-def item_keys(item_dir: str | os.PathLike | Location, fmt: ItemFormat | None = None) -> list[str]:
+def item_keys(item_dir: str | os.PathLike | Store, fmt: ItemFormat | None = None) -> list[str]:
     """Every key of an item's array storage, sorted (`fmt` detected when None)."""
     store = open_item_store(item_dir, fmt)
     try:
@@ -478,7 +418,7 @@ class _View:
 class ArrayStore:
     """The arrays of one pytree item, read by the python engine (`engines.contract`).
 
-    `location` is a `kv.Location` (or a local path; a URL's objects are read by ranged
+    `location` is a `store.Store` (or a local path; a URL's objects are read by ranged
     requests); `fmt` says where the arrays are
     (module docstring); `fmt` is detected (`layout.detect`) when None. `zarr_version` is 2 or
     3, or None to find out per array. With `missing_chunks_are_errors`, an absent chunk is an
@@ -491,13 +431,13 @@ class ArrayStore:
 
     def __init__(
         self,
-        location: Location | str | os.PathLike[str],
+        location: Store | str | os.PathLike[str],
         fmt: ItemFormat | None = None,
         *,
         zarr_version: int | None = None,
         missing_chunks_are_errors: bool = False,
     ) -> None:
-        self.location = Location.of(location)
+        self.location = Store.of(location)
         self.fmt = fmt if fmt is not None else item_format(self.location)
         self.zarr_version = zarr_version
         self.missing_chunks_are_errors = missing_chunks_are_errors

@@ -1,4 +1,4 @@
-"""Many small arrays of a local OCDBT database, read by tensorstore through a memory stage.
+"""Many small arrays of an OCDBT database, read by tensorstore through a memory stage.
 
 tensorstore's OCDBT reader checks every entry of a B+tree node on each key it looks up, and
 Orbax writes the keys of a tree of small arrays into one leaf node, so reading N arrays one
@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ... import kv
 from ...errors import OckptError
 from ...ocdbt.tree import Database
+from ...store import Store
+from ...store import url as store_url
 
 if TYPE_CHECKING:
     import tensorstore as ts
@@ -27,7 +28,7 @@ __all__ = ["Stage", "StagedArray", "StagedRead"]
 
 
 class Stage:
-    """Small arrays of a local OCDBT database, read by tensorstore from a copy of their stored
+    """Small arrays of an OCDBT database, read by tensorstore from a copy of their stored
     values in a memory kvstore.
 
     tensorstore checks every entry of a B+tree node on each key it looks up in the node, and
@@ -38,9 +39,9 @@ class Stage:
     reads in flight only. tensorstore still decodes the zarr arrays (codecs, shards, fill
     values) as it does from the database."""
 
-    def __init__(self, local: str, *, max_array_bytes: int) -> None:
-        ts = kv.import_tensorstore()
-        self.db = Database(local, root=local)
+    def __init__(self, store: Store, *, max_array_bytes: int) -> None:
+        ts = store_url.import_tensorstore()
+        self.db = Database(store)
         self.max_array_bytes = max_array_bytes
         self.context = ts.Context(
             {
@@ -126,7 +127,8 @@ class StagedArray:
     def _open(self, array: Any) -> ts.TensorStore:
         self.stage.put(self.entries)
         spec = self.owner._staged_spec(array.param_name, self.version)
-        store = kv.import_tensorstore().open(spec, read=True, context=self.stage.context).result()
+        ts = store_url.import_tensorstore()
+        store = ts.open(spec, read=True, context=self.stage.context).result()
         if tuple(store.shape) != array.shape or np.dtype(store.dtype.numpy_dtype) != array.dtype:
             raise ValueError("not the array opened before")
         return store

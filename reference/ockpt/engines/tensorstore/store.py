@@ -9,18 +9,19 @@ A pytree item keeps each array as a zarr array (v2 or v3) named by its param nam
   zarr metadata is in one of them and each chunk in the database of the process that wrote it,
 * or in a plain zarr directory per leaf (`<param name>/.zarray` or `zarr.json`).
 
-The item is a `kv.Location`: a local directory or any tensorstore kvstore URL (``gs://``,
-``s3://``, ``memory://``). `ArrayStore` opens the arrays of one item; `StoredArray` reads
+The item is a `store.Store` that tensorstore can reach: a local directory or any kvstore
+URL (``gs://``, ``s3://``, ``memory://``); an in-process `MemoryStore` is the python engine's.
+`ArrayStore` opens the arrays of one item; `StoredArray` reads
 regions of one array, touching only the chunks a region overlaps; `read_tiled` runs many
 reads concurrently, batched, with a bound on reads in flight (both as `engines.contract`
-says). Many small arrays of a local OCDBT database are read through a `stage.Stage`
+says). Many small arrays of an OCDBT database are read through a `stage.Stage`
 (tensorstore's key lookups in a large B+tree node cost time in proportion to the node: one
 per array made loading a tree of many small arrays quadratic).
 
 tensorstore follows links and opens whatever a key names, so a local item is checked before
-it is handed over (`kv.files.check_tree`: no link leading out, PATH-004; nothing but regular
+it is handed over (`Store.check_tree`: no link leading out, PATH-004; nothing but regular
 files and directories, PATH-005). Nothing here imports jax; tensorstore is imported on first
-use (`kv.import_tensorstore`, looked up when called).
+use (`store.import_tensorstore`, looked up when called).
 """
 
 from __future__ import annotations
@@ -35,14 +36,14 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from ... import dtypes, kv
-from ...errors import MissingDataError, OckptError, ZarrFormatError
-from ...kv import Location
-from ...kv.files import check_tree
+from ... import dtypes
+from ...errors import MissingDataError, OckptError, UnsupportedError, ZarrFormatError
 from ...layout import ItemFormat, Storage
 from ...limits import check_allocation
 from ...names import ZARR2_METADATA, ZARR3_METADATA
 from ...paths import array_prefix
+from ...store import Store
+from ...store import url as store_url
 from ...zarr._common import check_extent
 from ..contract import (
     DEFAULT_MAX_IN_FLIGHT,
@@ -246,7 +247,7 @@ def _ts_cast(view: Any, src: np.dtype, dst: np.dtype) -> Any:
     if src.isbuiltin == 2 or dst.isbuiltin == 2:  # an ml_dtypes (user-defined) type
         return None
     try:
-        return kv.import_tensorstore().cast(view, dst)
+        return store_url.import_tensorstore().cast(view, dst)
     except ValueError:
         return None
 
@@ -264,8 +265,8 @@ class ArrayStore:
     else is a zarr directory per leaf. `zarr_version` is 2 or 3, or None to find out per
     array. With `missing_chunks_are_errors` (`_METADATA`'s
     ``store_array_data_equal_to_fill_value``), a chunk absent from storage is an error.
-    `context` is the tensorstore context (a new one when None). A local item is checked
-    first (`kv.files.check_tree`: PATH-004, PATH-005).
+    `context` is the tensorstore context (the store's when None). A local item is checked
+    first (`Store.check_tree`: PATH-004, PATH-005).
     """
 
     #: `open_many` is much cheaper per array than `open` (staged, concurrent opens).
@@ -273,19 +274,24 @@ class ArrayStore:
 
     def __init__(
         self,
-        location: Location,
+        location: Store,
         fmt: ItemFormat,
         *,
         zarr_version: int | None = None,
         context: ts.Context | None = None,
         missing_chunks_are_errors: bool = False,
     ) -> None:
-        if location.local is not None:  # tensorstore follows links and opens FIFOs
-            check_tree(location.local, file=location.display)
+        self.spec_base = location.tensorstore_spec()
+        if self.spec_base is None:
+            raise UnsupportedError(
+                "tensorstore cannot reach an in-process store: read it with backend='python'",
+                file=location.display,
+            )
+        location.check_tree()  # tensorstore follows links and opens FIFOs
         self.location = location
         self.fmt = fmt
         self.zarr_version = zarr_version
-        self.context = context if context is not None else kv.new_context()
+        self.context = context if context is not None else location.tensorstore_context()
         self.processes = tuple(fmt.ocdbt_processes)
         self.missing_chunks_are_errors = missing_chunks_are_errors
         self._per_leaf = fmt.storage is not Storage.OCDBT
@@ -293,10 +299,10 @@ class ArrayStore:
         self._stage: Stage | None = None
 
     def metadata_store(self, count: int) -> Any:
-        """The python engine's store for the zarr metadata of `count` arrays of a local item's
-        root OCDBT database, from `_QUICK_METADATA_ARRAYS` on (one pass over the B+tree
-        instead of a tensorstore open per array); None otherwise, or when it cannot open."""
-        if not self._root_database or self.location.local is None:
+        """The python engine's store for the zarr metadata of `count` arrays of an item's root
+        OCDBT database, from `_QUICK_METADATA_ARRAYS` on (one pass over the B+tree instead of
+        a tensorstore open per array); None otherwise, or when it cannot open."""
+        if not self._root_database:
             return None
         if count < _QUICK_METADATA_ARRAYS:
             return None
@@ -310,13 +316,13 @@ class ArrayStore:
     def close(self) -> None:
         self._stage = None  # tensorstore closes its files when the stores are dropped
 
-    def _kvstore_spec(self, param_name: str, base: Location | None = None) -> dict[str, Any]:
+    def _kvstore_spec(self, param_name: str, base: Store | None = None) -> dict[str, Any]:
         if self._per_leaf:
-            return self.location.join(param_name).spec
-        base = base or self.location
-        return {"driver": "ocdbt", "base": base.spec, "path": array_prefix(param_name)}
+            return self.location.child(param_name).tensorstore_spec()
+        spec = self.spec_base if base is None else base.tensorstore_spec()
+        return {"driver": "ocdbt", "base": spec, "path": array_prefix(param_name)}
 
-    def spec(self, param_name: str, zarr_version: int, base: Location | None = None) -> dict:
+    def spec(self, param_name: str, zarr_version: int, base: Store | None = None) -> dict:
         """The tensorstore spec of one array."""
         spec: dict[str, Any] = {
             "driver": _DRIVERS[zarr_version],
@@ -353,7 +359,7 @@ class ArrayStore:
         out: dict[str, StoredArray] = {}
         pending = names
         errors: dict[str, BaseException] = {}
-        ts = kv.import_tensorstore()
+        ts = store_url.import_tensorstore()
         for version in versions:
 
             def start(n: str, version: int = version) -> Any:
@@ -380,7 +386,7 @@ class ArrayStore:
         array with the same metadata) and each array again, from the stage, when it is read:
         the open arrays held are those of the reads in flight. An array the stage cannot open
         is left to `_open_direct`, which names what is wrong with it."""
-        if not self._root_database or self.location.local is None:
+        if not self._root_database:
             return {}
         if len(names) < _STAGE_MIN_ARRAYS:
             return {}
@@ -393,7 +399,7 @@ class ArrayStore:
             if prefix:
                 prefixes[prefix] = n
         try:
-            stage = self._stage or Stage(self.location.local, max_array_bytes=_STAGE_ARRAY_BYTES)
+            stage = self._stage or Stage(self.location, max_array_bytes=_STAGE_ARRAY_BYTES)
             if stage.num_keys() > _STAGE_KEYS_PER_ARRAY * len(prefixes):
                 return {}
             found = stage.find(prefixes)
@@ -414,7 +420,7 @@ class ArrayStore:
             except (OckptError, OSError, ValueError):
                 continue
             groups.setdefault((version, meta), []).append((prefixes[prefix], key, entries))
-        ts = kv.import_tensorstore()
+        ts = store_url.import_tensorstore()
 
         def start(group: tuple[tuple[int, bytes], list]) -> Any:
             (version, meta), [(name, key, _), *_] = group
@@ -485,8 +491,8 @@ class ArrayStore:
 
     def _open_split(self, param_name: str) -> StoredArray:
         """An array whose chunks are spread over `ocdbt.process_<N>/` databases."""
-        ts = kv.import_tensorstore()
-        bases = [self.location.join(f"ocdbt.process_{p}") for p in self.processes]
+        ts = store_url.import_tensorstore()
+        bases = [self.location.child(f"ocdbt.process_{p}") for p in self.processes]
         versions = [self.zarr_version] if self.zarr_version else [2, 3]
         meta_store = None
         last: BaseException | None = None
@@ -509,7 +515,11 @@ class ArrayStore:
         chunk_stores: dict[tuple[int, ...], ts.TensorStore] = {}
         for base in bases:
             database = ts.KvStore.open(
-                {"driver": "ocdbt", "base": base.spec, "path": array_prefix(param_name)},
+                {
+                    "driver": "ocdbt",
+                    "base": base.tensorstore_spec(),
+                    "path": array_prefix(param_name),
+                },
                 context=self.context,
             ).result()
             keys = [k.decode("utf-8", "replace") for k in database.list().result()]

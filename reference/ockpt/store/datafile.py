@@ -1,9 +1,9 @@
-"""`DataFile`: one file of a checkpoint read by byte ranges, local or an object behind a URL.
+"""`DataFile`: one value of a store read by byte ranges (an OCDBT data file).
 
-OCDBT data files are read a range at a time (a node, a value). Locally a `LocalFile` keeps
-the file's descriptor open and reads with ``pread``; behind a kvstore URL an `ObjectFile`
-asks the store for each range. Both read like ``pread``: a range that reaches past the end of
-the file comes back short, and the caller names the fault.
+OCDBT data files are read a range at a time (a node, a value). A `LocalFile` keeps the file's
+descriptor open and reads with ``pread``; a `RangedFile` asks its store for each range (an
+object behind a URL, a value in memory). Both read like ``pread``: a range that reaches past
+the end of the value comes back short, and the caller names the fault.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from .byterange import ByteRange
 from .files import open_regular
 
 if TYPE_CHECKING:
-    from .location import Location
+    from .base import Store
 
-__all__ = ["DataFile", "LocalFile", "ObjectFile", "open_data_file"]
+__all__ = ["DataFile", "LocalFile", "RangedFile"]
 
 
 class DataFile(Protocol):
@@ -61,26 +61,25 @@ class LocalFile:
         return ByteRange(os.dup(self.fd), offset, length, self.display)
 
     def close(self) -> None:
-        os.close(self.fd)
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
 
 
-class ObjectFile:
-    """An object of a kvstore URL directory, each range read by a ranged request."""
+class RangedFile:
+    """The value `key` of a store with no descriptors, each range read by a request."""
 
-    def __init__(self, location: Location, name: str, display: str) -> None:
-        self.location = location
-        self.name = name
-        self.display = display
-        self.size: int | None = None
-        self.store = location.kvstore()  # one open store for every range of the file
-        if not location.exists(name, store=self.store):
-            raise FileNotFoundError(display)
+    def __init__(self, store: Store, key: str) -> None:
+        self.store = store
+        self.key = key
+        self.display = store.file(key)
+        self.size: int | None = store.size(key) if store.capabilities.sizes_known else None
+        if self.size is None and not store.exists(key):
+            raise FileNotFoundError(self.display)
 
     def pread(self, length: int, offset: int) -> bytes:
-        data = self.location.read_range(self.name, offset, length, store=self.store)
-        if data is None:  # deleted since it was opened
-            return b""
-        return data
+        data = self.store.get_range(self.key, offset, length)
+        return b"" if data is None else data  # None: deleted since it was opened
 
     def preadv(self, view: memoryview, offset: int) -> int:
         data = self.pread(len(view), offset)
@@ -92,12 +91,3 @@ class ObjectFile:
 
     def close(self) -> None:
         pass
-
-
-def open_data_file(location: Location, name: str, *, full: str | None, display: str) -> DataFile:
-    """The data file `name` of `location`: a `LocalFile` at the resolved local path `full`
-    for a local directory, else an `ObjectFile`. Raises FileNotFoundError when it is absent."""
-    if location.local is not None:
-        assert full is not None
-        return LocalFile(full, display)
-    return ObjectFile(location, name, display)

@@ -21,15 +21,14 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from dataclasses import dataclass
 
 from ..errors import FormatError
 from ..limits import LIMITS
 from ..paths import check_relative
+from .base import Listing
 from .byterange import ByteRange
 
 __all__ = [
-    "Listing",
     "resolve_inside",
     "check_tree",
     "open_regular",
@@ -258,16 +257,6 @@ def size_inside(root: str, name: str, *, file: str | None = None) -> int | None:
         return _stat_regular(full, shown).st_size
     except (FileNotFoundError, NotADirectoryError):
         return None
-
-
-@dataclass(frozen=True)
-class Listing:
-    """The names directly in a directory: regular files, subdirectories, and anything else
-    (FIFOs, sockets, devices, broken or looping links), which is never read."""
-
-    files: frozenset[str]
-    dirs: frozenset[str]
-    other: frozenset[str] = frozenset()
 
 
 def list_dir(path: str, *, limit: int = LIMITS.max_directory_entries) -> Listing:

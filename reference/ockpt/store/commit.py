@@ -36,16 +36,12 @@ import sys
 import time
 import warnings
 import weakref
-from collections import deque
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import FormatError, OckptWarning, WriteConflictError
-from .kv import Location
-from .kv.byterange import vectored
-from .names import (
+from ..errors import FormatError, OckptWarning, WriteConflictError
+from ..names import (
     COMMIT_FILE,
     DELETED_SUFFIX,
     OWN_TMP_NAME,
@@ -53,6 +49,8 @@ from .names import (
     REPLACED_SUFFIX,
     TMP_MARKER,
 )
+from .byterange import vectored
+from .files import list_dir
 
 try:
     import fcntl
@@ -75,7 +73,6 @@ __all__ = [
     "remove_leftovers",
     "write_file",
     "NewFile",
-    "BackgroundWriter",
     "replace_file",
     "fsync_dir",
     "remove_path",
@@ -316,7 +313,7 @@ def _claim_ended(parent: str, name: str) -> list[tuple[str, _Lock | None]]:
     claims it; call with the parent's lock held (a save creates and locks its directory under
     that lock, so none is caught between the two)."""
     claimed: list[tuple[str, _Lock | None]] = []
-    for entry in sorted(Location.of(parent).listdir().dirs):
+    for entry in sorted(list_dir(parent).dirs):
         match = OWN_TMP_NAME.fullmatch(entry)
         if match is None or match["name"] != name:
             continue
@@ -394,64 +391,6 @@ class NewFile:
                 _start_writeback(self._file.fileno())
         finally:
             self._file.close()
-
-
-class BackgroundWriter:
-    """Appends to and closes new files (`NewFile`) on a thread of its own, in the order asked,
-    so that the thread handing out encoded chunks does not wait for the kernel's copy into the
-    page cache or for the disk. At most `max_bytes` of buffers wait at once (`append` waits
-    beyond that); `finish` waits for everything and raises the first failure.
-    """
-
-    def __init__(self, *, max_bytes: int = 256 << 20) -> None:
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="ockpt-write")
-        self._pending: deque[tuple[Future[None], int]] = deque()
-        self._held = 0
-        self._max_bytes = max_bytes
-
-    def open(self, path: str) -> _QueuedFile:
-        """A new file at `path` (created now) whose appends and close are queued; a file of a
-        save's temporary directory, flushed with the rest at commit (`finish`)."""
-        return _QueuedFile(self, NewFile(path, sync_on_close=False))
-
-    def submit(self, job: Callable[[], None], nbytes: int) -> None:
-        while self._pending and (
-            self._held + nbytes > self._max_bytes or self._pending[0][0].done()
-        ):
-            self._settle()
-        self._pending.append((self._pool.submit(job), nbytes))
-        self._held += nbytes
-
-    def _settle(self) -> None:
-        future, nbytes = self._pending.popleft()
-        self._held -= nbytes
-        future.result()
-
-    def finish(self) -> None:
-        """Wait for every queued write and close (raising the first failure), and stop."""
-        try:
-            while self._pending:
-                self._settle()
-        finally:
-            for future, _ in self._pending:
-                future.cancel()
-            self._pool.shutdown(wait=True)
-
-
-class _QueuedFile:
-    """A `NewFile` whose appends and close run on a `BackgroundWriter`'s thread."""
-
-    def __init__(self, writer: BackgroundWriter, file: NewFile) -> None:
-        self._writer = writer
-        self._file = file
-
-    def append(self, parts: Sequence[bytes | memoryview]) -> None:
-        parts = list(parts)  # the caller's list may change; the buffers are held until written
-        nbytes = sum(memoryview(p).nbytes for p in parts)
-        self._writer.submit(lambda: self._file.append(parts), nbytes)
-
-    def close(self) -> None:
-        self._writer.submit(self._file.close, 0)
 
 
 def _start_writeback(fd: int) -> None:

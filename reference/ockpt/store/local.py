@@ -1,0 +1,273 @@
+"""`LocalStore`: a directory of the local file system.
+
+Reads go through `files`, the one hardened open (regular files only, nothing outside the
+directory, bounded reads); saves through `commit` (a temporary directory of the save's own,
+locked with ``flock``, flushed, and renamed into place with ``renameat2`` where the file
+system has it).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+from ..errors import FormatError
+from ..limits import LIMITS
+from ..names import COMMIT_FILE
+from . import commit, files
+from .base import Capabilities, Listing, Pending, Store, check_key, marker_keys
+from .byterange import ByteRange
+
+__all__ = ["LocalStore"]
+
+_CREATE_FLAGS = (
+    os.O_WRONLY
+    | os.O_CREAT
+    | os.O_EXCL
+    | getattr(os, "O_NOFOLLOW", 0)
+    | getattr(os, "O_CLOEXEC", 0)
+)
+
+
+class LocalStore(Store):
+    """The local directory `path` (it need not exist yet); `display` is how errors name it
+    (default: `path` as given). `sync`: whether a file written is flushed to disk when
+    closed (False in a save's temporary directory, flushed whole at commit)."""
+
+    capabilities = Capabilities(
+        atomic_rename=True,
+        conditional_create=True,
+        consistent_listing=True,
+        sizes_known=True,
+        random_access=True,
+        links=True,
+    )
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        display: str | None = None,
+        sync: bool = True,
+        context: Any = None,
+    ) -> None:
+        text = os.fspath(path)
+        self.path = os.path.abspath(text)
+        self.display = text if display is None else display
+        self._sync = sync
+        self._context = context  # a tensorstore context given by the caller, for its engine
+
+    # -- naming -------------------------------------------------------------------------------
+
+    def child(self, name: str) -> LocalStore:
+        return LocalStore(
+            os.path.join(self.path, name),
+            display=self.file(name),
+            sync=self._sync,
+            context=self._context,
+        )
+
+    def parent(self) -> LocalStore | None:
+        up = os.path.dirname(self.path)
+        if up == self.path:
+            return None
+        shown = os.path.dirname(self.display.rstrip(os.sep)) or os.curdir
+        return LocalStore(up, display=shown, sync=self._sync, context=self._context)
+
+    def _full(self, key: str) -> str:
+        """The real path of `key`, inside this directory (PATH-003, PATH-004)."""
+        return files.resolve_inside(self.path, key, file=self.file(key))
+
+    # -- reads --------------------------------------------------------------------------------
+
+    def get(
+        self, key: str, *, limit: int = LIMITS.max_json_bytes, rule: str = "JSON-003"
+    ) -> bytes | None:
+        return files.read_inside(self.path, key, limit=limit, rule=rule, file=self.file(key))
+
+    def get_range(self, key: str, offset: int, length: int) -> bytes | None:
+        try:
+            f = self.open_file(key)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        try:
+            return f.pread(length, offset)
+        finally:
+            f.close()
+
+    def exists(self, key: str) -> bool:
+        try:
+            return files.size_inside(self.path, key, file=self.file(key)) is not None
+        except FormatError:
+            return True
+
+    def size(self, key: str) -> int | None:
+        return files.size_inside(self.path, key, file=self.file(key))
+
+    def list(self, prefix: str = "") -> list[str]:
+        found: list[str] = []
+        head = prefix.rsplit("/", 1)[0] + "/" if "/" in prefix else ""
+        start = self.child(head.rstrip("/")) if head else self
+        for key in _walk(start, head, head.count("/")):
+            if key.startswith(prefix):
+                found.append(key)
+                if len(found) > LIMITS.max_directory_entries:
+                    raise FormatError(
+                        "too many files under the directory",
+                        rule="LIMIT-005",
+                        file=self.display,
+                        expected=f"<= {LIMITS.max_directory_entries}",
+                    )
+        return sorted(found)
+
+    def list_dir(self, name: str = "") -> Listing:
+        try:
+            return files.list_dir(os.path.join(self.path, name) if name else self.path)
+        except (FileNotFoundError, NotADirectoryError):
+            return Listing(frozenset(), frozenset())
+
+    def is_directory(self) -> bool | None:
+        if not os.path.lexists(self.path):
+            return False
+        return True if os.path.isdir(self.path) else None
+
+    def open_file(self, key: str) -> Any:
+        from .datafile import LocalFile
+
+        return LocalFile(self._full(key), self.file(key))
+
+    def open_range(self, key: str) -> ByteRange | None:
+        full = self._full(key)
+        try:
+            return files.open_range(full, file=self.file(key))
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+
+    def check_tree(self) -> None:
+        files.check_tree(self.path, file=self.display)
+
+    def tensorstore_spec(self) -> dict[str, Any]:
+        """This directory as a tensorstore kvstore spec (``file`` driver)."""
+        return {"driver": "file", "path": self.path.rstrip("/") + "/"}
+
+    def tensorstore_context(self) -> Any:
+        from .url import new_context
+
+        return new_context(self._context)
+
+    # -- writes -------------------------------------------------------------------------------
+
+    def _target(self, key: str) -> str:
+        check_key(key, file=self.file(key))
+        return os.path.join(self.path, *key.split("/"))
+
+    def set(self, key: str, value: bytes | memoryview | Sequence[bytes | memoryview]) -> None:
+        commit.write_file(self._target(key), value, sync=self._sync)
+
+    def writer(self, key: str) -> commit.NewFile:
+        return commit.NewFile(self._target(key), sync_on_close=self._sync)
+
+    def create(self, key: str, value: bytes) -> bool:
+        path = self._target(key)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        try:
+            fd = os.open(path, _CREATE_FLAGS, 0o644)
+        except FileExistsError:
+            return False
+        except OSError as e:
+            if e.errno == errno.ELOOP:  # a link stands there
+                return False
+            raise
+        try:
+            view = memoryview(value)
+            while view:
+                view = view[os.write(fd, view) :]
+            if self._sync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        return True
+
+    def delete(self, key: str) -> None:
+        commit.remove_path(self._target(key))
+
+    def delete_prefix(self, prefix: str = "") -> None:
+        if not prefix:
+            commit.remove_path(self.path)
+            return
+        if prefix.endswith("/"):
+            commit.remove_path(self._target(prefix.rstrip("/")))
+            return
+        for key in self.list(prefix):
+            self.delete(key)
+
+    def replace(self, key: str, value: bytes) -> None:
+        commit.replace_file(self._target(key), value)
+
+    # -- the save protocol --------------------------------------------------------------------
+
+    def check_target(self, *, overwrite: bool) -> None:
+        commit.check_target(self.path, overwrite=overwrite)
+
+    def write_path(self) -> str:
+        return commit.temporary_name(commit.final_path(self.path), 0)  # tokens have 12 digits
+
+    def begin(self, *, overwrite: bool, token: int | None = None) -> LocalPending:
+        return LocalPending(self, commit.begin(self.path, overwrite=overwrite, token=token))
+
+    def join(self, token: int, *, overwrite: bool) -> LocalPending:
+        final = commit.final_path(self.path)
+        return LocalPending(
+            self, commit.Pending(final, commit.temporary_name(final, token), overwrite)
+        )
+
+    def remove_temporaries(self, names: Sequence[str]) -> list[str]:
+        """As the base says, with what a local save needs: a ``-replaced`` directory whose
+        checkpoint is missing is renamed back (DIR-007), the temporary directory of a save
+        still running is left alone (DIR-003; `commit.remove_leftovers`)."""
+        found = commit.remove_leftovers([os.path.join(self.path, n) for n in names])
+        if found:
+            commit.fsync_dir(self.path)
+        return sorted(self.file(os.path.basename(p)) for p in found)
+
+    def remove_committed(self) -> bool:
+        return commit.remove_committed(self.path)
+
+
+class LocalPending(Pending):
+    """A save into a temporary directory of its own next to the final one (`commit`)."""
+
+    def __init__(self, final: LocalStore, pending: commit.Pending) -> None:
+        self.pending = pending
+        self.final = final.display
+        self.overwrite = pending.overwrite
+        self.store = LocalStore(pending.tmp, sync=False, context=final._context)
+
+    def commit(self, markers: Iterable[str] = ("",)) -> None:
+        for key in marker_keys(markers):
+            where = os.path.join(self.pending.final, key[: -len(COMMIT_FILE)].rstrip("/"))
+            self.store.set(key, commit.commit_text(where.rstrip(os.sep)).encode())
+        commit.finish(self.pending, marker=False)
+
+    def abort(self) -> None:
+        commit.abort(self.pending)
+
+
+def _walk(store: LocalStore, prefix: str, depth: int) -> Iterator[str]:
+    """The relative names of everything but directories under `store` (what is no regular
+    file is listed too, and refused when read: PATH-005; links to directories are not
+    followed), `prefix` before each."""
+    if depth > LIMITS.max_depth:
+        raise FormatError(
+            "directories nested deeper than the limit",
+            rule="LIMIT-001",
+            file=store.display,
+            expected=f"<= {LIMITS.max_depth} levels",
+        )
+    listing = store.list_dir()
+    yield from (prefix + name for name in listing.files | listing.other)
+    for name in listing.dirs:
+        if not os.path.islink(os.path.join(store.path, name)):  # a link: not followed
+            yield from _walk(store.child(name), f"{prefix}{name}/", depth + 1)
