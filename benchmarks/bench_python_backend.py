@@ -65,10 +65,10 @@ def main() -> None:
     from ockpt import engines
     from ockpt.engines import python as python_engine
     from ockpt.layout import detect
-    from ockpt.store import Store, new_context
+    from ockpt.store import as_store, new_context
 
     names = sorted(python_engine.key_listing(python_engine.item_keys(path))["params"])
-    loc = Store.of(path)
+    loc = as_store(path)
     fmt = detect(path).item
     backends = {
         "tensorstore": lambda: engines.open_store(

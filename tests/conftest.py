@@ -142,3 +142,7 @@ def assert_case_backends_agree(case: Path) -> None:
             assert_backends_agree(case / "checkpoint", item=name)
     else:
         assert_backends_agree(case / "checkpoint")
+
+
+# The object-store emulators (moto's S3, fake-gcs-server), one per test module that asks.
+from object_stores import gcs, gcs_bucket, s3  # noqa: E402, F401

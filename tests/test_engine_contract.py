@@ -26,7 +26,7 @@ from ockpt.engines import python as pb
 from ockpt.errors import FormatError, MissingDataError
 from ockpt.layout import ItemFormat, Storage, detect, resolve
 from ockpt.paths import param_name
-from ockpt.store import LocalStore, Store
+from ockpt.store import LocalStore, Store, as_store
 from test_reader import expected_items, load_kwargs
 
 ENGINES = list(engines.BACKENDS)
@@ -63,7 +63,7 @@ def _format(path: Path) -> ItemFormat:
 
 
 def _open(engine: str, path: Path | Store, fmt: ItemFormat | None = None, **kw):
-    loc = Store.of(path)
+    loc = as_store(path)
     assert isinstance(loc, LocalStore)
     return engines.open_store(loc, fmt or _format(Path(loc.path)), backend=engine, **kw)
 
@@ -103,7 +103,7 @@ def _same_bytes(x, y, what) -> None:
 def _compare(path: str | Path | Store, fmt: ItemFormat) -> list[str]:
     """Open every array of the item with both engines: the same metadata, and the same bytes
     for whole arrays, random boxes, casts, views and `read_regions`. Returns the params."""
-    loc = Store.of(path)
+    loc = as_store(path)
     keys = pb.item_keys(loc, fmt)
     params = sorted(pb.key_listing(keys)["params"])
     mine = engines.open_store(loc, fmt, backend="python")

@@ -19,7 +19,7 @@ from ockpt.documents import metadata as metadata_module
 from ockpt.errors import FormatError
 from ockpt.limits import LIMITS, Limits
 from ockpt.paths import tree_key, unsafe_path
-from ockpt.store import Store
+from ockpt.store import as_store
 from ockpt.store.files import check_tree, resolve_inside
 
 NO_OCDBT = FIXTURES / "orbax-0.12.8" / "no_ocdbt" / "checkpoint"
@@ -204,7 +204,7 @@ def test_path_003_location_read_refuses_escaping_names(tmp_path):
     (tmp_path / "secret").write_text("{}")
     item = tmp_path / "item"
     item.mkdir()
-    loc = Store.of(item)
+    loc = as_store(item)
     for name in ("../secret", "/etc/passwd", "a\0b", "x/../../secret"):
         with pytest.raises(FormatError) as e:
             loc.get(name)

@@ -19,7 +19,7 @@ import pytest
 import ockpt
 from conftest import FIXTURES, deadline
 from ockpt.errors import FormatError
-from ockpt.store import Store, UrlStore, files
+from ockpt.store import UrlStore, as_store, files
 
 CASE_12 = FIXTURES / "orbax-0.12.8" / "nested"  # OCDBT, zarr v2, _METADATA, _sharding
 CASE_03 = FIXTURES / "orbax-0.3.5" / "scalars_strings"  # msgpack `checkpoint`, per-leaf zarr
@@ -52,7 +52,7 @@ def test_special_files_are_refused_at_once(tmp_path, kind):
             lambda: files.read_file(str(target), limit=1 << 20, rule="JSON-003"),
             lambda: files.read_inside(str(tmp_path), "doc", limit=1 << 20, rule="JSON-003"),
             lambda: files.open_range(str(target)),
-            lambda: Store.of(tmp_path).get("doc"),
+            lambda: as_store(tmp_path).get("doc"),
             lambda: files.size_inside(str(tmp_path), "doc"),
         ):
             with pytest.raises(FormatError) as e:
@@ -73,12 +73,12 @@ def test_a_link_leading_out_is_refused_and_its_bytes_never_shown(tmp_path):
     item.mkdir()
     (item / "_METADATA").symlink_to(secret)
     with pytest.raises(FormatError) as e:
-        Store.of(item).get("_METADATA")
+        as_store(item).get("_METADATA")
     assert e.value.rule == "PATH-004" and "TOP-SECRET" not in str(e.value)
     inside = item / "real"
     inside.write_text("{}")
     (item / "alias").symlink_to("real")  # a link inside the checkpoint is followed
-    assert Store.of(item).get("alias") == b"{}"
+    assert as_store(item).get("alias") == b"{}"
 
 
 def test_reads_are_bounded_before_reading(tmp_path):
@@ -177,7 +177,7 @@ def _memory_location(objects: dict[str, bytes]) -> tuple[UrlStore, object]:
     its context: each new context is an empty store)."""
     pytest.importorskip("tensorstore")
 
-    loc = Store.of("memory://bucket/ckpt/")
+    loc = as_store("memory://bucket/ckpt/")
     assert isinstance(loc, UrlStore)
     store = loc.kvstore()
     for name, data in objects.items():

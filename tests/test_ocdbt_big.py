@@ -173,7 +173,7 @@ def test_deep_btree_arrays_read_the_same_with_both_engines():
     engine (ockpt's OCDBT and zarr decoders) and the tensorstore engine: bit-equal."""
     from ockpt.engines import open_store
     from ockpt.layout import ItemFormat, Storage
-    from ockpt.store import Store
+    from ockpt.store import as_store
 
     path = _db(BY_NAME["deep_btree"])
     names = sorted(
@@ -185,8 +185,8 @@ def test_deep_btree_arrays_read_the_same_with_both_engines():
     )
     assert len(names) == 3 * 60 + 24  # layers 0-63 less the deleted 8-11, and 24 zarr3 arrays
     fmt_ = ItemFormat(Storage.OCDBT, None, False, False, has_root_manifest=True)
-    python = open_store(Store.of(path), fmt_, backend="python")
-    tensorstore = open_store(Store.of(path), fmt_, backend="tensorstore")
+    python = open_store(as_store(path), fmt_, backend="python")
+    tensorstore = open_store(as_store(path), fmt_, backend="tensorstore")
     try:
         for name in names:
             a, b = python.open(name), tensorstore.open(name)

@@ -9,7 +9,6 @@ unfinished step, and read, compare, convert and write through ``s3://`` URLs.
 from __future__ import annotations
 
 import json
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -18,7 +17,7 @@ import numpy as np
 import pytest
 
 from conftest import FIXTURES, HAVE_TENSORSTORE
-from object_stores import free_port, ockpt, python, serve, upload
+from object_stores import free_port, ockpt, python, upload
 
 #: s3:// URLs are opened by tensorstore: without it (the suite run with OCKPT_BLOCK_TENSORSTORE,
 #: or ockpt installed without its `tensorstore` extra) they are refused, which
@@ -28,34 +27,6 @@ pytestmark = pytest.mark.skipif(
 )
 
 CASES = FIXTURES / "orbax-0.12.8"
-
-
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory):
-    """A moto S3 server on 127.0.0.1 for this module; yields the environment to reach it."""
-    try:
-        import boto3  # noqa: F401 - installed with moto
-        import moto.server  # noqa: F401
-    except ImportError as e:
-        pytest.skip(f"moto[server] is not installed: {e}")
-    port = free_port()
-    endpoint = f"http://127.0.0.1:{port}"
-    aws = tmp_path_factory.mktemp("aws")
-    (aws / "config").write_text("[default]\nregion = us-east-1\n")
-    (aws / "credentials").write_text("[default]\n")
-    env = {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_REGION": "us-east-1",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ENDPOINT_URL": endpoint,
-        "AWS_CONFIG_FILE": str(aws / "config"),
-        "AWS_SHARED_CREDENTIALS_FILE": str(aws / "credentials"),
-    }
-    command = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
-    log = tmp_path_factory.mktemp("moto") / "server.log"
-    with serve(command, f"{endpoint}/moto-api/", log, "moto server"):
-        yield env
 
 
 @pytest.fixture

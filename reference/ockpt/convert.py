@@ -92,7 +92,7 @@ from .sources import (
     safetensors_code,
     suffix_format,
 )
-from .store import Store, is_url
+from .store import as_store, is_url
 from .store.files import read_file
 
 __all__ = [
@@ -879,7 +879,7 @@ def _upload(
         transfer.copy(local, dst, overwrite=overwrite, progress=progress)
         return [dst]
     base = os.path.dirname(local)
-    parent = Store.of(dst.rstrip("/").rsplit("/", 1)[0])
+    parent = as_store(dst.rstrip("/").rsplit("/", 1)[0])
     out = []
     for file in files:
         rel = os.path.relpath(file, base)

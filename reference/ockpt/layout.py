@@ -44,7 +44,7 @@ from .names import (
     ZARR2_METADATA,
     ZARR3_METADATA,
 )
-from .store import Listing, Store
+from .store import Listing, Store, as_store
 
 if TYPE_CHECKING:
     import tensorstore as ts
@@ -276,7 +276,7 @@ def detect(path: Any, *, context: ts.Context | None = None) -> Layout:
     """Describe what `path` (local, ``file://`` or a kvstore URL) is. Never raises: failures
     become NOT_A_CHECKPOINT with a reason."""
     try:
-        return _detect_top(Store.of(path, context=context))
+        return _detect_top(as_store(path, context=context))
     except PathNotFoundError as e:
         reason = f"cannot stat: {e.message}"
         return Layout(_shown(path), Kind.NOT_A_CHECKPOINT, reason, exists=False)
@@ -661,7 +661,7 @@ def scan_steps(root: Any, *, context: ts.Context | None = None) -> tuple[Step, .
 
     A step directory removed while the root is scanned is absent (LOAD-055). On object
     stores (no atomic rename) a step is committed only once it holds `commit_success.txt`."""
-    return _scan_steps(_Scan(Store.of(root, context=context)))[0]
+    return _scan_steps(_Scan(as_store(root, context=context)))[0]
 
 
 def _scan_steps(scan: _Scan) -> tuple[tuple[Step, ...], set[str | None]]:
@@ -811,7 +811,7 @@ def select(
     latest committed one when only `item` is given), `item` an item of a step or v1
     checkpoint. Raises `PathNotFoundError` for a missing path and `NotACheckpointError`
     (LOAD-052..055) for a request the checkpoint cannot satisfy."""
-    return _select(Store.of(path, context=context), step=step, item=item, down=False)
+    return _select(as_store(path, context=context), step=step, item=item, down=False)
 
 
 def resolve(
@@ -830,7 +830,7 @@ def resolve(
     checkpoint (or the item, given directly or named by `item`) whose checkpointables a read of
     all of them means (spec/checkpointables.md §6). Raises `PathNotFoundError` or
     `NotACheckpointError` naming the rule (LOAD-050..055)."""
-    return _select(Store.of(path, context=context), step=step, item=item, down=True, what=what)
+    return _select(as_store(path, context=context), step=step, item=item, down=True, what=what)
 
 
 #: The kinds `resolve(..., what="item")` accepts: every item of a step or v1 checkpoint.

@@ -28,7 +28,7 @@ from .names import (
 )
 from .reader import CastPolicy, load_pytree
 from .save_options import SaveOptions
-from .store import Store
+from .store import Store, as_store
 from .writer import prepare_save
 
 __all__ = ["CheckpointManager", "DEFAULT_ITEM"]
@@ -69,7 +69,7 @@ class CheckpointManager:
             )
         if step_prefix is not None and (not step_prefix or "/" in step_prefix):
             raise ValueError(f"invalid step_prefix {step_prefix!r}")
-        self.store = Store.of(root)
+        self.store = as_store(root)
         self.root = self.store.display
         self.max_to_keep = max_to_keep
         self.save_interval_steps = save_interval_steps

@@ -18,7 +18,7 @@ from .errors import WriteConflictError
 from .layout import Kind, Layout, is_temporary_name, select
 from .limits import LIMITS
 from .names import COMMIT_FILE
-from .store import Pending, Store
+from .store import Pending, Store, as_store
 
 __all__ = ["copy"]
 
@@ -50,7 +50,7 @@ def copy(src: Any, dst: Any, *, overwrite: bool = False, progress: bool = True) 
     files written."""
     from . import _progress
 
-    s, d = Store.of(src), Store.of(dst)
+    s, d = as_store(src), as_store(dst)
     layout = select(s).target  # refuses what is no checkpoint (LOAD-050)
     # a step a reader must not read (in a bucket, one without commit_success.txt: directories
     # §7) is not copied: at a destination with rename it would look committed

@@ -71,7 +71,7 @@ from .paths import array_prefix, find_collisions
 from .rules import RULES
 from .saved_tree import SavedLeaf
 from .schema import check_document
-from .store import Store
+from .store import Store, as_store
 
 __all__ = ["validate", "Report", "Progress"]
 
@@ -1047,7 +1047,7 @@ def validate(
     finding is an error. Raises `PathNotFoundError` when `path` does not exist,
     `NotACheckpointError` when it is not a directory, and `OSError` when a file cannot be read.
     """
-    store = Store.of(path)
+    store = as_store(path)
     v = _Validator(deep, progress)
     kind = v.run(store, step=step, item=item)
     return Report(store.display, kind, deep, v.findings, {k: n for k, n in v.checked.items()})

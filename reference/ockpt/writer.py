@@ -75,7 +75,7 @@ from .ocdbt.write import Entry
 from .paths import EmptyNode, KeyEntry, KeyPath, KeyType, check_param_names, flatten, param_name
 from .random_keys import RandomKey
 from .save_options import UNSET, Compression, SaveOptions, StorageDtypes, Unset, from_keywords
-from .store import Pending, Store
+from .store import Pending, Store, as_store
 from .store.commit import new_token
 
 __all__ = [
@@ -930,7 +930,7 @@ def prepare_save(
     opts = _resolve(options, "item" if layout == "step" else layout)
     _check_custom_metadata(custom_metadata)
     job = _job() if job is None else job
-    store = Store.of(path)
+    store = as_store(path)
     store.check_target(overwrite=overwrite)  # refuse early, before copying
     parts: dict[str, _Part] = {}
     handlers: str | dict[str, str]

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from ..errors import FormatError, MissingDataError, OcdbtError
 from ..limits import LIMITS
 from ..names import MANIFEST_FILE
-from ..store import Store
+from ..store import Store, as_store
 from ..store.byterange import ByteRange
 from ..store.datafile import DataFile
 from . import format as fmt
@@ -101,7 +101,7 @@ class Database:
         max_decoded_bytes: int = fmt.DEFAULT_MAX_DECODED_BYTES,
         node_cache_size: int = 4096,
     ) -> None:
-        self.store = Store.of(path)
+        self.store = as_store(path)
         if display is not None:
             self.store = self.store.with_display(os.fspath(display))
         self._shown = self.store.display

@@ -22,7 +22,7 @@ from ..names import (
     STRINGS_FILE,
 )
 from ..paths import check_relative
-from ..store import Store
+from ..store import as_store
 
 if TYPE_CHECKING:
     import tensorstore as ts
@@ -55,7 +55,7 @@ class OpenedItem:
     ) -> None:
         if backend not in ("auto", *engines.BACKENDS):
             raise ValueError(f"backend must be 'auto', 'tensorstore' or 'python', not {backend!r}")
-        loc = Store.of(path, context=context)
+        loc = as_store(path, context=context)
         if backend == "auto":  # ockpt's own decoders where reads are cheap; else tensorstore's
             backend = "python" if loc.capabilities.random_access else "tensorstore"
         self.resolved: Resolved = resolve(loc, step=step, item=item)

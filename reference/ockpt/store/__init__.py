@@ -13,8 +13,13 @@
 * `datafile`, `byterange`: a value read a byte range at a time, and streamed.
 
 Nothing else in ockpt opens a file of a checkpoint or branches on where a store is
-(tests/test_architecture.py checks both): callers take a `Store` (`Store.of(path)`) and ask it.
+(tests/test_architecture.py checks both): callers take a `Store` (`as_store(path)`) and ask it.
 """
+
+from __future__ import annotations
+
+import os
+from typing import Any
 
 from .base import Capabilities, Listing, NewFile, Pending, Store
 from .byterange import ByteRange
@@ -34,7 +39,22 @@ __all__ = [
     "Pending",
     "Store",
     "UrlStore",
+    "as_store",
     "import_tensorstore",
     "is_url",
     "new_context",
 ]
+
+
+def as_store(path: str | os.PathLike[str] | Store, *, context: Any = None) -> Store:
+    """The store of a local path, a ``file://`` URL or a kvstore URL (``gs://``, ``s3://``,
+    ``memory://``: a `UrlStore`); a store is returned as it is. `context`: a tensorstore
+    context for the URL's requests and the tensorstore engine."""
+    if isinstance(path, Store):
+        return path
+    text = os.fspath(path)
+    if is_url(text) and not text.startswith("file://"):
+        return UrlStore.from_url(text, context=context)
+    if text.startswith("file://"):
+        text = text[len("file://") :]
+    return LocalStore(text, context=context)

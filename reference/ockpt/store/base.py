@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import abc
 import copy
-import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -109,23 +108,6 @@ class Store(abc.ABC):
     display: str
     capabilities: Capabilities
 
-    @staticmethod
-    def of(path: str | os.PathLike[str] | Store, *, context: Any = None) -> Store:
-        """The store of a local path, a ``file://`` URL or a kvstore URL (``gs://``,
-        ``s3://``, ``memory://``: a `UrlStore`); a store is returned as it is. `context`: a
-        tensorstore context for the URL's requests and the tensorstore engine."""
-        if isinstance(path, Store):
-            return path
-        from .local import LocalStore
-        from .url import UrlStore, is_url
-
-        text = os.fspath(path)
-        if is_url(text) and not text.startswith("file://"):
-            return UrlStore.from_url(text, context=context)
-        if text.startswith("file://"):
-            text = text[len("file://") :]
-        return LocalStore(text, context=context)
-
     # -- naming -------------------------------------------------------------------------------
 
     @property
@@ -200,8 +182,6 @@ class Store(abc.ABC):
     def open_file(self, key: str) -> Any:
         """`key` as a `datafile.DataFile`, read a byte range at a time; FileNotFoundError
         when there is none."""
-        from .datafile import RangedFile
-
         return RangedFile(self, key)
 
     def open_range(self, key: str) -> Any:
@@ -215,10 +195,8 @@ class Store(abc.ABC):
         return None
 
     def tensorstore_context(self) -> Any:
-        """The tensorstore context for this store's reads (`url.new_context`)."""
-        from .url import new_context
-
-        return new_context()
+        """The tensorstore context for this store's reads; None: a new one of the engine's."""
+        return None
 
     def check_tree(self) -> None:
         """Refuse a tree that a reader which follows links and opens what it finds
@@ -361,3 +339,31 @@ def refuse_existing(store: Store, *, overwrite: bool) -> None:
             rule="DIR-002",
             file=store.display,
         )
+
+
+class RangedFile:
+    """The value `key` of a store with no descriptors, each range read by a request (a
+    `datafile.DataFile`)."""
+
+    def __init__(self, store: Store, key: str) -> None:
+        self.store = store
+        self.key = key
+        self.display = store.file(key)
+        self.size: int | None = store.size(key) if store.capabilities.sizes_known else None
+        if self.size is None and not store.exists(key):
+            raise FileNotFoundError(self.display)
+
+    def pread(self, length: int, offset: int) -> bytes:
+        data = self.store.get_range(self.key, offset, length)
+        return b"" if data is None else data  # None: deleted since it was opened
+
+    def preadv(self, view: memoryview, offset: int) -> int:
+        data = self.pread(len(view), offset)
+        view[: len(data)] = data
+        return len(data)
+
+    def byte_range(self, offset: int, length: int) -> None:
+        return None
+
+    def close(self) -> None:
+        return None

@@ -1,23 +1,20 @@
 """`DataFile`: one value of a store read by byte ranges (an OCDBT data file).
 
 OCDBT data files are read a range at a time (a node, a value). A `LocalFile` keeps the file's
-descriptor open and reads with ``pread``; a `RangedFile` asks its store for each range (an
-object behind a URL, a value in memory). Both read like ``pread``: a range that reaches past
+descriptor open and reads with ``pread``; a `base.RangedFile` asks its store for each range
+(an object behind a URL, a value in memory). Both read like ``pread``: a range that reaches past
 the end of the value comes back short, and the caller names the fault.
 """
 
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from .byterange import ByteRange
 from .files import open_regular
 
-if TYPE_CHECKING:
-    from .base import Store
-
-__all__ = ["DataFile", "LocalFile", "RangedFile"]
+__all__ = ["DataFile", "LocalFile"]
 
 
 class DataFile(Protocol):
@@ -64,30 +61,3 @@ class LocalFile:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
-
-
-class RangedFile:
-    """The value `key` of a store with no descriptors, each range read by a request."""
-
-    def __init__(self, store: Store, key: str) -> None:
-        self.store = store
-        self.key = key
-        self.display = store.file(key)
-        self.size: int | None = store.size(key) if store.capabilities.sizes_known else None
-        if self.size is None and not store.exists(key):
-            raise FileNotFoundError(self.display)
-
-    def pread(self, length: int, offset: int) -> bytes:
-        data = self.store.get_range(self.key, offset, length)
-        return b"" if data is None else data  # None: deleted since it was opened
-
-    def preadv(self, view: memoryview, offset: int) -> int:
-        data = self.pread(len(view), offset)
-        view[: len(data)] = data
-        return len(data)
-
-    def byte_range(self, offset: int, length: int) -> None:
-        return None
-
-    def close(self) -> None:
-        pass

@@ -47,7 +47,7 @@ from ..errors import UnsupportedError
 from ..names import PYTREE_CHECKPOINTABLES
 from ..paths import nest
 from ..save_options import SaveOptions
-from ..store import Pending, Store
+from ..store import Pending, as_store
 from ..store.commit import new_token
 from ..writer import Job, Piece, ShardedArray, prepare_save
 
@@ -186,7 +186,7 @@ class OrbaxWriter(StorageWriter):
         arrays = _layouts(tensors)
         _nest(dict.fromkeys([a.fqn for a in arrays] + list(objects)))  # refuse collisions now
         token = new_token()
-        self._pending = Store.of(self.path).begin(overwrite=self.overwrite, token=token)
+        self._pending = as_store(self.path).begin(overwrite=self.overwrite, token=token)
         info = _GlobalInfo(os.fspath(self.path), token, arrays, tuple(sorted(objects)))
         return [
             dataclasses.replace(
@@ -201,7 +201,7 @@ class OrbaxWriter(StorageWriter):
         job = self._job
         pending = self._pending if job.primary else None
         if pending is None:
-            pending = Store.of(info.path).join(info.token, overwrite=self.overwrite)
+            pending = as_store(info.path).join(info.token, overwrite=self.overwrite)
         try:
             tree = _tree(info, plan.items, planner, primary=job.primary)
         except BaseException:

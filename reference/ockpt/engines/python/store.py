@@ -42,7 +42,7 @@ from ...names import (
 )
 from ...ocdbt.tree import Database
 from ...paths import array_prefix
-from ...store import Store
+from ...store import Store, as_store
 from ...store.byterange import ByteRange
 from ...zarr import ArrayMetadata, open_metadata, read_region
 from ...zarr.v3 import ArrayV3Metadata
@@ -223,7 +223,7 @@ def item_format(item_dir: str | os.PathLike | Store) -> ItemFormat:
     found = detect(item_dir).item
     if found is None:
         raise NotACheckpointError(
-            "not a pytree item", rule="LOAD-050", file=Store.of(item_dir).display
+            "not a pytree item", rule="LOAD-050", file=as_store(item_dir).display
         )
     return found
 
@@ -236,7 +236,7 @@ def open_item_store(
 ) -> KeyValueStore:
     """The key-value view of an item's array storage (`fmt` detected when None), in any
     store; errors name the item `display` (default: as its store shows it)."""
-    store = Store.of(item_dir)
+    store = as_store(item_dir)
     if display is not None:
         store = store.with_display(display)
     if fmt is None:
@@ -437,7 +437,7 @@ class ArrayStore:
         zarr_version: int | None = None,
         missing_chunks_are_errors: bool = False,
     ) -> None:
-        self.location = Store.of(location)
+        self.location = as_store(location)
         self.fmt = fmt if fmt is not None else item_format(self.location)
         self.zarr_version = zarr_version
         self.missing_chunks_are_errors = missing_chunks_are_errors

@@ -291,7 +291,7 @@ class ArrayStore:
         self.location = location
         self.fmt = fmt
         self.zarr_version = zarr_version
-        self.context = context if context is not None else location.tensorstore_context()
+        self.context = context or location.tensorstore_context() or store_url.new_context()
         self.processes = tuple(fmt.ocdbt_processes)
         self.missing_chunks_are_errors = missing_chunks_are_errors
         self._per_leaf = fmt.storage is not Storage.OCDBT
