@@ -621,8 +621,7 @@ def test_pt_temporary_file_is_removed_when_torch_save_fails(tmp_path, monkeypatc
     torch = pytest.importorskip("torch")
 
     def failing_save(obj, f):
-        with open(f, "wb") as out:
-            out.write(b"partial")
+        f.write(b"partial")  # a stream of the output's store
         raise RuntimeError("disk full")
 
     monkeypatch.setattr(torch, "save", failing_save)

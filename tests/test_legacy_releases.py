@@ -64,7 +64,8 @@ def test_bare_steps_are_steps(release, backend):
 
 
 def test_bare_step_through_a_url():
-    """LAYOUT-005 holds for kvstore URLs too (a memory:// copy of the 0.3.5 manager)."""
+    """LAYOUT-005 holds for kvstore URLs too (a memory:// copy of the 0.3.5 manager, each step
+    marked by commit_success.txt as in any store without rename: directories §7)."""
     case = _case("orbax-0.3.5/manager")
     import tensorstore as ts  # here: the suite also runs without it (OCKPT_BLOCK_TENSORSTORE)
 
@@ -73,6 +74,8 @@ def test_bare_step_through_a_url():
     dst = ts.KvStore.open("memory://m/", context=ctx).result()
     for key in src.list().result():
         dst.write(key, src.read(key).result().value).result()
+    for step in ("0", "1", "2"):
+        dst.write(f"{step}/commit_success.txt", b"").result()
     items = expected_items(case)
     assert_same(ockpt.load_pytree("memory://m/", context=ctx), items["2/params"])
     assert_same(ockpt.load_pytree("memory://m/", step=1, context=ctx), items["1/params"])

@@ -115,7 +115,7 @@ def test_merge_refers_to_the_process_files(tmp_path):
         _write(tmp_path / f"ocdbt.process_{p}", half)
     root = DatabaseWriter(str(tmp_path), open_file=commit.NewFile)
     for p in range(2):
-        with Database(tmp_path / f"ocdbt.process_{p}", root=tmp_path) as db:
+        with Database(tmp_path / f"ocdbt.process_{p}") as db:
             merge(root, [(f"ocdbt.process_{p}/".encode(), db.entries())])
     root.commit()
     kv = ocdbt_kvstore(tmp_path)
@@ -128,7 +128,7 @@ def test_merge_refers_to_the_process_files(tmp_path):
     assert own < inline + 20_000  # the nodes with their inline values; no out-of-line value
     assert_nodes_equal_dump(tmp_path)
     again = DatabaseWriter(str(tmp_path / "again"), open_file=commit.NewFile)
-    with Database(tmp_path / "ocdbt.process_0", root=tmp_path) as db:
+    with Database(tmp_path / "ocdbt.process_0") as db:
         source = (b"ocdbt.process_0/", list(db.entries()))
     with pytest.raises(ValueError, match="written twice"):
         merge(again, [source, source])
@@ -184,7 +184,7 @@ def test_tensorstore_dumps_every_database_of_a_save(tmp_path, options):
     for path in databases:
         assert assert_nodes_equal_dump(path)["btreenode"] >= 1
         kv = ocdbt_kvstore(path)
-        with Database(path, root=tmp_path / "c") as db:
+        with Database(path) as db:
             keys = db.list()
             assert sorted(bytes(k) for k in kv.list().result()) == keys
             assert all(kv.read(k).result().value == db.get(k) for k in keys)

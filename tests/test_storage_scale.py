@@ -216,7 +216,7 @@ def _chunk_value(path: Path, param: str):
     [item] = [
         m.parent for m in path.rglob("manifest.ocdbt") if not m.parent.name.startswith("ocdbt.")
     ]
-    db = Database(item, root=item)
+    db = Database(item)
     try:
         for key, entry in db.entries():
             if key == f"{param}/c/0".encode() or key == f"{param}/0".encode():

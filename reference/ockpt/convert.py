@@ -9,7 +9,7 @@ near one block (at most `BLOCK_BYTES`, or one leaf's row), not the whole checkpo
   safetensors format document lays it out: 8-byte little-endian header size, JSON header padded
   with spaces to a multiple of 8, then the tensors' bytes), then each leaf is written in
   blocks. The safetensors library decides which dtypes the format has (its `TensorSpec`
-  refuses the others) and checks every written file when it is reopened. With
+  refuses the others). With
   ``max_shard_size`` the output is sharded with a ``<stem>.safetensors.index.json`` as the
   Hugging Face convention has it. String leaves go into the header's ``__metadata__`` (target
   name -> text; every shard carries them all).
@@ -50,10 +50,15 @@ though a NaN's payload bits may not). Rules and `widen` do not apply to an Orbax
 
 Outputs: an existing output file (or a folder's weight files, or its config.json with
 `config`) is replaced only with `overwrite`, as `ockpt cp` does; the refusal names the
-command-line flag. Every safetensors file is written under a temporary name first and renamed
-into place only when all are written: the old index is removed first and the new one renamed
-in last, so an interrupted overwrite leaves the old model, the new one, or no index, never an
-index naming shards of two conversions. `config` is read and checked before anything is
+command-line flag. Every file is written through the store of its folder (a local directory or
+an object-store URL: no local copy of a bucket's output is made). Where the store renames, each
+file is written under a temporary name first and renamed into place only when all are written:
+the old index is removed first and the new one renamed in last, so an interrupted overwrite
+leaves the old model, the new one, or no index, never an index naming shards of two
+conversions. In an object store, which has no rename, the old index is removed before the first
+file is written and the new index is written last, each object whole (held in memory until its
+one write: ``max_shard_size`` bounds it). Each safetensors file's header is read back from the
+store and compared with what was written. `config` is read and checked before anything is
 written. The format is `dst_format` or the output's suffix, never what a folder holds: an
 existing folder of safetensors files is a `ValueError` asking for ``--to hf``; from an Orbax
 source, an unknown suffix (``model.safetensor``) is a `ValueError` listing the known ones.
@@ -67,7 +72,6 @@ import contextlib
 import json
 import os
 import re
-import shutil
 import struct
 import tempfile
 import zipfile
@@ -92,7 +96,7 @@ from .sources import (
     safetensors_code,
     suffix_format,
 )
-from .store import as_store, is_url
+from .store import Store, as_store
 from .store.files import read_file
 
 __all__ = [
@@ -322,24 +326,96 @@ def _permuted_blocks(
 # Sinks.
 
 
-def _atomic_path(dst: str) -> str:
-    return f"{dst}.ockpt-tmp"
+#: The suffix a flat output's file carries until every file of the output is written.
+_TMP_SUFFIX = ".ockpt-tmp"
 
 
-@contextlib.contextmanager
-def _removed_on_error(path: str) -> Iterator[None]:
-    """Remove the partly written `path` when the block fails."""
-    try:
-        yield
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.remove(path)
-        raise
+class _File:
+    """A new file of an output as a binary stream (``write``, ``tell``; no ``seek``: zipfile
+    writes its members with data descriptors, torch.save streams), over `Store.writer`."""
+
+    def __init__(self, file: Any) -> None:
+        self._file = file
+        self._at = 0
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        self._file.append([view])
+        self._at += view.nbytes
+        return view.nbytes
+
+    def tell(self) -> int:
+        return self._at
+
+    def flush(self) -> None:
+        return None
+
+    def writable(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        self._file.close()
 
 
-def _refuse_existing(paths: Sequence[str], *, overwrite: bool) -> None:
+class _Output:
+    """The files of a flat output, in the store of their folder.
+
+    Where the store renames (`Capabilities.atomic_rename`), each file is written under a
+    temporary name and all are renamed into place once every one is written (`publish`), so
+    an interrupted conversion leaves the old output as it was. Where it does not (an object
+    store, whose objects appear whole when written), each is written under its own name, the
+    files `publish` would remove first (an old index) are removed before the first is written,
+    and the index is written last. On failure, `discard` removes what was written."""
+
+    def __init__(self, folder: Store, *, remove_first: Sequence[str] = ()) -> None:
+        self.folder = folder
+        self.staged = folder.capabilities.atomic_rename
+        self.remove_first = list(remove_first)
+        self.written: list[str] = []
+        if not self.staged:
+            self._remove(self.remove_first)
+
+    def _remove(self, names: Sequence[str]) -> None:
+        for name in names:
+            self.folder.delete(name)
+
+    def key(self, name: str) -> str:
+        """Where the file `name` is written until `publish`."""
+        return name + _TMP_SUFFIX if self.staged else name
+
+    def open(self, name: str) -> _File:
+        self.written.append(name)
+        return _File(self.folder.writer(self.key(name)))
+
+    def put(self, name: str, data: bytes) -> None:
+        file = self.open(name)
+        file.write(data)
+        file.close()
+
+    def publish(self) -> list[str]:
+        """Put every written file in place, in the order written (the index last), after
+        removing `remove_first`; returns the files, as the folder names them."""
+        self.folder.flush()
+        if self.staged:
+            self._remove(self.remove_first)
+            for name in self.written:
+                self.folder.rename(self.key(name), name)
+        done, self.written = self.written, []
+        return [self.folder.file(name) for name in done]
+
+    def discard(self) -> None:
+        """Remove what was written and not yet put in place."""
+        with contextlib.suppress(OSError, OckptError):
+            self.folder.flush()
+        for name in self.written:
+            with contextlib.suppress(OSError, OckptError):
+                self.folder.delete(self.key(name))
+        self.written = []
+
+
+def _refuse_existing(folder: Store, names: Sequence[str], *, overwrite: bool) -> None:
     """Like `ockpt cp`: an existing output is replaced only with --overwrite."""
-    existing = [p for p in paths if os.path.lexists(p)]
+    existing = [folder.file(n) for n in names if folder.exists(n)]
     if existing and not overwrite:
         shown = ", ".join(existing[:3]) + (f" and {len(existing) - 3} more" if existing[3:] else "")
         raise WriteConflictError(f"{shown}: exists; pass --overwrite to replace it")
@@ -347,8 +423,9 @@ def _refuse_existing(paths: Sequence[str], *, overwrite: bool) -> None:
 
 @dataclass(frozen=True)
 class _SafetensorsPlan:
-    """The files of a safetensors output: `shards` (file, its tensors) and the index file
-    (None for a single file), Hugging Face's naming: ``<stem>-0000N-of-0000M.safetensors``."""
+    """The files of a safetensors output, named in their folder: `shards` (file, its tensors)
+    and the index file (None for a single file), Hugging Face's naming:
+    ``<stem>-0000N-of-0000M.safetensors``."""
 
     shards: list[tuple[str, list[_Target]]]
     index: str | None
@@ -359,7 +436,7 @@ class _SafetensorsPlan:
 
 
 def _plan_safetensors(
-    targets: list[_Target], dst: str, max_shard_size: int | None
+    targets: list[_Target], name: str, max_shard_size: int | None
 ) -> _SafetensorsPlan:
     """Tensors in order; a shard closes when the next tensor would take it past
     `max_shard_size` (so a tensor larger than the limit gets a shard of its own), as
@@ -374,15 +451,13 @@ def _plan_safetensors(
             size = 0
         groups[-1].append(target)
         size += target.nbytes
-    index_out = dst.endswith(INDEX_SUFFIX)
-    base = os.path.dirname(dst)
-    stem = os.path.basename(dst)
-    stem = stem[: -len(INDEX_SUFFIX)] if index_out else stem[: -len(".safetensors")]
+    index_out = name.endswith(INDEX_SUFFIX)
+    stem = name[: -len(INDEX_SUFFIX)] if index_out else name[: -len(".safetensors")]
     if len(groups) == 1 and not index_out:
-        return _SafetensorsPlan([(dst, groups[0])], None)
+        return _SafetensorsPlan([(name, groups[0])], None)
     n = len(groups)
-    names = [os.path.join(base, f"{stem}-{i + 1:05d}-of-{n:05d}.safetensors") for i in range(n)]
-    index = dst if index_out else os.path.join(base, f"{stem}{INDEX_SUFFIX}")
+    names = [f"{stem}-{i + 1:05d}-of-{n:05d}.safetensors" for i in range(n)]
+    index = name if index_out else f"{stem}{INDEX_SUFFIX}"
     return _SafetensorsPlan(list(zip(names, groups, strict=True)), index)
 
 
@@ -406,84 +481,56 @@ def _write_safetensors(
     source: Source,
     plan: _SafetensorsPlan,
     metadata: dict[str, str] | None,
+    out: _Output,
     *,
-    stale: Sequence[str] = (),
     bar: Any,
-) -> list[str]:
-    """Write the planned files under temporary names, then put them in place
-    (`_put_in_place`, which also removes the `stale` weight files of an earlier conversion).
-    Nothing of the old output changes until every new file is written; on failure the
-    temporary files are removed."""
-    from safetensors import safe_open
-
+) -> None:
+    """Write the planned files (`out` puts them in place: see `_Output`), each file's header
+    read back from the store and checked against what was written."""
     weight_map: dict[str, str] = {}
-    written: list[str] = []
-    try:
-        for file, shard in plan.shards:
-            # Largest items first keeps every tensor aligned to its item size (as the library).
-            shard = sorted(shard, key=lambda t: -(t.dtype.itemsize if t.dtype else 0))
-            header: dict[str, Any] = {"__metadata__": metadata} if metadata else {}
-            offset = 0
-            for target in shard:
-                assert target.dtype is not None
-                end = offset + target.nbytes
-                header[target.name] = {
-                    "dtype": safetensors_code(target.dtype),
-                    "shape": list(target.shape),
-                    "data_offsets": [offset, end],
-                }
-                offset = end
-                weight_map[target.name] = os.path.basename(file)
-            text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-            text += b" " * (-len(text) % 8)
-            os.makedirs(os.path.dirname(file) or ".", exist_ok=True)
-            tmp = _atomic_path(file)
-            written.append(tmp)
-            with open(tmp, "wb") as f:
-                f.write(struct.pack("<Q", len(text)))
-                f.write(text)
-                for target in shard:
-                    for block in _target_blocks(source, target):
-                        f.write(_bytes_of(block))
-                        bar.update(block.nbytes)
-            with safe_open(tmp, framework="numpy") as check:  # the library checks what we wrote
-                if set(check.keys()) != {t.name for t in shard}:
-                    raise OckptError(f"{tmp}: written tensors do not match the plan")
-        if plan.index is not None:
-            total = sum(t.nbytes for _, shard in plan.shards for t in shard)
-            index = {
-                "metadata": {"total_size": total},
-                "weight_map": dict(sorted(weight_map.items())),
+    for name, shard in plan.shards:
+        # Largest items first keeps every tensor aligned to its item size (as the library).
+        shard = sorted(shard, key=lambda t: -(t.dtype.itemsize if t.dtype else 0))
+        header: dict[str, Any] = {"__metadata__": metadata} if metadata else {}
+        offset = 0
+        for target in shard:
+            assert target.dtype is not None
+            end = offset + target.nbytes
+            header[target.name] = {
+                "dtype": safetensors_code(target.dtype),
+                "shape": list(target.shape),
+                "data_offsets": [offset, end],
             }
-            tmp = _atomic_path(plan.index)
-            written.append(tmp)
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump(index, f, indent=2, ensure_ascii=False)
-                f.write("\n")
-        _put_in_place(plan, stale)
-    except BaseException:
-        for tmp in written:  # those not yet renamed
-            with contextlib.suppress(OSError):
-                os.remove(tmp)
-        raise
-    return plan.files
-
-
-def _put_in_place(plan: _SafetensorsPlan, stale: Sequence[str]) -> None:
-    """Rename the written temporary files into place so that at every instant an index in
-    the output names only complete files of one conversion, or there is no index: the old
-    index goes first (and the `stale` files, index files among them first), then the shards
-    are renamed in, the new index last. A crash in between leaves no index, which loaders
-    refuse loudly, never a mix of old and new shards that looks complete. A single file is
-    replaced in one rename."""
-    if plan.index is not None and os.path.lexists(plan.index):
-        os.remove(plan.index)
-    for path in sorted(stale, key=lambda p: not p.endswith(INDEX_SUFFIX)):
-        os.remove(path)
-    for file, _ in plan.shards:
-        os.replace(_atomic_path(file), file)
+            offset = end
+            weight_map[target.name] = name
+        text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        text += b" " * (-len(text) % 8)
+        f = out.open(name)
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for target in shard:
+            for block in _target_blocks(source, target):
+                f.write(_bytes_of(block))
+                bar.update(block.nbytes)
+        f.close()
+        _check_written(out, name, struct.pack("<Q", len(text)) + text, 8 + len(text) + offset)
     if plan.index is not None:
-        os.replace(_atomic_path(plan.index), plan.index)
+        total = sum(t.nbytes for _, shard in plan.shards for t in shard)
+        index = {
+            "metadata": {"total_size": total},
+            "weight_map": dict(sorted(weight_map.items())),
+        }
+        out.put(plan.index, (json.dumps(index, indent=2, ensure_ascii=False) + "\n").encode())
+
+
+def _check_written(out: _Output, name: str, head: bytes, size: int) -> None:
+    """The file `name` as the store holds it: its header `head` and `size` bytes, no more."""
+    out.folder.flush()
+    key = out.key(name)
+    got = out.folder.get_range(key, 0, len(head))
+    tail = out.folder.get_range(key, size - 1, 2) if size else b""
+    if got != head or tail is None or len(tail) != (1 if size else 0):
+        raise OckptError(f"{out.folder.file(key)}: the file written is not the one planned")
 
 
 #: The weight files of a Hugging Face folder (`--to hf`): one, or shards and their index.
@@ -494,13 +541,12 @@ _HF_CONFIG = "config.json"
 HF_MAX_SHARD_SIZE = "5GB"
 
 
-def _hf_stale(outdir: str, plan: _SafetensorsPlan) -> list[str]:
-    """Weight files already in `outdir` that this conversion would not write."""
-    if not os.path.isdir(outdir):
-        return []
-    ours = {os.path.basename(f) for f in plan.files}
-    names = sorted(n for n in os.listdir(outdir) if _HF_WEIGHTS.fullmatch(n) and n not in ours)
-    return [os.path.join(outdir, n) for n in names]
+def _hf_stale(folder: Store, plan: _SafetensorsPlan) -> list[str]:
+    """Weight files already in the Hugging Face folder that this conversion would not write,
+    index files first (`_Output` removes them before the new files are put in place)."""
+    ours = set(plan.files)
+    names = [n for n in folder.list_dir().files if _HF_WEIGHTS.fullmatch(n) and n not in ours]
+    return sorted(names, key=lambda n: (not n.endswith(INDEX_SUFFIX), n))
 
 
 def _read_config(config: str) -> bytes:
@@ -519,23 +565,10 @@ def _read_config(config: str) -> bytes:
     return data
 
 
-def _copy_config(data: bytes, outdir: str) -> str:
-    """`data` (checked by `_read_config`) written to OUTDIR/config.json."""
-    dst = os.path.join(outdir, _HF_CONFIG)
-    tmp = _atomic_path(dst)
-    with _removed_on_error(tmp), open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, dst)
-    return dst
-
-
-def _write_npz(source: Source, targets: list[_Target], dst: str, *, bar) -> list[str]:
+def _write_npz(source: Source, targets: list[_Target], out: _Output, name: str, *, bar) -> None:
     fmt = np.lib.format
-    tmp = _atomic_path(dst)
-    with (
-        _removed_on_error(tmp),
-        zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED, allowZip64=True) as zf,
-    ):
+    file = out.open(name)
+    with zipfile.ZipFile(file, "w", zipfile.ZIP_STORED, allowZip64=True) as zf:  # type: ignore[arg-type]
         for target in targets:
             with zf.open(f"{target.name}.npy", "w", force_zip64=True) as f:
                 if target.dtype is None:  # no trailing NUL: `_string_problem` refused it
@@ -556,16 +589,15 @@ def _write_npz(source: Source, targets: list[_Target], dst: str, *, bar) -> list
                 for block in _target_blocks(source, target):
                     f.write(_bytes_of(block))
                     bar.update(block.nbytes)
-    os.replace(tmp, dst)
-    return [dst]
+    file.close()
 
 
-def _write_pt(source: Source, targets: list[_Target], dst: str, *, bar) -> list[str]:
+def _write_pt(source: Source, targets: list[_Target], out: _Output, name: str, *, bar) -> None:
     from .torch.runtime import import_torch
 
     torch = import_torch("writing a PyTorch .pt file")
     state: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(prefix="ockpt-pt-", dir=os.path.dirname(dst) or ".") as tmpd:
+    with tempfile.TemporaryDirectory(prefix="ockpt-pt-") as tmpd:
         for i, target in enumerate(targets):
             if target.dtype is None:
                 state[target.name] = _string_value(source, target.leaf)
@@ -583,25 +615,25 @@ def _write_pt(source: Source, targets: list[_Target], dst: str, *, bar) -> list[
             # File-backed (mmap) storage: torch.save reads it from page cache, not a copy.
             flat = torch.from_file(file, shared=True, size=count, dtype=tdtype)
             state[target.name] = flat.reshape(target.shape)
-        tmp = _atomic_path(dst)
-        with _removed_on_error(tmp):
-            torch.save(state, tmp)
-            state.clear()
-            os.replace(tmp, dst)
-    return [dst]
+        output = out.open(name)
+        torch.save(state, output)
+        output.close()
+        state.clear()
 
 
 def _write_orbax(
-    source: Source, leaves: list[Leaf], dst: str, *, layout: str, overwrite: bool, bar
-):  # type: ignore[no-untyped-def]
+    source: Source, leaves: list[Leaf], dst: str, *, layout: str, overwrite: bool, progress: bool
+) -> list[str]:
+    from . import _progress
     from .writer import save_pytree
 
     if any(not leaf.key for leaf in leaves):
         raise ValueError("a tensor with an empty name cannot be a pytree key")
     tree = nest((leaf.key, source.mapped(leaf)) for leaf in leaves)
     total = sum(leaf.nbytes for leaf in leaves)
-    save_pytree(dst, tree, layout=layout, overwrite=overwrite)  # type: ignore[arg-type]
-    bar.update(total)
+    with _progress.bar(total, "orbax", enabled=progress) as bar:
+        save_pytree(dst, tree, layout=layout, overwrite=overwrite)  # type: ignore[arg-type]
+        bar.update(total)
     return [dst]
 
 
@@ -665,7 +697,7 @@ def _output_format(src: str, dst: str, src_format: str | None, dst_format: str |
             raise ValueError(f"unknown output format {dst_format!r}; known: {', '.join(FORMATS)}")
         return dst_format
     fmt = suffix_format(dst) or "orbax"
-    if fmt == "orbax" and not is_url(dst) and guess_format(dst) == "safetensors":
+    if fmt == "orbax" and guess_format(dst) == "safetensors":
         raise ValueError(
             f"{dst}: a folder of safetensors files; pass --to hf to write a Hugging Face folder "
             "there (or --to FORMAT)"
@@ -680,17 +712,27 @@ def _output_format(src: str, dst: str, src_format: str | None, dst_format: str |
     return fmt
 
 
-def _output_files(
-    fmt: str, targets: list[_Target], dst: str, shard: int | None
-) -> tuple[_SafetensorsPlan | None, list[str]]:
-    """The safetensors plan (safetensors and hf) and the files the output will have."""
+def _output_folder(fmt: str, dst: str) -> tuple[Store, str]:
+    """The store of the folder an output's files go into, and the name of its (first) file:
+    a Hugging Face folder is its own folder; a file or checkpoint lies in its parent's."""
+    store = as_store(dst)
     if fmt == "hf":
-        plan = _plan_safetensors(targets, os.path.join(dst, _HF_FILE), shard)
+        return store, _HF_FILE
+    folder = store.parent()
+    if folder is None:
+        raise ValueError(f"{dst}: no file name to write to")
+    return folder, store.name
+
+
+def _output_files(
+    fmt: str, targets: list[_Target], name: str, shard: int | None
+) -> tuple[_SafetensorsPlan | None, list[str]]:
+    """The safetensors plan (safetensors and hf) and the names of the files the output will
+    have in its folder."""
+    if fmt in ("hf", "safetensors"):
+        plan = _plan_safetensors(targets, name, shard)
         return plan, plan.files
-    if fmt == "safetensors":
-        plan = _plan_safetensors(targets, dst, shard)
-        return plan, plan.files
-    return None, [dst]
+    return None, [name]
 
 
 def convert(
@@ -721,16 +763,14 @@ def convert(
     narrowest one it has that holds every value exactly. `dry_run` plans, checks and returns
     the mapping without writing. `config`: a ``config.json`` copied into a `hf` folder.
 
-    `dst` may be a kvstore URL (``s3://``, ``gs://``): the output is written to a local
-    temporary directory and then uploaded, ``commit_success.txt`` last (`transfer.copy`).
+    `dst` may be a kvstore URL (``s3://``, ``gs://``): the output is written straight to the
+    store (an Orbax checkpoint with ``commit_success.txt`` last; each flat file whole, held in
+    memory until written: a shard's size bounds it).
     """
     if sep not in (".", "/"):
         raise ValueError(f"sep must be '.' or '/', not {sep!r}")
     rules = rules or Rules()
     out_fmt = _output_format(src, dst, src_format, dst_format)
-    remote = is_url(dst) and not dst.startswith("file://")
-    if dst.startswith("file://"):
-        dst = dst[len("file://") :]
     shard = None if max_shard_size is None else parse_size(max_shard_size)
     if shard is not None and out_fmt not in ("safetensors", "hf"):
         raise ValueError("--max-shard-size applies to safetensors and hf output only")
@@ -761,29 +801,37 @@ def convert(
                 widen=widen,
                 skip_unsupported=skip_unsupported,
             )
-        plan, files = _output_files(out_fmt, targets, dst, shard)
-        if not remote:
-            _refuse_existing(files, overwrite=overwrite)
-            if out_fmt == "hf":
-                _refuse_existing(_hf_stale(dst, plan) if plan else [], overwrite=overwrite)
-            if config is not None:
-                _refuse_existing([os.path.join(dst, _HF_CONFIG)], overwrite=overwrite)
+        folder, name = _output_folder(out_fmt, dst)
+        plan, names = _output_files(out_fmt, targets, name, shard)
+        stale = _hf_stale(folder, plan) if out_fmt == "hf" and plan is not None else []
+        _refuse_existing(folder, names + stale, overwrite=overwrite)
+        if config is not None:
+            _refuse_existing(folder, [_HF_CONFIG], overwrite=overwrite)
+        files = [folder.file(n) for n in names]
         if dry_run:
             mapping = _mapping(targets, plan, files, sep)
-        else:
+        elif out_fmt == "orbax":
             mapping = ()
-            files = _write(
+            files = _write_orbax(
                 source,
-                targets,
+                [t.leaf for t in targets],
                 dst,
-                out_fmt,
-                shard,
-                remote=remote,
                 layout=layout,
                 overwrite=overwrite,
                 progress=progress,
-                config=config_data,
             )
+        else:
+            mapping = ()
+            index = [plan.index] if plan is not None and plan.index is not None else []
+            out = _Output(folder, remove_first=index + stale)
+            try:
+                _write(source, targets, out, out_fmt, plan, name, progress=progress)
+                if config_data is not None:
+                    out.put(_HF_CONFIG, config_data)
+                files = out.publish()
+            except BaseException:
+                out.discard()
+                raise
     return ConvertResult(
         out_fmt,
         tuple(files),
@@ -815,8 +863,10 @@ def _selected(
 def _mapping(
     targets: list[_Target], plan: _SafetensorsPlan | None, files: list[str], sep: str
 ) -> tuple[dict[str, Any], ...]:
-    """Every target's dry-run row, with the file that will hold it."""
-    where = {id(t): f for f, shard in plan.shards for t in shard} if plan else {}
+    """Every target's dry-run row, with the file that will hold it (`files`: the output's
+    files as its folder names them, in the plan's order)."""
+    shown = dict(zip(plan.files, files, strict=True)) if plan else {}
+    where = {id(t): shown[f] for f, shard in plan.shards for t in shard} if plan else {}
     default = "__metadata__ of every file" if plan else files[0]  # strings in safetensors
     return tuple(t.row(sep, where.get(id(t), default)) for t in targets)
 
@@ -824,67 +874,22 @@ def _mapping(
 def _write(
     source: Source,
     targets: list[_Target],
-    dst: str,
+    out: _Output,
     fmt: str,
-    shard: int | None,
+    plan: _SafetensorsPlan | None,
+    name: str,
     *,
-    remote: bool,
-    layout: str,
-    overwrite: bool,
     progress: bool,
-    config: bytes | None,
-) -> list[str]:
-    """Write the planned output (locally, or to a temporary directory and then upload it)."""
+) -> None:
+    """Write the planned flat output's files into `out`."""
     from . import _progress
 
-    work = tempfile.mkdtemp(prefix="ockpt-convert-") if remote else None
-    try:
-        local = dst
-        if work is not None:
-            local = os.path.join(work, dst.rstrip("/").rsplit("/", 1)[-1] or "out")
-        plan, _ = _output_files(fmt, targets, local, shard)
-        total = sum(t.nbytes for t in targets)
-        with _progress.bar(total, fmt, enabled=progress) as bar:
-            if plan is not None:
-                base = {"format": "pt"} if fmt == "hf" else {}  # as save_pretrained writes
-                metadata = _metadata(source, targets, base)
-                # --overwrite of a Hugging Face folder: a folder holds one model's weights
-                stale = _hf_stale(local, plan) if fmt == "hf" else []
-                files = _write_safetensors(source, plan, metadata, stale=stale, bar=bar)
-                if config is not None:
-                    files.append(_copy_config(config, local))
-            elif fmt == "npz":
-                files = _write_npz(source, targets, local, bar=bar)
-            elif fmt == "pt":
-                files = _write_pt(source, targets, local, bar=bar)
-            else:
-                leaves = [t.leaf for t in targets]
-                files = _write_orbax(
-                    source, leaves, local, layout=layout, overwrite=overwrite, bar=bar
-                )
-        if work is not None:
-            files = _upload(files, local, dst, fmt, overwrite=overwrite, progress=progress)
-    finally:
-        if work is not None:
-            shutil.rmtree(work, ignore_errors=True)
-    return files
-
-
-def _upload(
-    files: Sequence[str], local: str, dst: str, fmt: str, *, overwrite: bool, progress: bool
-) -> list[str]:
-    from . import transfer
-
-    if fmt == "orbax":
-        transfer.copy(local, dst, overwrite=overwrite, progress=progress)
-        return [dst]
-    base = os.path.dirname(local)
-    parent = as_store(dst.rstrip("/").rsplit("/", 1)[0])
-    out = []
-    for file in files:
-        rel = os.path.relpath(file, base)
-        if not overwrite and parent.exists(rel):
-            raise WriteConflictError(f"{parent.file(rel)}: exists; pass --overwrite to replace it")
-        parent.set(rel, read_file(file, limit=LIMITS.max_chunk_bytes, rule="LIMIT-001"))
-        out.append(parent.file(rel))
-    return out
+    total = sum(t.nbytes for t in targets)
+    with _progress.bar(total, fmt, enabled=progress) as bar:
+        if plan is not None:
+            base = {"format": "pt"} if fmt == "hf" else {}  # as save_pretrained writes
+            _write_safetensors(source, plan, _metadata(source, targets, base), out, bar=bar)
+        elif fmt == "npz":
+            _write_npz(source, targets, out, name, bar=bar)
+        else:
+            _write_pt(source, targets, out, name, bar=bar)

@@ -238,17 +238,18 @@ def parse_step_name(name: str) -> tuple[str | None, int] | None:
     return m.group("prefix"), int(m.group("step"))
 
 
-def interrupted_overwrite_note(p: str) -> str:
-    """For a missing path: a note naming its ``-replaced`` sibling when there is one, the
-    checkpoint an interrupted overwrite left there (LAYOUT-006); "" otherwise."""
-    if "://" in p and not p.startswith("file://"):
+def interrupted_overwrite_note(store: Store) -> str:
+    """For a missing directory: a note naming its ``-replaced`` sibling when there is one,
+    the checkpoint an interrupted overwrite left there (LAYOUT-006); "" otherwise."""
+    parent = store.parent()
+    if parent is None or not store.name:
         return ""
-    sibling = os.path.normpath(p) + REPLACED_SUFFIX
-    if not os.path.isdir(sibling):
+    sibling = parent.child(store.name + REPLACED_SUFFIX)
+    if sibling.is_directory() is not True:
         return ""
     return (
-        f"; an interrupted overwrite left the checkpoint at {sibling}: the next save to this "
-        "path renames it back, or rename it back yourself"
+        f"; an interrupted overwrite left the checkpoint at {sibling.display}: the next save to "
+        "this path renames it back, or rename it back yourself"
     )
 
 
@@ -302,7 +303,7 @@ def _detect_top(loc: Store) -> Layout:
         state = loc.is_directory()
         if state is False:
             raise PathNotFoundError(
-                "no such file or directory" + interrupted_overwrite_note(loc.display),
+                "no such file or directory" + interrupted_overwrite_note(loc),
                 file=loc.display,
             )
         if state is None or scan is None:

@@ -34,7 +34,7 @@ from . import dtypes
 from .errors import FormatError, NotACheckpointError, UnsupportedError
 from .limits import LIMITS
 from .names import CHECKPOINT_METADATA_FILE
-from .store import is_url
+from .store import as_store
 from .store.files import open_regular, read_file
 
 __all__ = [
@@ -479,10 +479,10 @@ def open_source(
     fmt = format or guess_format(path)
     if fmt == "orbax":
         return OrbaxSource(path, step=step, item=item)
-    if is_url(path) and not path.startswith("file://"):
+    store = as_store(path)
+    if store.os_path() is None:  # memory-mapped: a file the operating system names
         raise UnsupportedError(f"{path}: {fmt} files are read from local paths only")
-    if path.startswith("file://"):
-        path = path[len("file://") :]
+    path = store.display
     if not os.path.exists(path):
         raise NotACheckpointError(f"{path}: no such file or directory")
     if fmt == "safetensors":

@@ -23,6 +23,8 @@ from .store import Pending, Store, as_store
 __all__ = ["copy"]
 
 _MAX_FILE_BYTES = LIMITS.max_chunk_bytes
+#: commit_success.txt holds one sentence; a larger one is refused, not copied.
+_MAX_MARKER_BYTES = 1 << 16
 
 
 def _markers(layout: Layout) -> set[str]:
@@ -60,7 +62,7 @@ def copy(src: Any, dst: Any, *, overwrite: bool = False, progress: bool = True) 
         for k in s.list()
         if not k.startswith(unfinished) and not any(is_temporary_name(p) for p in k.split("/"))
     ]
-    markers = {k.rsplit("/", 1)[0] if "/" in k else "" for k in keys if _is_marker(k)}
+    markers = {_directory(k) for k in keys if _is_marker(k)}
     if not d.capabilities.atomic_rename:
         markers |= _markers(layout)
     data_keys = [k for k in keys if not _is_marker(k)]
@@ -76,7 +78,13 @@ def copy(src: Any, dst: Any, *, overwrite: bool = False, progress: bool = True) 
                 file = pending.store.writer(key)
                 file.append([value])
                 file.close()
-            pending.commit(markers)  # last, deepest first: a reader sees a step when complete
+            texts = {}  # the source's markers are copied as they are
+            for key in keys:
+                if _is_marker(key):
+                    text = s.get(key, limit=_MAX_MARKER_BYTES, rule="LIMIT-001")
+                    if text is not None:
+                        texts[_directory(key)] = text
+            pending.commit(markers, texts=texts)  # last, deepest first: seen when complete
             bar.update(len(markers))
     except BaseException:
         pending.abort()
@@ -86,3 +94,8 @@ def copy(src: Any, dst: Any, *, overwrite: bool = False, progress: bool = True) 
 
 def _is_marker(key: str) -> bool:
     return key.rsplit("/", 1)[-1] == COMMIT_FILE
+
+
+def _directory(key: str) -> str:
+    """The directory (relative) holding the file `key`."""
+    return key.rsplit("/", 1)[0] if "/" in key else ""

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import abc
 import copy
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -117,7 +117,9 @@ class Store(abc.ABC):
 
     def file(self, key: str) -> str:
         """How errors name the key `key` of this directory."""
-        return f"{self.display.rstrip('/')}/{key}" if key else self.display
+        if not key or not self.display:
+            return key or self.display
+        return self.display + key if self.display.endswith("/") else f"{self.display}/{key}"
 
     def with_display(self, display: str) -> Store:
         """This store, named `display` in errors (the same directory and resources)."""
@@ -198,6 +200,11 @@ class Store(abc.ABC):
         """The tensorstore context for this store's reads; None: a new one of the engine's."""
         return None
 
+    def os_path(self) -> str | None:
+        """This directory's path in the operating system's file system, for libraries that
+        open files by name (memory maps); None where it is no local directory."""
+        return None
+
     def check_tree(self) -> None:
         """Refuse a tree that a reader which follows links and opens what it finds
         (tensorstore) must not be given (PATH-004, PATH-005); nothing to do where the store
@@ -213,6 +220,11 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def writer(self, key: str) -> NewFile:
         """A new file at `key`, appended to and then closed."""
+
+    def rename(self, src: str, dst: str) -> None:
+        """Give the value `src` the name `dst` in one step, replacing a value there. Needs the
+        capability `atomic_rename`."""
+        raise UnsupportedError(f"{self.file(src)}: this store cannot rename")
 
     def create(self, key: str, value: bytes) -> bool:
         """Write `key` only where it does not exist, atomically; False when it did. Needs the
@@ -309,20 +321,38 @@ class Pending(abc.ABC):
     overwrite: bool
 
     @abc.abstractmethod
-    def commit(self, markers: Iterable[str] = ("",)) -> None:
+    def commit(
+        self, markers: Iterable[str] = ("",), *, texts: Mapping[str, bytes] | None = None
+    ) -> None:
         """Commit once every file is written: a ``commit_success.txt`` in each directory of
         `markers` (relative to the checkpoint; ``""`` is the checkpoint itself), deepest first,
-        after every other file; then, where the store renames, the rename."""
+        after every other file; then, where the store renames, the rename. A marker holds
+        `texts[directory]` where given (a copy keeps its source's), else `marker_text`."""
 
     @abc.abstractmethod
     def abort(self) -> None:
         """Remove what this save wrote (never a committed checkpoint)."""
 
 
-def marker_keys(markers: Iterable[str]) -> list[str]:
-    """The ``commit_success.txt`` keys of `markers` (directories), deepest first."""
-    keys = {(m.strip("/") + "/" if m.strip("/") else "") + COMMIT_FILE for m in markers}
-    return sorted(keys, key=lambda k: (-k.count("/"), k))
+def write_markers(
+    store: Store,
+    final: Store,
+    markers: Iterable[str],
+    texts: Mapping[str, bytes] | None,
+) -> None:
+    """Write the ``commit_success.txt`` of each directory of `markers` into `store`, deepest
+    first, each holding `texts[directory]` or the sentence naming its place in `final`."""
+    dirs = {m.strip("/") for m in markers}
+    for d in sorted(dirs, key=lambda d: (-d.count("/") - bool(d), d)):
+        text = (texts or {}).get(d)
+        if text is None:
+            text = commit_text(final.file(d)).encode()
+        store.set(f"{d}/{COMMIT_FILE}" if d else COMMIT_FILE, text)
+
+
+def commit_text(final: str) -> str:
+    """The informational content of ``commit_success.txt`` (DIR-004)."""
+    return f"Checkpoint commit was successful to {final}"
 
 
 def refuse_existing(store: Store, *, overwrite: bool) -> None:

@@ -49,6 +49,7 @@ from ..names import (
     REPLACED_SUFFIX,
     TMP_MARKER,
 )
+from .base import commit_text
 from .byterange import vectored
 from .files import list_dir
 
@@ -62,7 +63,6 @@ __all__ = [
     "new_token",
     "temporary_name",
     "replaced_name",
-    "commit_text",
     "check_target",
     "final_path",
     "begin",
@@ -93,11 +93,6 @@ def replaced_name(final: str) -> str:
     """Where an overwrite without atomic exchange keeps the old checkpoint until the new one
     is in place: ``<final>.orbax-checkpoint-tmp-replaced`` (DIR-006)."""
     return final.rstrip(os.sep) + REPLACED_SUFFIX
-
-
-def commit_text(final: str) -> str:
-    """The informational content of ``commit_success.txt`` (DIR-004)."""
-    return f"Checkpoint commit was successful to {final}"
 
 
 #: errno values of `flock` that mean "this file system has no locks": proceed unlocked.

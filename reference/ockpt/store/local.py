@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from ..errors import FormatError
 from ..limits import LIMITS
-from ..names import COMMIT_FILE
-from . import commit, files
-from .base import Capabilities, Listing, Pending, Store, check_key, marker_keys
+from . import files
+from .base import Capabilities, Listing, NewFile, Pending, Store, check_key, write_markers
 from .byterange import ByteRange
 
 __all__ = ["LocalStore"]
@@ -29,6 +28,13 @@ _CREATE_FLAGS = (
     | getattr(os, "O_NOFOLLOW", 0)
     | getattr(os, "O_CLOEXEC", 0)
 )
+
+
+def _commit() -> Any:
+    """The local save protocol (`commit`), imported at the first write: reads never load it."""
+    from . import commit
+
+    return commit
 
 
 class LocalStore(Store):
@@ -73,7 +79,7 @@ class LocalStore(Store):
         up = os.path.dirname(self.path)
         if up == self.path:
             return None
-        shown = os.path.dirname(self.display.rstrip(os.sep)) or os.curdir
+        shown = os.path.dirname(self.display.rstrip(os.sep))
         return LocalStore(up, display=shown, sync=self._sync, context=self._context)
 
     def _full(self, key: str) -> str:
@@ -145,6 +151,9 @@ class LocalStore(Store):
         except (FileNotFoundError, NotADirectoryError):
             return None
 
+    def os_path(self) -> str:
+        return self.path
+
     def check_tree(self) -> None:
         files.check_tree(self.path, file=self.display)
 
@@ -164,10 +173,13 @@ class LocalStore(Store):
         return os.path.join(self.path, *key.split("/"))
 
     def set(self, key: str, value: bytes | memoryview | Sequence[bytes | memoryview]) -> None:
-        commit.write_file(self._target(key), value, sync=self._sync)
+        _commit().write_file(self._target(key), value, sync=self._sync)
 
-    def writer(self, key: str) -> commit.NewFile:
-        return commit.NewFile(self._target(key), sync_on_close=self._sync)
+    def writer(self, key: str) -> NewFile:
+        return _commit().NewFile(self._target(key), sync_on_close=self._sync)
+
+    def rename(self, src: str, dst: str) -> None:
+        os.replace(self._target(src), self._target(dst))
 
     def create(self, key: str, value: bytes) -> bool:
         path = self._target(key)
@@ -191,33 +203,35 @@ class LocalStore(Store):
         return True
 
     def delete(self, key: str) -> None:
-        commit.remove_path(self._target(key))
+        _commit().remove_path(self._target(key))
 
     def delete_prefix(self, prefix: str = "") -> None:
         if not prefix:
-            commit.remove_path(self.path)
+            _commit().remove_path(self.path)
             return
         if prefix.endswith("/"):
-            commit.remove_path(self._target(prefix.rstrip("/")))
+            _commit().remove_path(self._target(prefix.rstrip("/")))
             return
         for key in self.list(prefix):
             self.delete(key)
 
     def replace(self, key: str, value: bytes) -> None:
-        commit.replace_file(self._target(key), value)
+        _commit().replace_file(self._target(key), value)
 
     # -- the save protocol --------------------------------------------------------------------
 
     def check_target(self, *, overwrite: bool) -> None:
-        commit.check_target(self.path, overwrite=overwrite)
+        _commit().check_target(self.path, overwrite=overwrite)
 
     def write_path(self) -> str:
-        return commit.temporary_name(commit.final_path(self.path), 0)  # tokens have 12 digits
+        commit = _commit()
+        return commit.temporary_name(commit.final_path(self.path), 0)  # 12-digit tokens
 
     def begin(self, *, overwrite: bool, token: int | None = None) -> LocalPending:
-        return LocalPending(self, commit.begin(self.path, overwrite=overwrite, token=token))
+        return LocalPending(self, _commit().begin(self.path, overwrite=overwrite, token=token))
 
     def join(self, token: int, *, overwrite: bool) -> LocalPending:
+        commit = _commit()
         final = commit.final_path(self.path)
         return LocalPending(
             self, commit.Pending(final, commit.temporary_name(final, token), overwrite)
@@ -227,32 +241,34 @@ class LocalStore(Store):
         """As the base says, with what a local save needs: a ``-replaced`` directory whose
         checkpoint is missing is renamed back (DIR-007), the temporary directory of a save
         still running is left alone (DIR-003; `commit.remove_leftovers`)."""
-        found = commit.remove_leftovers([os.path.join(self.path, n) for n in names])
+        found = _commit().remove_leftovers([os.path.join(self.path, n) for n in names])
         if found:
-            commit.fsync_dir(self.path)
+            _commit().fsync_dir(self.path)
         return sorted(self.file(os.path.basename(p)) for p in found)
 
     def remove_committed(self) -> bool:
-        return commit.remove_committed(self.path)
+        return _commit().remove_committed(self.path)
 
 
 class LocalPending(Pending):
-    """A save into a temporary directory of its own next to the final one (`commit`)."""
+    """A save into a temporary directory of its own next to the final one (`commit`);
+    `pending` is its `commit.Pending`."""
 
-    def __init__(self, final: LocalStore, pending: commit.Pending) -> None:
+    def __init__(self, final: LocalStore, pending: Any) -> None:
         self.pending = pending
+        self._final_store = LocalStore(pending.final)  # markers name the absolute path
         self.final = final.display
         self.overwrite = pending.overwrite
         self.store = LocalStore(pending.tmp, sync=False, context=final._context)
 
-    def commit(self, markers: Iterable[str] = ("",)) -> None:
-        for key in marker_keys(markers):
-            where = os.path.join(self.pending.final, key[: -len(COMMIT_FILE)].rstrip("/"))
-            self.store.set(key, commit.commit_text(where.rstrip(os.sep)).encode())
-        commit.finish(self.pending, marker=False)
+    def commit(
+        self, markers: Iterable[str] = ("",), *, texts: Mapping[str, bytes] | None = None
+    ) -> None:
+        write_markers(self.store, self._final_store, markers, texts)
+        _commit().finish(self.pending, marker=False)
 
     def abort(self) -> None:
-        commit.abort(self.pending)
+        _commit().abort(self.pending)
 
 
 def _walk(store: LocalStore, prefix: str, depth: int) -> Iterator[str]:

@@ -8,20 +8,18 @@ moved from the temporary prefix to the final one) is atomic for every reader.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from ..errors import FormatError, WriteConflictError
 from ..limits import LIMITS
-from ..names import COMMIT_FILE
-from . import commit
 from .base import (
     Capabilities,
     Listing,
     Pending,
     Store,
     check_key,
-    marker_keys,
     refuse_existing,
+    write_markers,
 )
 
 __all__ = ["MemoryStore"]
@@ -148,6 +146,14 @@ class MemoryStore(Store):
     def writer(self, key: str) -> _MemoryFile:
         return _MemoryFile(self, self._key(key))
 
+    def rename(self, src: str, dst: str) -> None:
+        old, new = self._key(src), self._key(dst)
+        with self._values.lock:
+            data = self._values.data
+            if old not in data:
+                raise FileNotFoundError(self.file(src))
+            data[new] = data.pop(old)
+
     def create(self, key: str, value: bytes) -> bool:
         full = self._key(key)
         with self._values.lock:
@@ -175,11 +181,15 @@ class MemoryStore(Store):
         name = self.prefix.rstrip("/").rsplit("/", 1)[-1]
         parent = self.parent()
         assert parent is not None
-        return parent.child(commit.temporary_name(name, token))
+        from .commit import temporary_name
+
+        return parent.child(temporary_name(name, token))
 
     def begin(self, *, overwrite: bool, token: int | None = None) -> MemoryPending:
         refuse_existing(self, overwrite=overwrite)
-        tmp = self._sibling(commit.new_token() if token is None else token)
+        from .commit import new_token
+
+        tmp = self._sibling(new_token() if token is None else token)
         if tmp.is_directory():
             raise WriteConflictError(
                 "another save uses this temporary directory", rule="DIR-003", file=tmp.display
@@ -227,10 +237,10 @@ class MemoryPending(Pending):
         self.final = final.display
         self.overwrite = overwrite
 
-    def commit(self, markers: Iterable[str] = ("",)) -> None:
-        for key in marker_keys(markers):
-            where = self._final.file(key[: -len(COMMIT_FILE)].rstrip("/"))
-            self.store.set(key, commit.commit_text(where).encode())
+    def commit(
+        self, markers: Iterable[str] = ("",), *, texts: Mapping[str, bytes] | None = None
+    ) -> None:
+        write_markers(self.store, self._final, markers, texts)
         src, dst = self.store.prefix, self._final.prefix
         values = self._final._values
         with values.lock:

@@ -12,21 +12,20 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import FormatError, NotACheckpointError, UnsupportedError
 from ..limits import LIMITS
 from ..names import COMMIT_FILE
-from . import commit
 from .base import (
     Capabilities,
     Listing,
     Pending,
     Store,
     check_key,
-    marker_keys,
     refuse_existing,
+    write_markers,
 )
 from .inflight import InFlight
 
@@ -222,6 +221,12 @@ class UrlStore(Store):
     def get_range(self, key: str, offset: int, length: int) -> bytes | None:
         check_key(key, file=self.file(key))
         data = self._request(key, slice(offset, offset + length))
+        return self._short(key, offset) if data is _PAST_END else data
+
+    def _short(self, key: str, offset: int) -> bytes | None:
+        """What a range reaching past the end of `key` holds: from `offset` to the end (empty
+        where `offset` is past it too), as a short ``pread``."""
+        data = self._request(key, slice(offset, None))
         return b"" if data is _PAST_END else data
 
     def get_many(self, requests: Sequence[tuple[str, int, int]]) -> list[bytes | None]:
@@ -231,12 +236,12 @@ class UrlStore(Store):
             check_key(key, file=self.file(key))
             futures.append(store.read(key, byte_range=slice(offset, offset + length)))
         out: list[bytes | None] = []
-        for (key, _, _), future in zip(requests, futures, strict=True):
+        for (key, offset, _), future in zip(requests, futures, strict=True):
             try:
                 result = future.result()
             except ValueError as e:
                 if "OUT_OF_RANGE" in str(e):
-                    out.append(b"")
+                    out.append(self._short(key, offset))
                     continue
                 raise OSError(f"{self.file(key)}: {str(e)[:400]}") from None
             out.append(bytes(result.value) if result.state == "value" else None)
@@ -402,11 +407,11 @@ class UrlPending(Pending):
         self.final = store.display
         self.overwrite = overwrite
 
-    def commit(self, markers: Iterable[str] = ("",)) -> None:
+    def commit(
+        self, markers: Iterable[str] = ("",), *, texts: Mapping[str, bytes] | None = None
+    ) -> None:
         self.store.flush()  # every other file is written before the first marker
-        for key in marker_keys(markers):
-            where = self.store.file(key[: -len(COMMIT_FILE)].rstrip("/"))
-            self.store.set(key, commit.commit_text(where).encode())
+        write_markers(self.store, self.store, markers, texts)
 
     def abort(self) -> None:
         try:

@@ -43,7 +43,7 @@ from torch.futures import Future
 
 from .. import dtypes
 from ..documents import NamedShardingSpec
-from ..errors import UnsupportedError
+from ..errors import OckptError, UnsupportedError
 from ..names import PYTREE_CHECKPOINTABLES
 from ..paths import nest
 from ..save_options import SaveOptions
@@ -145,9 +145,12 @@ class OrbaxWriter(StorageWriter):
 
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id: str | os.PathLike[str]) -> bool:
-        """Whether `checkpoint_id` is a path this writer saves to: a local one."""
-        text = os.fspath(checkpoint_id)
-        return "://" not in text or text.startswith("file://")
+        """Whether `checkpoint_id` is a path this writer saves to: a local directory (the
+        store of the path has one in the operating system's file system)."""
+        try:
+            return as_store(checkpoint_id).os_path() is not None
+        except OckptError:  # a URL whose store cannot be opened here (no tensorstore)
+            return False
 
     def set_up_storage_writer(self, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
         """Every rank: learn the job (rank, world size) from torch.distributed."""
