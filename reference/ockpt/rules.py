@@ -64,6 +64,11 @@ _ALL: dict[str, Rule] = {
             "error",
             "a random_key_impl names a known implementation whose uint32 key data is stored",
         ),
+        (
+            "ARRM-003",
+            "error",
+            "array_metadatas files are taken by process number; one param's entries must agree",
+        ),
         ("STR-001", "error", "_strings.json must be an object whose leaves are strings"),
         ("STR-002", "error", "every string leaf must be found at its JSON pointer"),
         ("STR-003", "error", "without _strings.json, look in <param>/_strings.json (up to 0.3.x)"),

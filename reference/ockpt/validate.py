@@ -32,7 +32,7 @@ import numpy as np
 
 from . import random_keys, saved_tree
 from .checkpointables import load_item, read_json_item
-from .documents.array_metadatas import ArrayMetadatas, process_index
+from .documents.array_metadatas import ArrayMetadatas
 from .documents.metadata import MetadataDocument
 from .documents.sharding import ShardingDocument
 from .documents.strings import StringsDocument
@@ -47,6 +47,7 @@ from .errors import (
     ZarrFormatError,
 )
 from .findings import Finding
+from .item_files import ItemFiles, WrittenArray, take_array_metadatas
 from .layout import Kind, Layout, Storage, detect_step, select
 from .limits import LIMITS, check_allocation
 from .msgpack_legacy import DEFAULT_MAX_BYTES as MSGPACK_MAX_BYTES
@@ -418,6 +419,7 @@ class _ItemCheck:
         self.path = layout.path
         assert layout.item is not None and layout.location is not None
         self.loc = layout.location
+        self.files = ItemFiles(self.loc)
         self.names_here = _names(self.loc)
         self.fmt = layout.item
         self.doc: MetadataDocument | None = None
@@ -478,16 +480,17 @@ class _ItemCheck:
         self.strings_ok = True
         if STRINGS_FILE in here:
             self.read_strings(STRINGS_FILE)
-        self.array_metas: dict[str, tuple[str, Any]] = {}
+        # the files the reader takes, in its order (`ItemFiles`: ARRM-003)
+        self.array_metas: dict[str, WrittenArray] = {}
         if ARRAY_METADATAS_DIR in here:
             sub = loc.child(ARRAY_METADATAS_DIR)
-            for name in sorted(_names(sub), key=lambda n: (process_index(n) is None, n)):
-                if process_index(name) is None:
-                    continue
+            docs = []
+            for name in self.files.array_metadata_files():
                 data = v.document("array-metadatas", sub, name)
                 if data is not None:
-                    for a in ArrayMetadatas.from_bytes(data, file=sub.file(name)).arrays:
-                        self.array_metas.setdefault(a.param_name, (sub.file(name), a))
+                    file = sub.file(name)
+                    docs.append((file, ArrayMetadatas.from_bytes(data, file=file)))
+            self.array_metas = take_array_metadatas(docs)
 
     def read_strings(self, name: str) -> None:
         """Check and parse the strings document `name` (a path relative to the item)."""
@@ -514,19 +517,18 @@ class _ItemCheck:
             )
         elif self.msgpack is not None:
             if self.strings_doc is None and self.strings_ok:
-                self.legacy_strings(sorted(saved_tree.placeholder_names(self.msgpack)))
+                self.legacy_strings(list(saved_tree.placeholder_names(self.msgpack)))
             names = set(self.strings_doc.names()) if self.strings_doc else set()
             tree = saved_tree.from_msgpack(self.msgpack, names)
         for leaf in saved_tree.leaves(tree):
             self.leaves.setdefault(leaf.param_name, leaf)
 
     def legacy_strings(self, names: list[str]) -> None:
-        """Older releases: `_strings.json` inside the directory of the first string param."""
-        for name in names:
-            path = f"{name}/{STRINGS_FILE}"
-            if self.exists(path):
-                self.read_strings(path)
-                return
+        """Older releases: `_strings.json` inside the directory of the first string param
+        that has one, in the tree's order, as the reader looks (`ItemFiles`)."""
+        found = self.files.strings_location(names)
+        if found is not None and found != STRINGS_FILE and "/" in found:
+            self.read_strings(found)
 
     def names(self) -> None:
         """PATH-001: the param names of stored leaves must not collide."""
@@ -768,7 +770,7 @@ class _ItemCheck:
         found = self.array_metas.get(name)
         if found is None:
             return
-        am_file, am = found
+        am_file, am = found.file, found.metadata
         self.check_random_key(name, am, meta, am_file)
         am_ws = getattr(am, "write_shape", None)
         am_cs = getattr(am, "chunk_shape", None)
@@ -959,25 +961,32 @@ class _ItemCheck:
                 )
 
     def check_array_metadatas(self, array_leaves: dict[str, SavedLeaf]) -> None:
-        if not self.tree_known:
-            return
-        for name, (file, _) in sorted(self.array_metas.items()):
-            if name not in array_leaves:
+        for name, written in sorted(self.array_metas.items()):
+            for other in written.differing:  # ARRM-003: the reader takes `written.file`'s
+                self.v.report(
+                    "ARRM-003",
+                    f"{ARRAY_METADATAS_DIR} describes {name!r} otherwise than "
+                    f"{written.file.rsplit('/', 1)[-1]}, the entry readers take",
+                    file=other,
+                    pointer=name,
+                )
+            if self.tree_known and name not in array_leaves:
                 self.v.report(
                     "VAL-007",
                     f"{ARRAY_METADATAS_DIR} describes {name!r}, which is no array leaf of the tree",
-                    file=file,
+                    file=written.file,
                     pointer=name,
                 )
 
     # -- strings ----------------------------------------------------------------------------
 
     def strings(self) -> None:
-        names = sorted(n for n, lf in self.leaves.items() if lf.source == "string")
+        in_order = [n for n, lf in self.leaves.items() if lf.source == "string"]  # the tree's
+        names = sorted(in_order)
         if not names or not self.strings_ok:
             return
         if self.strings_doc is None:  # older releases: <first string param name>/_strings.json
-            self.legacy_strings(names)
+            self.legacy_strings(in_order)
             if not self.strings_ok:
                 return
         doc = self.strings_doc

@@ -7,15 +7,15 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from .. import engines
-from ..documents.array_metadatas import RANDOM_KEY_MARKER, ArrayMetadatas, process_index
+from ..documents.array_metadatas import RANDOM_KEY_MARKER
 from ..documents.metadata import MetadataDocument
 from ..documents.sharding import ShardingDocument, ShardingSpec
 from ..documents.strings import StringsDocument
 from ..errors import MissingDataError, NotACheckpointError
+from ..item_files import ItemFiles
 from ..layout import Resolved, Storage, resolve
 from ..msgpack_legacy import DEFAULT_MAX_BYTES, decode_checkpoint
 from ..names import (
-    ARRAY_METADATAS_DIR,
     METADATA_FILE,
     MSGPACK_FILE,
     SHARDING_FILE,
@@ -63,6 +63,7 @@ class OpenedItem:
         fmt = self.resolved.target.item
         assert fmt is not None  # resolve returns pytree items only
         self.location = loc
+        self.files = ItemFiles(loc)
         self.format = fmt
         self.doc: MetadataDocument | None = None
         if fmt.has_metadata:
@@ -130,29 +131,11 @@ class OpenedItem:
     # -- documents -------------------------------------------------------------------------
 
     def _strings_document(self, candidates: Iterable[str]) -> StringsDocument | None:
-        """The item's strings document, or None when it has none (JSON documents §7, STR-003).
-
-        `_strings.json` at the item root; else, as releases up to 0.3.x wrote it,
-        `<P>/_strings.json` for the first param name P of `candidates` (the string leaves, or
-        every placeholder when there is no `_METADATA`) in the tree's order that has one (0.3.5
-        writes it in the first string leaf's directory in that order); else a file named P.
-        """
-        if self._strings_loaded:
-            return self._strings
-        data = self.location.get(STRINGS_FILE)
-        file = self.location.file(STRINGS_FILE)
-        if data is None:
-            names = list(dict.fromkeys(candidates))  # the tree's order, each name once
-            for rel in [f"{n}/{STRINGS_FILE}" for n in names] + names:
-                try:
-                    data = self.location.get(rel)
-                except (OSError, ValueError):
-                    data = None
-                if data is not None:
-                    file = self.location.file(rel)
-                    break
-        self._strings = None if data is None else StringsDocument.from_bytes(data, file=file)
-        self._strings_loaded = True
+        """The item's strings document, or None when it has none (`ItemFiles`: JSON
+        documents §7, STR-003)."""
+        if not self._strings_loaded:
+            self._strings = self.files.strings_document(candidates)
+            self._strings_loaded = True
         return self._strings
 
     def strings(self, leaf: SavedLeaf) -> str:
@@ -174,22 +157,11 @@ class OpenedItem:
         return ShardingDocument.from_bytes(data, file=self.location.file(SHARDING_FILE)).shardings
 
     def array_metadatas(self, *, marker: bytes | None = None) -> dict[str, Any]:
-        """Param name -> `ArrayMetadata` of `array_metadatas/process_<N>` (the lowest N first).
-        With `marker`, a document whose bytes lack it (and hold no ``\\u`` escape that could
-        spell it) is skipped unparsed."""
-        out: dict[str, Any] = {}
-        sub = self.location.child(ARRAY_METADATAS_DIR)
-        listing = sub.list_dir()  # a FIFO or directory is refused when read
-        names = listing.files | listing.dirs | listing.other
-        for name in sorted(names, key=lambda n: process_index(n) or 0):
-            if process_index(name) is None:
-                continue
-            data = sub.get(name)
-            if data is not None and (marker is None or marker in data or b"\\u" in data):
-                doc = ArrayMetadatas.from_bytes(data, file=sub.file(name))
-                for a in doc.arrays:
-                    out.setdefault(a.param_name, a)
-        return out
+        """Param name -> `ArrayMetadata` of ``array_metadatas/process_<N>``, the entry of the
+        lowest N (`ItemFiles`, ARRM-003). With `marker`, a document whose bytes lack it (and
+        hold no ``\\u`` escape that could spell it) is skipped unparsed."""
+        found = self.files.array_metadatas(marker=marker)
+        return {name: written.metadata for name, written in found.items()}
 
     def random_key_impls(self) -> Mapping[str, str]:
         """Param name -> PRNG implementation of each typed key array (`array_metadatas`'
