@@ -65,9 +65,10 @@ def _cmd_tree(args: argparse.Namespace) -> int:
     from .reader.item import OpenedItem
     from .saved_tree import Empty, entries
 
-    opened = OpenedItem(args.path, step=args.step, item=args.item, context=None)
+    with OpenedItem(args.path, step=args.step, item=args.item, context=None) as opened:
+        tree = opened.tree
     rows = []
-    for texts, entry in entries(opened.tree):
+    for texts, entry in entries(tree):
         empty = isinstance(entry, Empty)
         shape = None if empty else entry.write_shape
         rows.append(

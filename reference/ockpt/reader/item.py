@@ -183,6 +183,19 @@ class OpenedItem:
             self._arrays.update(self.store.open_many(todo))
         return {n: self._arrays[n] for n in names}
 
+    def close(self) -> None:
+        """Release what the item holds: its opened arrays, its engine's databases and files,
+        its store. Reads after it open them again."""
+        self._arrays.clear()
+        self.store.close()
+        self.location.close()
+
+    def __enter__(self) -> OpenedItem:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def array(self, name: str) -> engines.StoredArray:
         """One array: the kept one, else opened now and not kept."""
         hit = self._arrays.get(name)

@@ -395,7 +395,9 @@ class Checkpoint(Subtree):
         return LazyArray(node, self._item.arrays([name])[name], random_key_impl=impl)
 
     def close(self) -> None:
-        self._item._arrays.clear()
+        """Release every descriptor and database the checkpoint holds (`with ockpt.open(...)`
+        does at the end of the block); a later read opens what it needs again."""
+        self._item.close()
 
     def __repr__(self) -> str:
         return f"Checkpoint({self.path!r}, {len(self)} leaves)"

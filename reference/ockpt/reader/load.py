@@ -574,12 +574,12 @@ def load_pytree(
     read by ranged requests), ``"tensorstore"``, or ``"auto"`` (the default: python for a
     local directory, tensorstore for a URL).
     """
-    handle = OpenedItem(path, step=step, item=item, context=context, backend=backend)
-    return load_item(
-        handle,
-        target,
-        partial=partial,
-        cast=cast,
-        pad_or_truncate=pad_or_truncate,
-        max_in_flight=max_in_flight,
-    )
+    with OpenedItem(path, step=step, item=item, context=context, backend=backend) as handle:
+        return load_item(
+            handle,
+            target,
+            partial=partial,
+            cast=cast,
+            pad_or_truncate=pad_or_truncate,
+            max_in_flight=max_in_flight,
+        )

@@ -168,4 +168,5 @@ def pytree_metadata(
     by default) or step, local or a tensorstore kvstore URL. Dict nodes come back as dicts,
     sequence nodes as lists, empty nodes as empty containers / None.
     """
-    return metadata_tree(OpenedItem(path, step=step, item=item, context=context, backend=backend))
+    with OpenedItem(path, step=step, item=item, context=context, backend=backend) as opened:
+        return metadata_tree(opened)
