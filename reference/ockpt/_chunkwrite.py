@@ -35,7 +35,7 @@ __all__ = ["Sink", "encode_window", "write_chunks"]
 Sink = Callable[[str, list[Any]], None]
 
 #: Raw bytes of the chunks being encoded ahead of their writes (beyond the first).
-ENCODE_AHEAD_BYTES = 256 << 20
+ENCODE_AHEAD_BYTES = 128 << 20
 
 #: Chunks under this many bytes are encoded in the calling thread when no other is pending.
 INLINE_BYTES = 64 << 10

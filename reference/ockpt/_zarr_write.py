@@ -264,7 +264,7 @@ def write_arrays(
     files = BackgroundWriter()  # writes overlap encoding; flushed at commit (DIR-004)
 
     def open_file(key: str) -> NewFile:
-        return files.queue(item.writer(key))
+        return item.writer(key, background=files)
 
     if use_ocdbt:
         database = DatabaseWriter(process_dir(process_index), open_file=open_file)

@@ -332,15 +332,18 @@ _TMP_SUFFIX = ".ockpt-tmp"
 
 class _File:
     """A new file of an output as a binary stream (``write``, ``tell``; no ``seek``: zipfile
-    writes its members with data descriptors, torch.save streams), over `Store.writer`."""
+    writes its members with data descriptors, torch.save streams), over `Store.writer`. With
+    `copy`, each buffer written is copied: for a writer that reuses its buffers (torch.save),
+    since a store may hold them until the file is closed."""
 
-    def __init__(self, file: Any) -> None:
+    def __init__(self, file: Any, *, copy: bool = False) -> None:
         self._file = file
+        self._copy = copy
         self._at = 0
 
     def write(self, data: Any) -> int:
         view = memoryview(data).cast("B")
-        self._file.append([view])
+        self._file.append([bytes(view) if self._copy else view])
         self._at += view.nbytes
         return view.nbytes
 
@@ -383,9 +386,9 @@ class _Output:
         """Where the file `name` is written until `publish`."""
         return name + _TMP_SUFFIX if self.staged else name
 
-    def open(self, name: str) -> _File:
+    def open(self, name: str, *, copy: bool = False) -> _File:
         self.written.append(name)
-        return _File(self.folder.writer(self.key(name)))
+        return _File(self.folder.writer(self.key(name)), copy=copy)
 
     def put(self, name: str, data: bytes) -> None:
         file = self.open(name)
@@ -615,7 +618,7 @@ def _write_pt(source: Source, targets: list[_Target], out: _Output, name: str, *
             # File-backed (mmap) storage: torch.save reads it from page cache, not a copy.
             flat = torch.from_file(file, shared=True, size=count, dtype=tdtype)
             state[target.name] = flat.reshape(target.shape)
-        output = out.open(name)
+        output = out.open(name, copy=True)  # torch.save may reuse its buffers
         torch.save(state, output)
         output.close()
         state.clear()

@@ -17,11 +17,14 @@ import abc
 import copy
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import FormatError, UnsupportedError, WriteConflictError
 from ..limits import LIMITS
 from ..names import COMMIT_FILE, TMP_MARKER
+
+if TYPE_CHECKING:
+    from .inflight import BackgroundWriter
 
 __all__ = [
     "Capabilities",
@@ -218,8 +221,10 @@ class Store(abc.ABC):
         """Write the value of `key` whole (replacing one there; parents created)."""
 
     @abc.abstractmethod
-    def writer(self, key: str) -> NewFile:
-        """A new file at `key`, appended to and then closed."""
+    def writer(self, key: str, *, background: BackgroundWriter | None = None) -> NewFile:
+        """A new file at `key`, appended to and then closed. With `background`, the appends
+        and the close run on its thread where they would make the caller wait (a local
+        file's system calls); a store whose writes are asynchronous already ignores it."""
 
     def rename(self, src: str, dst: str) -> None:
         """Give the value `src` the name `dst` in one step, replacing a value there. Needs the

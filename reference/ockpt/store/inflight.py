@@ -25,7 +25,7 @@ class BackgroundWriter:
     (`append` waits beyond that); `finish` waits for everything and raises the first failure.
     """
 
-    def __init__(self, *, max_bytes: int = 256 << 20) -> None:
+    def __init__(self, *, max_bytes: int = 128 << 20) -> None:
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="ockpt-write")
         self._pending: deque[tuple[Future[None], int]] = deque()
         self._held = 0

@@ -11,13 +11,16 @@ from __future__ import annotations
 import errno
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import FormatError
 from ..limits import LIMITS
 from . import files
 from .base import Capabilities, Listing, NewFile, Pending, Store, check_key, write_markers
 from .byterange import ByteRange
+
+if TYPE_CHECKING:
+    from .inflight import BackgroundWriter
 
 __all__ = ["LocalStore"]
 
@@ -175,8 +178,9 @@ class LocalStore(Store):
     def set(self, key: str, value: bytes | memoryview | Sequence[bytes | memoryview]) -> None:
         _commit().write_file(self._target(key), value, sync=self._sync)
 
-    def writer(self, key: str) -> NewFile:
-        return _commit().NewFile(self._target(key), sync_on_close=self._sync)
+    def writer(self, key: str, *, background: BackgroundWriter | None = None) -> NewFile:
+        file = _commit().NewFile(self._target(key), sync_on_close=self._sync)
+        return file if background is None else background.queue(file)
 
     def rename(self, src: str, dst: str) -> None:
         os.replace(self._target(src), self._target(dst))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from ..errors import FormatError, WriteConflictError
 from ..limits import LIMITS
@@ -21,6 +22,9 @@ from .base import (
     refuse_existing,
     write_markers,
 )
+
+if TYPE_CHECKING:
+    from .inflight import BackgroundWriter
 
 __all__ = ["MemoryStore"]
 
@@ -143,7 +147,8 @@ class MemoryStore(Store):
         with self._values.lock:
             self._values.data[full] = data
 
-    def writer(self, key: str) -> _MemoryFile:
+    def writer(self, key: str, *, background: BackgroundWriter | None = None) -> _MemoryFile:
+        del background  # appends copy into memory: nothing to wait for
         return _MemoryFile(self, self._key(key))
 
     def rename(self, src: str, dst: str) -> None:

@@ -32,6 +32,8 @@ from .inflight import InFlight
 if TYPE_CHECKING:
     import tensorstore as ts
 
+    from .inflight import BackgroundWriter
+
 __all__ = ["UrlStore", "import_tensorstore", "is_url", "new_context"]
 
 #: Cache for OCDBT tree nodes (shared by the arrays of one item); array chunks are not cached.
@@ -48,6 +50,9 @@ _RETRY_RESOURCES = ("s3_request_retries", "gcs_request_retries")
 
 #: What `UrlStore._request` returns for a byte range that reaches past the end of an object.
 _PAST_END = object()
+#: Bytes of writes started and not yet done (each held twice meanwhile: ours until the write
+#: starts, tensorstore's copy in its request until it ends).
+_IN_FLIGHT_BYTES = 64 << 20
 #: tensorstore's storage generation of a key with no value (a conditional create's condition).
 _NO_VALUE = b"\x02"
 
@@ -112,7 +117,7 @@ class _Shared:
     def __init__(self, context: ts.Context | None) -> None:
         self.given = context
         self.context: ts.Context | None = None
-        self.inflight = InFlight()
+        self.inflight = InFlight(max_bytes=_IN_FLIGHT_BYTES)
 
     def tensorstore_context(self) -> ts.Context:
         if self.context is None:
@@ -311,7 +316,8 @@ class UrlStore(Store):
             value = b"".join(value)
         self._write(key, bytes(value))
 
-    def writer(self, key: str) -> _ObjectFile:
+    def writer(self, key: str, *, background: BackgroundWriter | None = None) -> _ObjectFile:
+        del background  # the write starts at close, asynchronous already (`InFlight`)
         check_key(key, file=self.file(key))
         return _ObjectFile(self, key)
 
@@ -382,15 +388,17 @@ class UrlStore(Store):
 
 class _ObjectFile:
     """A new object, its parts held until `close` starts its write (a kvstore takes a value
-    whole: a file's size bounds the memory a save to a bucket holds)."""
+    whole: a file's size bounds the memory a save to a bucket holds). The parts are held as
+    given, not copied: a writer hands over buffers it does not change (encoded chunks, views
+    of the arrays being saved), as it does to a local file's queued writes."""
 
     def __init__(self, store: UrlStore, key: str) -> None:
         self._store = store
         self._key = key
-        self._parts: list[bytes] = []
+        self._parts: list[bytes | memoryview] = []
 
     def append(self, parts: Sequence[bytes | memoryview]) -> None:
-        self._parts.extend(bytes(p) for p in parts)
+        self._parts.extend(parts)
 
     def close(self) -> None:
         if self._parts is None:
