@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
             f"into fresh memory: median {statistics.median(ceiling):.3f} s "
             f"({_range(ceiling)}).",
             "",
-            "| operation | old median s (range) | new median s (range) | new / old median (range) |",
+            "| operation | old median s (range) | new median s (range) | new / old (range) |",
             "|---|---|---|---|",
         ]
         for op, by in times.items():
