@@ -29,6 +29,7 @@ try:
 except ImportError:  # a checkout without `pip install -e .`
     sys.path.insert(0, str(ROOT / "reference"))
     import ockpt
+from ockpt import bytecodecs  # noqa: E402
 from ockpt import documents as docs  # noqa: E402
 from ockpt.errors import FormatError  # noqa: E402
 from ockpt.msgpack_legacy import decode_checkpoint, placeholders, to_json_view  # noqa: E402
@@ -112,7 +113,7 @@ def _reseal(data: bytes) -> bytes:
     if len(data) < 16:
         return data
     data = data[:4] + len(data).to_bytes(8, "little") + data[12:]
-    return data[:-4] + ocdbt_format.crc32c(data[:-4]).to_bytes(4, "little")
+    return data[:-4] + bytecodecs.crc32c(data[:-4]).to_bytes(4, "little")
 
 
 def ocdbt_target(data: bytes) -> None:
@@ -236,7 +237,7 @@ def _chunk_metadatas() -> tuple:
 
 def _fix_crc(i: int, payload: bytes) -> bytes:
     """Recompute the CRC-32C a mutation broke (crc32c codec, shard index), for variant i."""
-    crc = ocdbt_format.crc32c
+    crc = bytecodecs.crc32c
     if i == 7 and len(payload) >= 4:
         return payload[:-4] + crc(payload[:-4]).to_bytes(4, "little")
     if i in (9, 10) and len(payload) >= 68:
@@ -572,7 +573,7 @@ def _gzip(b: bytes) -> bytes:
 
 
 def ockpt_crc(b: bytes) -> int:
-    return ocdbt_format.crc32c(b)
+    return bytecodecs.crc32c(b)
 
 
 def _shard(values: np.ndarray, *, compress: bool, index_first: bool) -> bytes:

@@ -30,6 +30,7 @@ import zstandard
 
 import ockpt
 from conftest import FIXTURES, HAVE_TENSORSTORE, flat_leaves
+from ockpt import bytecodecs
 from ockpt.documents import _json
 from ockpt.errors import DocumentError, OcdbtError
 from ockpt.limits import LIMITS
@@ -171,13 +172,13 @@ def test_frame_without_content_size_decodes_up_to_the_bound(monkeypatch, size, s
     call, and in the bounded steps that name the faults (then decoded again, into one
     buffer)."""
     if steps:  # a frame the header walk does not accept takes the steps
-        monkeypatch.setattr(fmt, "_zstd_walk", lambda data: None)
+        monkeypatch.setattr(bytecodecs, "_zstd_walk", lambda data: None)
     raw = np.random.default_rng(size).integers(0, 4, size, dtype=np.uint8).tobytes()
     frame = _stream_frame(raw)
-    assert fmt.zstd_decompress(frame, max_output_size=size) == raw
-    assert fmt.zstd_decompress(frame, max_output_size=1 << 30) == raw
+    assert bytecodecs.zstd_decompress(frame, max_output_size=size) == raw
+    assert bytecodecs.zstd_decompress(frame, max_output_size=1 << 30) == raw
     with pytest.raises(OcdbtError) as e:
-        fmt.zstd_decompress(frame, max_output_size=size - 1, file="d/x")
+        bytecodecs.zstd_decompress(frame, max_output_size=size - 1, file="d/x")
     assert _rule(e) == "OCDBT-006" and e.value.file == "d/x"
     assert f"<= {size - 1}" in str(e.value)
 
@@ -185,15 +186,15 @@ def test_frame_without_content_size_decodes_up_to_the_bound(monkeypatch, size, s
 def test_frame_faults_are_named():
     frame = _stream_frame(b"abc" * 1000)
     with pytest.raises(OcdbtError, match="truncated"):
-        fmt.zstd_decompress(frame[:-3], max_output_size=1 << 20)
+        bytecodecs.zstd_decompress(frame[:-3], max_output_size=1 << 20)
     # bytes after the frame, also where the frame ends exactly at a step of the stream decoder
-    pad = (-len(frame)) % fmt._ZSTD_STEP
-    for extra in (b"x", b"x" * fmt._ZSTD_STEP):
+    pad = (-len(frame)) % bytecodecs._ZSTD_STEP
+    for extra in (b"x", b"x" * bytecodecs._ZSTD_STEP):
         with pytest.raises(OcdbtError, match="bytes after the zstd frame"):
-            fmt.zstd_decompress(frame + b"\0" * pad + extra, max_output_size=1 << 20)
+            bytecodecs.zstd_decompress(frame + b"\0" * pad + extra, max_output_size=1 << 20)
     sized = zstandard.ZstdCompressor().compress(b"abc" * 1000)
     with pytest.raises(OcdbtError, match="content size exceeds"):
-        fmt.zstd_decompress(sized, max_output_size=2999)
+        bytecodecs.zstd_decompress(sized, max_output_size=2999)
 
 
 def test_node_bound_follows_the_manifest():
@@ -242,7 +243,7 @@ def _envelope(magic: int, frame: bytes) -> bytes:
     size)."""
     tail = fmt.encode_varint(0) + fmt.encode_varint(1) + frame
     head = struct.pack(">I", magic) + struct.pack("<Q", 12 + len(tail) + 4)
-    return head + tail + struct.pack("<I", fmt.crc32c(head + tail))
+    return head + tail + struct.pack("<I", bytecodecs.crc32c(head + tail))
 
 
 def _replace_root_node(

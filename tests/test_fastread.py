@@ -302,7 +302,7 @@ def test_damaged_large_shard_names_its_rule(tmp_path, monkeypatch, damage):
     shard = path / "w" / "c" / "0" / "0"
     data = bytearray(shard.read_bytes())
     if damage == "index":  # an offset pointing past the chunk data, CRC fixed up
-        from ockpt.ocdbt.format import crc32c
+        from ockpt.bytecodecs import crc32c
 
         n = 16 * 4  # four inner chunks
         data[-4 - n : -4 - n + 8] = (len(data) * 2).to_bytes(8, "little")

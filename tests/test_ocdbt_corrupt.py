@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 import ockpt
 from conftest import FIXTURES
 from ocdbt_support import build_database
+from ockpt import bytecodecs
 from ockpt.errors import FormatError, MissingDataError, OcdbtError
 from ockpt.ocdbt import Database
 from ockpt.ocdbt import format as fmt
@@ -32,7 +33,7 @@ def db_dir(tmp_path):
 def reseal(data: bytes) -> bytes:
     """Fix length and CRC-32C after an edit, so the decoder looks past the envelope."""
     data = data[:4] + struct.pack("<Q", len(data)) + data[12:]
-    return data[:-4] + struct.pack("<I", fmt.crc32c(data[:-4]))
+    return data[:-4] + struct.pack("<I", bytecodecs.crc32c(data[:-4]))
 
 
 def envelope(magic: int, body: bytes, *, version: int = 0, compression: int = 0) -> bytes:

@@ -13,6 +13,7 @@ import struct
 import pytest
 import zstandard
 
+from ockpt import bytecodecs
 from ockpt.errors import OcdbtError, ZarrFormatError
 from ockpt.ocdbt import format as fmt
 
@@ -47,10 +48,10 @@ def test_encode_varint_refuses_what_64_bits_cannot_hold(value):
 def test_zstd_frame_size_is_the_length_of_the_first_frame(checksum):
     frame = zstandard.ZstdCompressor(write_checksum=checksum).compress(b"abc" * 1000)
     assert len(frame) < 1000  # a compressed block: it may decode to far more than its length
-    assert fmt.zstd_frame_size(frame) == len(frame)
-    assert fmt.zstd_frame_size(frame + b"\0" * 7) == len(frame)
-    assert fmt.zstd_frame_size(frame[:-1]) is None
-    assert fmt.zstd_frame_size(b"not a zstd frame") is None
+    assert bytecodecs.zstd_frame_size(frame) == len(frame)
+    assert bytecodecs.zstd_frame_size(frame + b"\0" * 7) == len(frame)
+    assert bytecodecs.zstd_frame_size(frame[:-1]) is None
+    assert bytecodecs.zstd_frame_size(b"not a zstd frame") is None
 
 
 # --------------------------------------------------------------------------------------------
@@ -292,7 +293,7 @@ BODY = fmt.encode_envelope(M, b"body")  # 22 bytes: header 12, version 0, compre
 def reseal(data: bytes) -> bytes:
     """Fix length and CRC-32C after an edit, so the decoder looks past them."""
     data = data[:4] + struct.pack("<Q", len(data)) + data[12:]
-    return data[:-4] + struct.pack("<I", fmt.crc32c(data[:-4]))
+    return data[:-4] + struct.pack("<I", bytecodecs.crc32c(data[:-4]))
 
 
 def env_crc(data: bytes) -> int:
@@ -302,7 +303,7 @@ def env_crc(data: bytes) -> int:
 
 def test_an_envelope_decodes_to_its_fields():
     env = fmt.decode_envelope(BODY, magic=M, file="f", offset=100)
-    assert env == fmt.Envelope(M, 22, 0, 0, b"body", fmt.crc32c(BODY[:-4]))
+    assert env == fmt.Envelope(M, 22, 0, 0, b"body", bytecodecs.crc32c(BODY[:-4]))
     assert env.crc32c == env_crc(BODY)
     empty = fmt.encode_envelope(M, b"")  # 18 bytes, the shortest envelope
     assert fmt.decode_envelope(empty, magic=M) == fmt.Envelope(M, 18, 0, 0, b"", env_crc(empty))
@@ -427,8 +428,8 @@ def zstd_calls(monkeypatch) -> list[str]:
 
 @pytest.mark.parametrize("frame", [KNOWN, UNKNOWN], ids=["known size", "unknown size"])
 def test_a_frame_within_the_bound_is_decoded_in_one_call(frame, zstd_calls):
-    assert fmt.zstd_decompress(frame, max_output_size=len(DATA)) == DATA
-    assert fmt.zstd_decompress(memoryview(frame), max_output_size=1 << 20) == DATA
+    assert bytecodecs.zstd_decompress(frame, max_output_size=len(DATA)) == DATA
+    assert bytecodecs.zstd_decompress(memoryview(frame), max_output_size=1 << 20) == DATA
     assert zstd_calls == ["decompress", "decompress"]  # no stream
 
 
@@ -440,7 +441,7 @@ def test_an_empty_frame_is_checked_by_the_stream(content_size, calls, zstd_calls
     """python-zstandard's one-shot call returns b"" for a frame that declares size 0 without
     decoding it, and refuses one that declares none with no room to decode into."""
     frame = zstandard.ZstdCompressor(write_content_size=content_size).compress(b"")
-    assert fmt.zstd_decompress(frame, max_output_size=0) == b""
+    assert bytecodecs.zstd_decompress(frame, max_output_size=0) == b""
     assert zstd_calls == calls
 
 
@@ -466,7 +467,7 @@ def test_an_empty_frame_is_checked_by_the_stream(content_size, calls, zstd_calls
 )
 def test_zstd_errors_name_file_pointer_rule_and_sizes(frame, bound, message):
     got = error_of(
-        lambda: fmt.zstd_decompress(frame, max_output_size=bound, file="f", pointer="@5")
+        lambda: bytecodecs.zstd_decompress(frame, max_output_size=bound, file="f", pointer="@5")
     )
     assert got == f"f at @5: {message} [OCDBT-006]"
 
@@ -477,7 +478,7 @@ def test_a_frame_of_known_size_that_the_one_call_refuses_is_named_corrupt():
     (no message); id at 88f069a."""
     frame = zstandard.ZstdCompressor(write_checksum=True).compress(DATA)
     bad = frame[:-1] + bytes([frame[-1] ^ 1])
-    got = error_of(lambda: fmt.zstd_decompress(bad, max_output_size=10240, file="f"))
+    got = error_of(lambda: bytecodecs.zstd_decompress(bad, max_output_size=10240, file="f"))
     assert got == (
         "f: corrupt zstd frame: decompression error: Restored data doesn't match checksum "
         "[OCDBT-006]"
@@ -509,7 +510,7 @@ def test_the_stream_reads_every_step_and_counts_all_it_gives(frame, bound, messa
     by whole steps, adds up their output against the bound and counts every trailing byte.
     Kills `zstd_decompress` 71 (the position stuck at one step), 73 (only the last piece
     counted), 90 (bytes past the last step subtracted); ids at 88f069a."""
-    got = error_of(lambda: fmt.zstd_decompress(frame, max_output_size=bound, file="f"))
+    got = error_of(lambda: bytecodecs.zstd_decompress(frame, max_output_size=bound, file="f"))
     assert got == f"f: {message} [OCDBT-006]"
 
 
@@ -519,7 +520,7 @@ def test_a_frame_without_content_size_is_decoded_into_what_its_blocks_give(monke
     decoded in one call into a buffer of exactly that; an empty one, whose blocks give
     nothing, takes the stream. Kills `_zstd_walk` 47 (`most` from 1) and 62 (the block
     header's third byte shifted by 17); ids at 88f069a."""
-    assert fmt.zstd_frame_size(LONG) == len(LONG)
+    assert bytecodecs.zstd_frame_size(LONG) == len(LONG)
     sizes: list[int] = []
 
     class Recording(CountingDecompressor):
@@ -530,15 +531,15 @@ def test_a_frame_without_content_size_is_decoded_into_what_its_blocks_give(monke
             return self.real.decompress(data, **kw)
 
     monkeypatch.setattr(zstandard, "ZstdDecompressor", Recording)
-    assert fmt.zstd_decompress(LONG, max_output_size=1 << 20) == RANDOM
+    assert bytecodecs.zstd_decompress(LONG, max_output_size=1 << 20) == RANDOM
     empty = zstandard.ZstdCompressor(write_content_size=False).compress(b"")
-    assert fmt.zstd_decompress(empty, max_output_size=100) == b""
+    assert bytecodecs.zstd_decompress(empty, max_output_size=100) == b""
     assert sizes == [len(RANDOM), 0]
 
 
 def test_zstd_errors_take_the_callers_error_class_and_rule():
     with pytest.raises(ZarrFormatError) as info:
-        fmt.zstd_decompress(
+        bytecodecs.zstd_decompress(
             b"nope", max_output_size=9, file="c/0", rule="ZARR-1", error=ZarrFormatError
         )
     assert info.value.rule == "ZARR-1"
@@ -703,9 +704,9 @@ def test_a_frame_header_of_every_shape_is_measured(single, did_flag, did, fcs_fl
     blocks = _block(0, 300, last=False) + _block(1, 70000, last=False) + _block(2, 5, last=True)
     frame = b"\x28\xb5\x2f\xfd" + bytes([fhd]) + window + did + fcs + blocks
     frame += b"\xee" * 4 * checksum
-    assert fmt.zstd_frame_size(frame) == len(frame)
-    assert fmt.zstd_frame_size(frame + b"\0" * 9) == len(frame)
-    assert fmt.zstd_frame_size(frame[:-1]) is None
+    assert bytecodecs.zstd_frame_size(frame) == len(frame)
+    assert bytecodecs.zstd_frame_size(frame + b"\0" * 9) == len(frame)
+    assert bytecodecs.zstd_frame_size(frame[:-1]) is None
 
 
 @pytest.mark.parametrize(
@@ -719,12 +720,12 @@ def test_a_frame_header_of_every_shape_is_measured(single, did_flag, did, fcs_fl
     ],
 )
 def test_what_is_not_a_frame_has_no_size(frame):
-    assert fmt.zstd_frame_size(frame) is None
+    assert bytecodecs.zstd_frame_size(frame) is None
 
 
 def test_the_smallest_frame_is_measured():
     frame = b"\x28\xb5\x2f\xfd\x20\0" + _block(0, 0, last=True)  # single segment, size 0
-    assert len(frame) == 9 and fmt.zstd_frame_size(frame) == 9
+    assert len(frame) == 9 and bytecodecs.zstd_frame_size(frame) == 9
 
 
 @pytest.mark.parametrize(
@@ -736,7 +737,7 @@ def test_frames_of_raw_rle_and_compressed_blocks_decode_in_one_call(data, zstd_c
     stream."""
     for level in (-100, 3):
         frame = zstandard.ZstdCompressor(level=level, write_content_size=False).compress(data)
-        assert fmt.zstd_decompress(frame, max_output_size=len(data)) == data
+        assert bytecodecs.zstd_decompress(frame, max_output_size=len(data)) == data
     assert zstd_calls == ["decompress", "decompress"]
 
 
@@ -1617,7 +1618,7 @@ def test_structures_decode_from_a_memoryview_as_from_bytes():
     at 88f069a."""
     node = fmt.BtreeNode(0, (fmt.LeafNodeEntry(b"k", b"v"),))
     data = fmt.encode_btree_node(node)
-    assert fmt.crc32c(memoryview(data)) == fmt.crc32c(data)
+    assert bytecodecs.crc32c(memoryview(data)) == bytecodecs.crc32c(data)
     assert fmt.decode_btree_node(memoryview(data)) == node
 
 

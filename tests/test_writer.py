@@ -593,9 +593,9 @@ def test_temporary_directory_is_not_a_checkpoint(tmp_path, monkeypatch):
         written.append(key)
         return real_set(self, key, value)
 
-    def spy_writer(self, key):
+    def spy_writer(self, key, **kw):
         written.append(key)
-        return real_writer(self, key)
+        return real_writer(self, key, **kw)
 
     monkeypatch.setattr(commit, "finish", spy)
     monkeypatch.setattr(LocalStore, "set", spy_set)

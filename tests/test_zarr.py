@@ -10,9 +10,9 @@ import pytest
 
 from ocdbt_support import fixture_databases, short
 from ockpt import dtypes
+from ockpt.bytecodecs import crc32c
 from ockpt.errors import MissingDataError, ZarrFormatError
 from ockpt.ocdbt import Database
-from ockpt.ocdbt.format import crc32c
 from ockpt.zarr import (
     ArrayV2Metadata,
     ArrayV3Metadata,

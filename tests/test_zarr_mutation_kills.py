@@ -17,8 +17,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from ockpt.bytecodecs import crc32c
 from ockpt.errors import MissingDataError, ZarrFormatError
-from ockpt.ocdbt.format import crc32c
 from ockpt.zarr import _common, array
 from ockpt.zarr.array import (
     chunks_for_region,

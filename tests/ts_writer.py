@@ -55,7 +55,7 @@ def write_arrays(
             chunk_shape=a.chunk_shape,
             write_shape=a.write_shape,
             compression_level=compression_level if a.compress else None,
-        )
+        ).to_dict()
         spec = {
             "driver": "zarr" if zarr_version == 2 else "zarr3",
             "kvstore": _kvstore(

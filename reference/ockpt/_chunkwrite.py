@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import struct
-import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -26,8 +24,9 @@ from typing import Any
 import numpy as np
 
 from .engines.python.fastread import workers  # one thread per core, as the reader
-from .ocdbt.format import crc32c
 from .paths import array_prefix
+from .zarr.codecs import BytesCodec, ZstdCodec
+from .zarr.shard_index import EMPTY, encode_index
 
 __all__ = ["Sink", "encode_window", "write_chunks"]
 
@@ -42,8 +41,6 @@ INLINE_BYTES = 64 << 10
 
 #: Chunks of at least this many bytes are compressed on every core, one frame each.
 PARALLEL_FRAME_BYTES = 8 << 20
-
-_MISSING = (1 << 64) - 1  # a sharding index entry of an inner chunk that is not stored
 
 Job = tuple[str, int, Callable[[], list[Any]]]  # key, raw bytes, encoding
 
@@ -87,27 +84,17 @@ def _full(part: np.ndarray, chunk: tuple[int, ...]) -> np.ndarray:
     return np.ascontiguousarray(part)
 
 
-_compressors = threading.local()  # each thread's zstd compressors, by (level, threads)
-
-
-def _compressor(level: int, threads: int) -> Any:
-    import zstandard
-
-    cache = _compressors.__dict__.setdefault("by_settings", {})
-    if (level, threads) not in cache:
-        cache[level, threads] = zstandard.ZstdCompressor(level=level, threads=threads)
-    return cache[level, threads]
-
-
 def _encoder(level: int | None) -> Callable[[np.ndarray], Any]:
-    """C-contiguous chunk -> its stored bytes: a zstd frame, or (raw) a byte view of it."""
+    """C-contiguous chunk -> its stored bytes (`zarr.codecs`): a zstd frame of its bytes
+    (large chunks on every core), or (raw) a byte view of it."""
+    to_bytes = BytesCodec().encode
     if level is None:
-        return lambda chunk: memoryview(chunk.reshape(-1).view(np.uint8))
+        return to_bytes
+    zstd = ZstdCodec(level=level)
 
     def encode(chunk: np.ndarray) -> bytes:
-        data = memoryview(chunk.reshape(-1).view(np.uint8))
-        threads = workers() if data.nbytes >= PARALLEL_FRAME_BYTES else 0
-        return _compressor(level, threads).compress(data)
+        data = to_bytes(chunk)
+        return zstd.encode(data, threads=workers() if data.nbytes >= PARALLEL_FRAME_BYTES else 0)
 
     return encode
 
@@ -168,15 +155,14 @@ def _encode_shard(
     inner chunk; ``2^64-1`` twice for one wholly outside the array) and its CRC-32C."""
     if view.shape == shard == inner:  # one inner chunk, inside the array: most shards
         data = encode(np.ascontiguousarray(view))
-        table = struct.pack("<2Q", 0, memoryview(data).nbytes)
-        return [data, table + struct.pack("<I", crc32c(table))]
+        return [data, encode_index((0, memoryview(data).nbytes))]
     present = tuple(-(-n // c) for n, c in zip(view.shape, inner, strict=True))
     parts: list[Any] = []
     index: list[int] = []
     offset = 0
     for cell in itertools.product(*(range(s // c) for s, c in zip(shard, inner, strict=True))):
         if any(c >= p for c, p in zip(cell, present, strict=True)):
-            index += (_MISSING, _MISSING)
+            index += (EMPTY, EMPTY)
             continue
         local = tuple(slice(c * n, (c + 1) * n) for c, n in zip(cell, inner, strict=True))
         data = encode(_full(view[local], inner))
@@ -184,8 +170,7 @@ def _encode_shard(
         parts.append(data)
         index += (offset, size)
         offset += size
-    table = struct.pack(f"<{len(index)}Q", *index)
-    parts.append(table + struct.pack("<I", crc32c(table)))
+    parts.append(encode_index(index))
     return parts
 
 

@@ -29,6 +29,9 @@ from .ocdbt.write import DatabaseWriter, Entry
 from .paths import array_prefix
 from .store import NewFile, Store
 from .store.inflight import BackgroundWriter
+from .zarr import ArrayMetadata
+from .zarr.v2 import ArrayV2Metadata
+from .zarr.v3 import ArrayV3Metadata
 
 __all__ = [
     "ZSTD_LEVEL",
@@ -162,35 +165,52 @@ def zarr_metadata(
     chunk_shape: Sequence[int],
     write_shape: Sequence[int],
     compression_level: int | None,
-) -> dict[str, Any]:
-    """The zarr metadata of one array (WRITE-011, WRITE-012). `compression_level` None means
-    no compression."""
-    shape = [int(n) for n in shape]
+) -> ArrayMetadata:
+    """The zarr metadata of one array (WRITE-011, WRITE-012), as the model the reader parses
+    (`zarr.v2` / `zarr.v3`: built from its JSON form, so the writer's metadata passes the
+    reader's own checks first). `compression_level` None means no compression."""
     if zarr_version == 2:
-        return {
-            "zarr_format": 2,
-            "shape": shape,
-            "chunks": [int(n) for n in chunk_shape],
-            "dtype": dtypes.to_zarr_v2(dtype),
-            "compressor": (
-                None if compression_level is None else {"id": "zstd", "level": compression_level}
-            ),
-            "fill_value": None,
-            "filters": None,
-            "order": "C",
-            "dimension_separator": ".",
-        }
+        return ArrayV2Metadata.from_dict(_v2_dict(shape, dtype, chunk_shape, compression_level))
+    return ArrayV3Metadata.from_dict(
+        _v3_dict(shape, dtype, chunk_shape, write_shape, compression_level)
+    )
+
+
+def _v2_dict(
+    shape: Sequence[int], dtype: np.dtype, chunk_shape: Sequence[int], level: int | None
+) -> dict[str, Any]:
+    """The ``.zarray`` of an array as tensorstore writes it for Orbax (WRITE-011)."""
+    return {
+        "zarr_format": 2,
+        "shape": [int(n) for n in shape],
+        "chunks": [int(n) for n in chunk_shape],
+        "dtype": dtypes.to_zarr_v2(dtype),
+        "compressor": None if level is None else {"id": "zstd", "level": level},
+        "fill_value": None,
+        "filters": None,
+        "order": "C",
+        "dimension_separator": ".",
+    }
+
+
+def _v3_dict(
+    shape: Sequence[int],
+    dtype: np.dtype,
+    chunk_shape: Sequence[int],
+    write_shape: Sequence[int],
+    level: int | None,
+) -> dict[str, Any]:
+    """The ``zarr.json`` of an array as tensorstore writes it for Orbax (WRITE-012): one shard
+    per write shape, inner chunks of `chunk_shape`."""
     inner: list[dict[str, Any]] = [{"name": "bytes", "configuration": {"endian": "little"}}]
     if np.dtype(dtype).itemsize == 1:  # no byte order to state (tensorstore omits it)
         inner = [{"name": "bytes"}]
-    if compression_level is not None:
-        inner.append(
-            {"name": "zstd", "configuration": {"level": compression_level, "checksum": False}}
-        )
+    if level is not None:
+        inner.append({"name": "zstd", "configuration": {"level": level, "checksum": False}})
     return {
         "zarr_format": 3,
         "node_type": "array",
-        "shape": shape,
+        "shape": [int(n) for n in shape],
         "data_type": dtypes.to_zarr_v3(dtype),
         "chunk_grid": {
             "name": "regular",
@@ -291,10 +311,10 @@ def write_arrays(
         files.finish()
 
 
-def stored_metadata(metadata: dict[str, Any]) -> bytes:
-    """A zarr metadata document (`zarr_metadata`) as tensorstore's zarr drivers store it:
-    keys sorted, no spaces."""
-    return json.dumps(metadata, sort_keys=True, separators=(",", ":")).encode()
+def stored_metadata(metadata: ArrayMetadata) -> bytes:
+    """A zarr metadata model (`zarr_metadata`) as tensorstore's zarr drivers store its
+    ``to_dict``: keys sorted, no spaces."""
+    return json.dumps(metadata.to_dict(), sort_keys=True, separators=(",", ":")).encode()
 
 
 def merge_databases(

@@ -1,10 +1,12 @@
-"""The zarr codecs Orbax's arrays use (spec/arrays.md), decode direction only.
+"""The zarr codecs Orbax's arrays use (spec/arrays.md), both directions: each codec decodes
+what is stored (bounded, hostile input refused) and encodes what the writer stores.
 
 Three kinds, named by what they take and give (each codec's `kind`): array -> array
 (`TransposeCodec`), array -> bytes (`BytesCodec`, `ShardingCodec` in `shard_index`), bytes ->
 bytes (`ZstdCodec`, `GzipCodec`, `Crc32cCodec`). `CodecPipeline` is one chain of them, built
 from a zarr v3 ``codecs`` list (`parse_codecs`) or a zarr v2 ``compressor``
-(`from_v2_compressor`). Every decoder bounds its output by the size the chunk must have.
+(`from_v2_compressor`). Every decoder bounds its output by the size the chunk must have;
+`CodecPipeline.encode` runs the chain the other way.
 
 Codecs are looked up by the name their JSON gives, in `CODECS` (zarr v3 ``codecs`` entries)
 and `V2_COMPRESSORS` (zarr v2 ``compressor`` ids): `register_codec` adds one. This module
@@ -22,9 +24,9 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
+from ..bytecodecs import crc32c, zstd_compress, zstd_decompress
 from ..errors import ZarrFormatError
 from ..limits import check_allocation
-from ..ocdbt.format import crc32c, zstd_decompress
 from ._common import fail, intermediate_bound
 
 __all__ = [
@@ -80,6 +82,10 @@ class ZstdCodec:
     name = "zstd"
     kind: ClassVar[Kind] = "bytes_to_bytes"
 
+    def encode(self, data: Any, *, threads: int = 0) -> bytes:
+        """One zstd frame of `data` (its content size recorded), on `threads` more threads."""
+        return zstd_compress(data, level=self.level, threads=threads)
+
     def decode(self, data: bytes, *, max_size: int, file: object, pointer: str | None) -> bytes:
         return zstd_decompress(
             data,
@@ -97,6 +103,10 @@ class GzipCodec:
     wbits: int = 31  # 31: gzip header; 15: zlib header
     name = "gzip"
     kind: ClassVar[Kind] = "bytes_to_bytes"
+
+    def encode(self, data: Any) -> bytes:
+        c = zlib.compressobj(self.level if self.level > 0 else -1, zlib.DEFLATED, self.wbits)
+        return c.compress(data) + c.flush()
 
     def decode(self, data: bytes, *, max_size: int, file: object, pointer: str | None) -> bytes:
         d = zlib.decompressobj(self.wbits)
@@ -124,6 +134,11 @@ class GzipCodec:
 class Crc32cCodec:
     name = "crc32c"
     kind: ClassVar[Kind] = "bytes_to_bytes"
+
+    def encode(self, data: Any) -> bytes:
+        """`data` followed by its CRC-32C, little-endian."""
+        body = bytes(data)
+        return body + crc32c(body).to_bytes(4, "little")
 
     def decode(self, data: bytes, *, max_size: int, file: object, pointer: str | None) -> bytes:
         if len(data) < 4:
@@ -157,6 +172,15 @@ class BytesCodec:
     name = "bytes"
     kind: ClassVar[Kind] = "array_to_bytes"
 
+    def encode(self, array: np.ndarray) -> memoryview:
+        """The elements of `array` in C order and this codec's byte order, as bytes (a view,
+        no copy, of a C-contiguous array already in that order)."""
+        dtype = array.dtype
+        if dtype.itemsize > 1:
+            dtype = dtype.newbyteorder("<" if self.endian == "little" else ">")
+        data = np.ascontiguousarray(array, dtype=dtype)
+        return memoryview(data.reshape(-1).view(np.uint8))
+
     def decode(
         self, data: bytes, shape: tuple[int, ...], dtype: np.dtype, *, file: object, pointer
     ) -> np.ndarray:
@@ -187,6 +211,9 @@ class TransposeCodec:
     def encoded_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
         return tuple(shape[i] for i in self.order)
 
+    def encode(self, array: np.ndarray) -> np.ndarray:
+        return np.transpose(array, self.order)
+
     def decode(self, array: np.ndarray) -> np.ndarray:
         return np.transpose(array, np.argsort(self.order))
 
@@ -201,6 +228,16 @@ class CodecPipeline:
     array_to_array: tuple[TransposeCodec, ...]
     array_to_bytes: Any  # BytesCodec or shard_index.ShardingCodec
     bytes_to_bytes: tuple[Any, ...]
+
+    def encode(self, array: np.ndarray) -> Any:
+        """One chunk (not a shard) as stored: the codecs in order (array -> array, array ->
+        bytes, bytes -> bytes); a byte view of `array` when no codec changes its bytes."""
+        for c in self.array_to_array:
+            array = c.encode(array)
+        data = self.array_to_bytes.encode(array)
+        for c in self.bytes_to_bytes:
+            data = c.encode(data)
+        return data
 
     def decode_bytes(self, data: bytes, final_size: int, *, file: object, pointer) -> bytes:
         """Undo the bytes -> bytes codecs; `final_size` bounds the innermost output. A chunk

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -21,12 +22,20 @@ import numpy as np
 from ._common import dims, fail
 from .codecs import BytesCodec, CodecPipeline, Crc32cCodec, Kind, parse_codecs, register_codec
 
-__all__ = ["EMPTY", "ShardingCodec", "parse_sharding", "ShardIndex"]
+__all__ = ["EMPTY", "ShardingCodec", "parse_sharding", "ShardIndex", "encode_index"]
 
 #: offset and nbytes of an inner chunk that is not stored
 EMPTY = (1 << 64) - 1
 
 _HALF_EMPTY = "a shard index entry has one of offset, nbytes = 2**64-1 but not both"
+
+
+def encode_index(pairs: Sequence[int], *, crc: bool = True) -> bytes:
+    """A shard index as stored: the (offset, nbytes) pairs of `pairs` (flat, inner chunks in
+    C order, `EMPTY` twice for one not stored) as little-endian uint64, then, with `crc`,
+    their CRC-32C (the ``crc32c`` index codec)."""
+    table = struct.pack(f"<{len(pairs)}Q", *pairs)
+    return Crc32cCodec().encode(table) if crc else table
 
 
 @dataclass(frozen=True)
@@ -54,6 +63,10 @@ class ShardingCodec:
 
     def grid(self, shard_shape: tuple[int, ...]) -> tuple[int, ...]:
         return tuple(s // c for s, c in zip(shard_shape, self.chunk_shape, strict=False))
+
+    def encode_index(self, pairs: Sequence[int]) -> bytes:
+        """This codec's index of a shard whose inner chunks are at `pairs` (`encode_index`)."""
+        return encode_index(pairs, crc=self.index_crc32c)
 
     def index_nbytes(self, shard_shape: tuple[int, ...]) -> int:
         return 16 * math.prod(self.grid(shard_shape)) + (4 if self.index_crc32c else 0)

@@ -30,7 +30,7 @@ import numpy as np
 import zstandard
 
 from ... import dtypes
-from ...ocdbt.format import zstd_frame_size
+from ...bytecodecs import zstd_frame_size
 from ...store.byterange import ByteRange
 from ...zarr.array import missing_chunk, overlap, read_region
 from ...zarr.codecs import BytesCodec, ZstdCodec
