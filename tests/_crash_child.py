@@ -125,7 +125,8 @@ def main() -> None:
         if mode == "manager":
             keep = int(sys.argv[4]) if len(sys.argv) > 4 and sys.argv[4] != "none" else None
             ocdbt = len(sys.argv) <= 5 or sys.argv[5] == "1"
-            mgr = ockpt.CheckpointManager(path, max_to_keep=keep, save_options={"use_ocdbt": ocdbt})
+            opts = ockpt.SaveOptions(use_ocdbt=ocdbt)
+            mgr = ockpt.CheckpointManager(path, max_to_keep=keep, options=opts)
             result = "saved" if mgr.save(step, tree(step)) else "skipped"
         else:
             ockpt.save_pytree(path, tree(step), overwrite=mode == "overwrite")

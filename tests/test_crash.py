@@ -145,7 +145,7 @@ def test_manager_save_killed_at_every_event(tmp_path, ocdbt):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             mgr = ockpt.CheckpointManager(  # the next start reports what was left
-                root, max_to_keep=2, save_options={"use_ocdbt": ocdbt == "1"}
+                root, max_to_keep=2, options=ockpt.SaveOptions(use_ocdbt=ocdbt == "1")
             )
         temporaries = mgr.temporaries()
         assert bool(temporaries) == any(

@@ -145,37 +145,43 @@ def test_options_change_what_is_written(tmp_path):
 
 def test_save_checkpointables_options(tmp_path):
     items = {"state": TREE, "extra": JsonItem({"k": [1, 2]})}
-    save_checkpointables(tmp_path / "kw", items, use_ocdbt=False, compression_level=7)
     save_checkpointables(
         tmp_path / "obj", items, options=SaveOptions(use_ocdbt=False, compression_level=7)
     )
-    assert _contents(tmp_path / "obj") == _contents(tmp_path / "kw")
+    save_pytree(tmp_path / "one", TREE, use_ocdbt=False, compression_level=7)
+    got, want = _contents(tmp_path / "obj"), _contents(tmp_path / "one")
+    assert [k for k in want if k.startswith("state/w/")]  # per-leaf: the options reached it
+    assert {k: v for k, v in got.items() if k.startswith("state/")} == {
+        k: v for k, v in want.items() if k.startswith("state/")
+    }
+    with pytest.raises(TypeError):  # one spelling: options= (shortcuts: save_pytree only)
+        save_checkpointables(tmp_path / "kw", items, use_ocdbt=False)  # type: ignore[call-arg]
 
 
 def test_async_options(tmp_path):
     opts = SaveOptions(zarr_version=2, compression="auto", storage_dtypes={"w": np.float16})
     save_pytree_async(tmp_path / "obj", TREE, layout="item", options=opts).result(timeout=60)
-    save_pytree_async(
-        tmp_path / "kw",
-        TREE,
-        layout="item",
-        zarr_version=2,
-        compression="auto",
-        storage_dtypes={"w": np.float16},
-    ).result(timeout=60)
     save_pytree(tmp_path / "sync", TREE, layout="item", options=opts)
-    want = _contents(tmp_path / "sync")
-    assert _contents(tmp_path / "obj") == want and _contents(tmp_path / "kw") == want
+    assert _contents(tmp_path / "obj") == _contents(tmp_path / "sync")
     assert ockpt.load_pytree(tmp_path / "obj")["w"].dtype == np.float16
     with pytest.raises(ValueError, match="zarr_version"):
-        save_pytree_async(tmp_path / "bad", TREE, zarr_version=1)
+        save_pytree_async(tmp_path / "bad", TREE, options=SaveOptions(zarr_version=1))
     with pytest.raises(TypeError):
-        save_pytree_async(tmp_path / "bad", TREE, bogus=1)  # type: ignore[call-arg]
+        save_pytree_async(tmp_path / "bad", TREE, zarr_version=2)  # type: ignore[call-arg]
     assert not (tmp_path / "bad").exists()
 
 
 # ---------------------------------------------------------------------------------------------
 # Conflicts and wrong types
+
+
+def test_conflicting_keyword_is_a_value_error(tmp_path):
+    with pytest.raises(ValueError, match=r"zarr_version=2 \(options has 3\)"):
+        save_pytree(tmp_path / "c", TREE, options=SaveOptions(zarr_version=3), zarr_version=2)
+    # a keyword at its default value still contradicts an options object that says otherwise
+    with pytest.raises(ValueError, match="compression='zstd'"):
+        save_pytree(tmp_path / "c", TREE, options=SaveOptions(compression=None), compression="zstd")
+    assert os.listdir(tmp_path) == []
 
 
 @pytest.mark.parametrize(
@@ -184,15 +190,11 @@ def test_async_options(tmp_path):
         lambda p, **kw: save_pytree(p, TREE, **kw),
         lambda p, **kw: save_checkpointables(p, {"state": TREE}, **kw),
         lambda p, **kw: save_pytree_async(p, TREE, **kw).result(timeout=60),
+        lambda p, **kw: CheckpointManager(p, **kw),
     ],
-    ids=["save_pytree", "save_checkpointables", "save_pytree_async"],
+    ids=["save_pytree", "save_checkpointables", "save_pytree_async", "CheckpointManager"],
 )
-def test_conflicting_keyword_is_a_value_error(tmp_path, save):
-    with pytest.raises(ValueError, match=r"zarr_version=2 \(options has 3\)"):
-        save(tmp_path / "c", options=SaveOptions(zarr_version=3), zarr_version=2)
-    # a keyword at its default value still contradicts an options object that says otherwise
-    with pytest.raises(ValueError, match="compression='zstd'"):
-        save(tmp_path / "c", options=SaveOptions(compression=None), compression="zstd")
+def test_options_must_be_save_options(tmp_path, save):
     with pytest.raises(TypeError, match="SaveOptions"):
         save(tmp_path / "c", options={"zarr_version": 2})
     assert os.listdir(tmp_path) == []
@@ -204,30 +206,13 @@ def test_conflicting_keyword_is_a_value_error(tmp_path, save):
 
 def test_manager_with_save_options(tmp_path):
     opts = SaveOptions(use_ocdbt=False, zarr_version=3, compression_level=4)
-    by_object = CheckpointManager(tmp_path / "obj", save_options=opts)
-    by_mapping = CheckpointManager(
-        tmp_path / "map",
-        save_options={"use_ocdbt": False, "zarr_version": 3, "compression_level": 4},
-    )
-    assert by_mapping._save_options == opts
-    for mngr in (by_object, by_mapping):
-        assert mngr.save(1, TREE)
+    mngr = CheckpointManager(tmp_path / "obj", options=opts)
+    assert mngr.save(1, TREE)
     step = _contents(tmp_path / "obj" / "1")
-    assert step == _contents(tmp_path / "map" / "1")
     assert not any("ocdbt:" in k for k in step)  # use_ocdbt=False reached the save
     zarr = step["default/w/zarr.json"]  # zarr v3, not a step's default v2
     assert b'"name":"zstd"' in zarr and b'"level":4' in zarr  # type: ignore[operator]
-    np.testing.assert_array_equal(by_object.restore(1)["w"], TREE["w"])
-
-
-def test_manager_refuses_bad_save_options(tmp_path):
-    with pytest.raises(ValueError, match=r"unknown save option\(s\) \['compresion'\]"):
-        CheckpointManager(tmp_path / "r", save_options={"compresion": "zstd"})
-    with pytest.raises(ValueError, match="zarr_version must be 2 or 3"):
-        CheckpointManager(tmp_path / "r", save_options={"zarr_version": 1})
-    with pytest.raises(TypeError, match="SaveOptions or a mapping"):
-        CheckpointManager(tmp_path / "r", save_options=[("use_ocdbt", False)])  # type: ignore[arg-type]
-    assert os.listdir(tmp_path) == []
+    np.testing.assert_array_equal(mngr.restore(1)["w"], TREE["w"])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -238,12 +223,17 @@ def test_manager_refuses_bad_save_options(tmp_path):
     "fn", [save_pytree, save_checkpointables, save_pytree_async, CheckpointManager.__init__]
 )
 def test_public_signatures_are_explicit(fn):
+    """One spelling of the options: `options=` everywhere, keyword-only; the fields of
+    `SaveOptions` as shortcuts on `save_pytree` alone."""
     params = inspect.signature(fn).parameters
     assert all(p.kind is not p.VAR_KEYWORD for p in params.values())
-    if fn is not CheckpointManager.__init__:
-        fields = {f.name for f in dataclasses.fields(SaveOptions)}
-        assert fields | {"options"} <= set(params)
+    assert params["options"].kind is params["options"].KEYWORD_ONLY
+    fields = {f.name for f in dataclasses.fields(SaveOptions)}
+    if fn is save_pytree:
+        assert fields <= set(params)
         assert all(params[name].kind is params[name].KEYWORD_ONLY for name in fields)
+    else:
+        assert not fields & set(params)
 
 
 def test_exported():

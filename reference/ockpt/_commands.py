@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import re
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -24,6 +25,36 @@ __all__ = ["JSON_HELP", "PATH_HELP", "add_parsers", "add_where"]
 JSON_HELP = "print machine-readable JSON on stdout instead of text"
 #: The help of a checkpoint path argument.
 PATH_HELP = "item, v1 checkpoint, step or manager root: a directory or an s3:// / gs:// URL"
+
+
+#: How the library's messages name an option (its Python parameter), and the flag that gives it
+#: on the command line: the commands print errors in their own words (`in_flags`).
+_FLAGS = (
+    (re.compile(r"\boverwrite=True\b"), "--overwrite"),
+    (re.compile(r"\bskip_unsupported=True\b"), "--skip-unsupported"),
+    (re.compile(r"\bwiden=True\b"), "--widen"),
+    (re.compile(r"\bitem=NAME\b"), "--item NAME"),
+    (re.compile(r"\bitem='([^']*)'"), r"--item \1"),
+    (re.compile(r"\bstep=(\d+)"), r"--step \1"),
+    (re.compile(r'\bdst_format="([a-z]+)"'), r"--to \1"),
+    (re.compile(r"\bdst_format\b"), "--to FORMAT"),
+    (re.compile(r"\bmax_shard_size\b"), "--max-shard-size"),
+    (re.compile(r"\bsep='([^']*)'"), r"--sep \1"),
+    (re.compile(r"\bconfig file\b"), "--config"),
+    (re.compile(r"\bconfig applies\b"), "--config applies"),
+    (re.compile(r"\brules and --widen\b"), "--rename, --transpose, --dtype and --widen"),
+    (re.compile(r"\brename it \(rules\)"), "--rename it"),
+    (re.compile(r"\bthe rename rules\b"), "the --rename rules"),
+    (re.compile(r"\ba slice applies\b"), "--slice applies"),
+)
+
+
+def in_flags(message: object) -> str:
+    """An error's text as the command line says it: each option named by its flag."""
+    text = str(message)
+    for pattern, flag in _FLAGS:
+        text = pattern.sub(flag, text)
+    return text
 
 
 def _dump(data: Any) -> None:
@@ -44,12 +75,12 @@ def _guard(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Name
         except LeafNameError as e:
             if e.rule != "PATH-006":  # a name that names nothing: a checkpoint problem
                 raise
-            print(f"ockpt {args.command}: {e}", file=sys.stderr)
+            print(f"ockpt {args.command}: {in_flags(e)}", file=sys.stderr)
             return EXIT_USAGE
         except OckptError:
             raise
         except (ValueError, IndexError) as e:
-            print(f"ockpt {args.command}: {e}", file=sys.stderr)
+            print(f"ockpt {args.command}: {in_flags(e)}", file=sys.stderr)
             return EXIT_USAGE
 
     return run

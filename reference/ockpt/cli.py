@@ -10,7 +10,7 @@ from dataclasses import asdict, fields
 from typing import Any
 
 from . import __version__
-from ._commands import JSON_HELP, PATH_HELP, add_where
+from ._commands import JSON_HELP, PATH_HELP, add_where, in_flags
 from .errors import OckptError, PathNotFoundError
 from .layout import Kind, Layout, detect
 from .paths import leaf_name, param_name
@@ -190,13 +190,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except PathNotFoundError as e:  # an I/O error, not a checkpoint problem
-        print(f"ockpt: {e}", file=sys.stderr)
+        print(f"ockpt: {in_flags(e)}", file=sys.stderr)
         return EXIT_USAGE
     except OckptError as e:
-        print(f"ockpt: {e}", file=sys.stderr)
+        print(f"ockpt: {in_flags(e)}", file=sys.stderr)
         return EXIT_INVALID
     except OSError as e:
-        print(f"ockpt: {e}", file=sys.stderr)
+        print(f"ockpt: {in_flags(e)}", file=sys.stderr)
         return EXIT_USAGE
 
 

@@ -189,7 +189,7 @@ def _lacks(fmt: str, dtype: np.dtype) -> str | None:
     if fmt in ("safetensors", "hf") and safetensors_code(dtype) is None:
         return f"safetensors has no dtype {name}"
     if fmt == "npz" and name not in _NUMPY_NAMES:
-        return f".npy has no dtype {name} (use safetensors or .pt, which have it, or --widen)"
+        return f".npy has no dtype {name} (use safetensors or .pt, which have it, or widen=True)"
     if fmt == "pt" and name not in dtypes.TORCH_NAMES:
         return f"PyTorch has no tensor dtype {name}"
     return None
@@ -258,13 +258,13 @@ def _plan(
             if not skip_unsupported:
                 raise UnsupportedError(
                     f"leaf {leaf.name(sep)!r} ({target.dtype or 'string'}): {why}; pass "
-                    "--skip-unsupported to leave such leaves out"
+                    "skip_unsupported=True to leave such leaves out"
                 )
             skipped.append((leaf.name(sep), why))
             continue
         if target.name in by_name:
             other = by_name[target.name].leaf
-            hint = "check the --rename rules" if rules.rename else f"try --sep {_other(sep)}"
+            hint = "check the rename rules" if rules.rename else f"try sep={_other(sep)!r}"
             raise ValueError(
                 f"key paths {list(other.key)} and {list(leaf.key)} both become "
                 f"{target.name!r}; {hint}"
@@ -417,11 +417,11 @@ class _Output:
 
 
 def _refuse_existing(folder: Store, names: Sequence[str], *, overwrite: bool) -> None:
-    """Like `ockpt cp`: an existing output is replaced only with --overwrite."""
+    """Like `ockpt cp`: an existing output is replaced only with `overwrite`."""
     existing = [folder.file(n) for n in names if folder.exists(n)]
     if existing and not overwrite:
         shown = ", ".join(existing[:3]) + (f" and {len(existing) - 3} more" if existing[3:] else "")
-        raise WriteConflictError(f"{shown}: exists; pass --overwrite to replace it")
+        raise WriteConflictError(f"{shown}: exists; pass overwrite=True to replace it")
 
 
 @dataclass(frozen=True)
@@ -474,7 +474,7 @@ def _metadata(
             if target.name in out:
                 raise ValueError(
                     f"string leaf {target.leaf.name('.')!r} would be __metadata__ key "
-                    f"{target.name!r}, which the output already uses; --rename it"
+                    f"{target.name!r}, which the output already uses; rename it (rules)"
                 )
             out[target.name] = _string_value(source, target.leaf)
     return out or None
@@ -558,13 +558,13 @@ def _read_config(config: str) -> bytes:
     try:
         data = read_file(config, limit=LIMITS.max_json_bytes, rule="JSON-003")
     except (FileNotFoundError, NotADirectoryError):
-        raise ValueError(f"--config {config}: no such file") from None
+        raise ValueError(f"config file {config}: no such file") from None
     try:
         ok = isinstance(json.loads(data), dict)
     except ValueError:
         ok = False
     if not ok:
-        raise ValueError(f"--config {config}: not a JSON object")
+        raise ValueError(f"config file {config}: not a JSON object")
     return data
 
 
@@ -684,7 +684,8 @@ class ConvertResult:
 
 #: Output names `guess_format` knows, for the error on a name it does not.
 _KNOWN_OUTPUTS = (
-    ".safetensors, .safetensors.index.json, .npz, .pt (.pth, .bin), a folder with --to hf, "
+    ".safetensors, .safetensors.index.json, .npz, .pt (.pth, .bin), a folder with "
+    'dst_format="hf", '
     "or an Orbax checkpoint directory (from safetensors or .npz)"
 )
 
@@ -692,7 +693,7 @@ _KNOWN_OUTPUTS = (
 def _output_format(src: str, dst: str, src_format: str | None, dst_format: str | None) -> str:
     """The output format: `dst_format`, else by `dst`'s suffix only (never by what a folder
     holds). An existing folder of safetensors files (a Hugging Face folder) is a usage error
-    naming ``--to hf``, not a guess: it is neither one ``.safetensors`` file nor an Orbax
+    naming ``dst_format="hf"``, not a guess: it is neither one ``.safetensors`` file nor an Orbax
     checkpoint. An Orbax source makes an unknown suffix (``model.safetensor``) a usage error
     rather than an Orbax output."""
     if dst_format is not None:
@@ -702,15 +703,15 @@ def _output_format(src: str, dst: str, src_format: str | None, dst_format: str |
     fmt = suffix_format(dst) or "orbax"
     if fmt == "orbax" and guess_format(dst) == "safetensors":
         raise ValueError(
-            f"{dst}: a folder of safetensors files; pass --to hf to write a Hugging Face folder "
-            "there (or --to FORMAT)"
+            f'{dst}: a folder of safetensors files; pass dst_format="hf" to write a Hugging Face '
+            "folder there (or another dst_format)"
         )
     if fmt == "orbax" and (src_format or guess_format(src)) == "orbax":
         suffix = os.path.splitext(os.path.basename(dst.rstrip("/")))[1]
         if suffix:
             raise ValueError(
                 f"unknown output format {suffix!r} ({dst}); known: {_KNOWN_OUTPUTS}, "
-                "or pass --to FORMAT"
+                "or pass dst_format"
             )
     return fmt
 
@@ -776,14 +777,14 @@ def convert(
     out_fmt = _output_format(src, dst, src_format, dst_format)
     shard = None if max_shard_size is None else parse_size(max_shard_size)
     if shard is not None and out_fmt not in ("safetensors", "hf"):
-        raise ValueError("--max-shard-size applies to safetensors and hf output only")
+        raise ValueError("max_shard_size applies to safetensors and hf output only")
     if out_fmt == "hf" and shard is None:
         shard = parse_size(HF_MAX_SHARD_SIZE)
     if config is not None and out_fmt != "hf":
-        raise ValueError("--config applies to --to hf only")
+        raise ValueError('config applies to dst_format="hf" only')
     config_data = None if config is None else _read_config(config)
     if out_fmt == "orbax" and (rules or widen):
-        raise UnsupportedError("--rename, --transpose, --dtype and --widen apply to flat outputs")
+        raise UnsupportedError("rules and widen=True apply to flat outputs")
     with open_source(src, format=src_format, sep=sep, step=step, item=item) as source:
         if source.format == "orbax" and out_fmt == "orbax":
             raise UnsupportedError(

@@ -319,7 +319,7 @@ def cat(
             )
         if isinstance(value, (str, bytes)):
             if index:
-                raise ValueError(f"leaf {name!r} is a string; --slice applies to arrays")
+                raise ValueError(f"leaf {name!r} is a string; a slice applies to arrays only")
             return name, value
         return name, np.asarray(value[index if index else ...])
 

@@ -775,13 +775,13 @@ def _pick_item(layout: Layout, item: str | None) -> Layout:
             layout.path,
             f"v1 checkpoint without a state/ or pytree/ checkpointable, with "
             f"{len(pytrees)} pytree checkpointables {sorted(pytrees)}; it holds {sorted(items)}: "
-            "pick one with item= (--item), or load them all with load_checkpointables",
+            "pick one with item=NAME, or load them all with load_checkpointables",
             "LOAD-051",
         )
     raise _fail(
         layout.path,
         f"holds {len(pytrees)} pytree items ({sorted(pytrees)}) among {sorted(items)}: "
-        "pick one with item= (--item)",
+        "pick one with item=NAME",
         "LOAD-052",
     )
 
@@ -861,7 +861,7 @@ def _select(
     elif step is not None:
         raise _fail(
             top.path,
-            f"step {step} asked for (step= / --step), but this is a {top.kind.value}",
+            f"step={step} asked for, but this is a {top.kind.value}",
             "LOAD-053",
         )
     if target.kind is Kind.TEMPORARY and (down or item is not None):
@@ -873,7 +873,7 @@ def _select(
     elif item is not None:
         raise _fail(
             target.path,
-            f"item {item!r} asked for (item= / --item), but this is a {target.kind.value}",
+            f"item={item!r} asked for, but this is a {target.kind.value}",
             "LOAD-052",
         )
     if target.kind is Kind.NOT_A_CHECKPOINT:

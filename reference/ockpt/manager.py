@@ -27,9 +27,9 @@ from .names import (
     ROOT_METADATA_FILE,
 )
 from .reader import CastPolicy, load_pytree
-from .save_options import SaveOptions
+from .save_options import SaveOptions, from_keywords
 from .store import Store, as_store
-from .writer import prepare_save
+from .writer import plan_save
 
 __all__ = ["CheckpointManager", "DEFAULT_ITEM"]
 
@@ -46,8 +46,7 @@ class CheckpointManager:
         step_prefix: name steps ``<prefix>_<step>``.
         step_format_fixed_length: zero-pad step numbers to this width.
         metadata: a JSON object written once to ``metadata/_ROOT_METADATA`` (custom_metadata).
-        save_options: the storage options of every save: a `SaveOptions`, or a mapping of its
-            field names (``{"use_ocdbt": False}``); an unknown name is a ValueError.
+        options: the storage options of every save (`SaveOptions`; its defaults when None).
     """
 
     def __init__(
@@ -59,7 +58,7 @@ class CheckpointManager:
         step_prefix: str | None = None,
         step_format_fixed_length: int | None = None,
         metadata: Mapping[str, Any] | None = None,
-        save_options: SaveOptions | Mapping[str, Any] | None = None,
+        options: SaveOptions | None = None,
     ) -> None:
         if max_to_keep is not None and (not isinstance(max_to_keep, int) or max_to_keep < 1):
             raise ValueError(f"max_to_keep must be a positive int or None, got {max_to_keep!r}")
@@ -76,11 +75,7 @@ class CheckpointManager:
         self.step_prefix = step_prefix
         self.step_format_fixed_length = step_format_fixed_length
         self._metadata = None if metadata is None else dict(metadata)
-        self._save_options = (
-            save_options
-            if isinstance(save_options, SaveOptions)
-            else SaveOptions.from_mapping(save_options or {})
-        )
+        self._save_options = from_keywords(options)
         if self._metadata is not None:
             json.dumps(self._metadata, allow_nan=False)  # refuse non-JSON early
         left = self.temporaries()
@@ -207,7 +202,7 @@ class CheckpointManager:
         if step in self._steps():
             raise WriteConflictError(f"step {step} exists already", rule="DIR-002", file=self.root)
         parts = {DEFAULT_ITEM: tree} if items is None else dict(items)
-        save = prepare_save(
+        save = plan_save(
             self.store.child(self._step_name(step)),
             parts,
             layout="step",
@@ -218,7 +213,7 @@ class CheckpointManager:
         )
         if save.job.primary:
             self._write_root_metadata()
-        save.write(save.begin())
+        save.save()
         if save.job.primary:
             self._collect()
         return True

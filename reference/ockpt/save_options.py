@@ -75,17 +75,6 @@ class SaveOptions:
         elif sd is not None and not callable(sd):
             raise ValueError("storage_dtypes must be a mapping param name -> dtype, or a callable")
 
-    @classmethod
-    def from_mapping(cls, mapping: Mapping[str, Any]) -> SaveOptions:
-        """The options named by a mapping of field names (``{"use_ocdbt": False}``)."""
-        if not isinstance(mapping, Mapping):
-            raise TypeError(f"save options must be a SaveOptions or a mapping, got {mapping!r}")
-        unknown = sorted(set(mapping) - _FIELDS, key=str)
-        if unknown:
-            raise ValueError(f"unknown save option(s) {unknown}; known: {sorted(_FIELDS)}")
-        return cls(**mapping)
-
-
 _FIELDS = frozenset(f.name for f in dataclasses.fields(SaveOptions))
 
 

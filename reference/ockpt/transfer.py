@@ -14,11 +14,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .errors import WriteConflictError
 from .layout import Kind, Layout, is_temporary_name, select
 from .limits import LIMITS
 from .names import COMMIT_FILE
-from .store import Pending, Store, as_store
+from .store import as_store
 
 __all__ = ["copy"]
 
@@ -33,18 +32,6 @@ def _markers(layout: Layout) -> set[str]:
     if layout.kind is Kind.MANAGER_ROOT:
         return {s.name for s in layout.committed_steps()}
     return {""}
-
-
-def _begin(store: Store, *, overwrite: bool) -> Pending:
-    """Start the copy into `store`; a refusal names the command's flag (DIR-002)."""
-    try:
-        return store.begin(overwrite=overwrite)
-    except WriteConflictError as e:
-        raise WriteConflictError(
-            "a checkpoint already exists there; pass --overwrite to replace it",
-            rule=e.rule,
-            file=store.display,
-        ) from None
 
 
 def copy(src: Any, dst: Any, *, overwrite: bool = False, progress: bool = True) -> int:
@@ -67,7 +54,7 @@ def copy(src: Any, dst: Any, *, overwrite: bool = False, progress: bool = True) 
         markers |= _markers(layout)
     data_keys = [k for k in keys if not _is_marker(k)]
     total = len(data_keys) + len(markers)  # files, known before the first is copied
-    pending = _begin(d, overwrite=overwrite)
+    pending = d.begin(overwrite=overwrite)
     try:
         with _progress.bar(total, "copying", enabled=progress, unit="file") as bar:
             for key in data_keys:  # read through the hardened open (PATH-003..005)

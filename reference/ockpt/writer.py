@@ -6,18 +6,23 @@ layout of ``PyTreeCheckpointer``). `save_checkpointables` writes a v1 checkpoint
 named pytrees. `save_pytree_async` copies every value to the host before it returns and
 writes in the background.
 
-A save runs in three steps:
+A save runs in the steps of the public save protocol (`plan_save` gives a `SavePlan`, whose
+`begin`, `write_shards` and `commit` the other processes of a job, `CheckpointManager` and
+`ockpt.torch.OrbaxWriter` drive; `SavePlan.save` runs them all):
 
-1. **plan** (no I/O): flatten the tree, classify each leaf, refuse what cannot be stored
+1. **plan** (`plan_save`; no I/O but checking the target): flatten the tree, classify each
+   leaf, refuse what cannot be stored
    (WRITE-001..WRITE-005, PATH-001, PATH-002) and what a reader would refuse (`write_limits`:
    LIMIT-002..004, JSON-003, ZARR-005, OCDBT-008), choose each array's chunk grid, copy this
    process's unique shards to the host;
-2. **write** where the store's save protocol says (`Store.begin`: a temporary directory, or in
-   an object store the final one): each process writes its own pieces; the primary writes
-   the zarr metadata, the numpy and scalar leaves, merges the OCDBT databases and writes the
-   JSON documents;
-3. **commit** (`Pending.commit`): ``commit_success.txt`` last, then (where the store has
-   one) the rename; locally with fsync first.
+2. **begin** (`SavePlan.begin`, the primary; the others join by its token): where the
+   store's save protocol says to write (`Store.begin`: a temporary directory, or in an
+   object store the final one);
+3. **write shards** (`SavePlan.write_shards`, every process): each process writes its own
+   pieces, then waits for the others;
+4. **commit** (`SavePlan.commit`, the primary): the zarr metadata, the numpy and scalar
+   leaves, the merge of the OCDBT databases, the JSON documents, ``commit_success.txt`` last,
+   then (where the store has one) the rename (`Pending.commit`); locally with fsync first.
 
 ockpt never imports jax: jax.Arrays, custom pytree nodes and multi-process jobs are handled
 through the jax the caller has already imported (`sys.modules`); numpy-only saves work without
@@ -85,13 +90,8 @@ __all__ = [
     "SaveOptions",
     "SaveHandle",
     "JsonItem",
-    "PYTREE_HANDLER",
-    "STANDARD_HANDLER",
-    "JSON_HANDLER",
-    "V1_PYTREE_HANDLER",
-    "V1_JSON_HANDLER",
-    "metadata_document",
-    "prepare_save",
+    "plan_save",
+    "SavePlan",
     "Job",
     "ShardedArray",
     "Piece",
@@ -645,7 +645,7 @@ def _value_metadata(leaf: _Leaf, plan: _ItemPlan) -> ValueMetadata:
     return ValueMetadata(value_type=value_type, skip_deserialize=False)
 
 
-def metadata_document(plan: _ItemPlan, opts: _Options) -> MetadataDocument:
+def _metadata_document(plan: _ItemPlan, opts: _Options) -> MetadataDocument:
     """`_METADATA` of the item (WRITE-020)."""
     return MetadataDocument(
         entries=tuple(
@@ -660,7 +660,7 @@ def metadata_document(plan: _ItemPlan, opts: _Options) -> MetadataDocument:
 
 def _item_documents(plan: _ItemPlan, opts: _Options) -> dict[str, bytes]:
     """Every JSON document the primary writes into an item directory."""
-    docs = {METADATA_FILE: metadata_document(plan, opts).to_bytes()}
+    docs = {METADATA_FILE: _metadata_document(plan, opts).to_bytes()}
     shardings = {n: s for n, (_, _, s) in plan.jax_meta.items() if s is not None}
     if shardings:
         docs[SHARDING_FILE] = ShardingDocument(shardings=shardings).to_bytes()
@@ -804,9 +804,11 @@ _Part = tuple[_ItemPlan, _Options] | _JsonPart
 
 
 @dataclass
-class _Save:
-    """One save: the parts it writes (relative directory -> pytree plan or JSON) and how to
-    commit them."""
+class SavePlan:
+    """One save, planned (`plan_save`): the parts it writes (relative directory -> pytree
+    plan or JSON), where, and how to commit them. The public save protocol: every process of
+    the job calls `begin`, then `write_shards`; the primary then calls `commit` and tells the
+    others how it went (`save` does all of it, with the job's barriers)."""
 
     store: Store  # where the checkpoint is saved
     parts: dict[str, _Part]  # relative item directory ('' = the root itself) -> part
@@ -837,14 +839,16 @@ class _Save:
             self.job.share(token)
         return pending
 
-    def write(self, pending: Pending) -> None:
-        """Write every part, merge, write documents and commit; on failure remove the
-        temporary directory (primary) and re-raise."""
-        written = self.write_parts(pending)
+    def save(self, pending: Pending | None = None) -> None:
+        """The whole protocol: `begin` (unless `pending` is given), `write_shards`, and the
+        primary's `commit` agreed by every process; on failure what the save wrote is
+        removed (primary) and the error re-raised everywhere."""
+        pending = self.begin() if pending is None else pending
+        written = self.write_shards(pending)
         error: BaseException | None = None
         if self.job.primary:
             try:
-                self.commit_parts(pending, written)
+                self.commit(pending, written)
             except BaseException as e:  # noqa: BLE001 - re-raised after the barrier
                 error = e
         try:
@@ -854,10 +858,10 @@ class _Save:
         if error is not None:
             _raise(error, pending)
 
-    def write_parts(self, pending: Pending) -> dict[str, list[Entry] | None]:
+    def write_shards(self, pending: Pending) -> dict[str, list[Entry] | None]:
         """Every process: write its part of every item, then wait for the others (WRITE-032).
         On a failure anywhere the primary removes the temporary directory and every process
-        raises. Returns what `commit_parts` needs of this process (its databases' entries)."""
+        raises. Returns what `commit` needs of this process (its databases' entries)."""
         error: BaseException | None = None
         written: dict[str, list[Entry] | None] = {}
         try:
@@ -877,10 +881,8 @@ class _Save:
             _raise(error, pending)
         return written
 
-    def commit_parts(
-        self, pending: Pending, written: Mapping[str, list[Entry] | None]
-    ) -> None:
-        """The primary, once every process has written (`write_parts`): merge the databases,
+    def commit(self, pending: Pending, written: Mapping[str, list[Entry] | None]) -> None:
+        """The primary, once every process has written (`write_shards`): merge the databases,
         write the documents and commit; on failure remove the temporary directory and raise.
         No barrier: the caller tells the other processes how it went."""
         try:
@@ -913,7 +915,7 @@ def _item(pending: Pending, rel: str) -> Store:
     return pending.store.child(rel) if rel else pending.store
 
 
-def prepare_save(
+def plan_save(
     path: Any,
     items: Mapping[str, Any],
     *,
@@ -923,10 +925,12 @@ def prepare_save(
     copy: bool,
     options: SaveOptions,
     job: Job | None = None,
-) -> _Save:
-    """Plan a save before anything is written: its parts (host copies made), options and
-    handlers; bad options, leaves and targets are refused here. `job`: the processes that
-    save together (None: those of jax.distributed, or this process alone)."""
+) -> SavePlan:
+    """Plan a save before anything is written: its parts (host copies made with `copy`),
+    options and handlers; bad options, leaves and targets are refused here, in every process.
+    `items`: item name -> pytree or `JsonItem` (``{"": tree}`` for ``layout="item"``);
+    `job`: the processes that save together (None: those of jax.distributed, or this process
+    alone). Then `SavePlan.save`, or its steps one by one."""
     opts = _resolve(options, "item" if layout == "step" else layout)
     _check_custom_metadata(custom_metadata)
     job = _job() if job is None else job
@@ -960,7 +964,7 @@ def prepare_save(
         _checkpoint_metadata(handlers, custom_metadata, time.time_ns()),
         file=CHECKPOINT_METADATA_FILE,
     )
-    return _Save(
+    return SavePlan(
         store=store,
         parts=parts,
         layout=layout,
@@ -1024,7 +1028,7 @@ def _save(
     options: SaveOptions,
 ) -> None:
     """Write `items` (checkpointable name -> tree) and commit, the way the store allows."""
-    save = prepare_save(
+    plan_save(
         path,
         items,
         layout=layout,
@@ -1032,8 +1036,7 @@ def _save(
         custom_metadata=custom_metadata,
         copy=False,
         options=options,
-    )
-    save.write(save.begin())
+    ).save()
 
 
 def _pytree_items(tree: Any, layout: str) -> dict[str, Any]:
@@ -1042,7 +1045,7 @@ def _pytree_items(tree: Any, layout: str) -> dict[str, Any]:
 
 
 def save_pytree(
-    path: str | os.PathLike[str],
+    path: str | os.PathLike[str] | Store,
     tree: Any,
     *,
     layout: Layout = "v1",
@@ -1070,10 +1073,11 @@ def save_pytree(
             ``ocp.v1.save_pytree`` writes; ``"item"``: a single item directory, as
             ``ocp.PyTreeCheckpointer().save`` writes.
         overwrite: replace an existing checkpoint at `path` (committed atomically).
-        options: how arrays are stored (`SaveOptions`; its defaults when None).
+        options: how arrays are stored (`SaveOptions`; its defaults when None). Every save
+            call and `CheckpointManager` take it.
         use_ocdbt, zarr_version, compression, compression_level, chunk_byte_size,
-            storage_dtypes: the fields of `SaveOptions` as keywords, instead of `options`
-            (one that contradicts `options` is a ValueError).
+            storage_dtypes: shortcuts for the fields of `SaveOptions`, here only (one that
+            contradicts `options` is a ValueError).
         custom_metadata: a JSON object stored in ``_CHECKPOINT_METADATA.custom_metadata``.
 
     Raises:
@@ -1105,33 +1109,19 @@ def save_pytree(
 
 
 def save_checkpointables(
-    path: str | os.PathLike[str],
+    path: str | os.PathLike[str] | Store,
     checkpointables: Mapping[str, Any],
     *,
     overwrite: bool = False,
     options: SaveOptions | None = None,
-    use_ocdbt: bool | Unset = UNSET,
-    zarr_version: int | None | Unset = UNSET,
-    compression: Compression | Unset = UNSET,
-    compression_level: int | None | Unset = UNSET,
-    chunk_byte_size: int | None | Unset = UNSET,
-    storage_dtypes: StorageDtypes | Unset = UNSET,
     custom_metadata: Mapping[str, Any] | None = None,
 ) -> None:
     """Save several named pytrees as one v1 checkpoint (one item directory per name).
 
-    The pytree that `ocp.v1.load_pytree` restores is the one named ``"state"``. Options are
-    those of `save_pytree` and apply to every checkpointable.
+    The pytree that `ocp.v1.load_pytree` restores is the one named ``"state"``. `options`
+    (`SaveOptions`) apply to every checkpointable.
     """
-    opts = from_keywords(
-        options,
-        use_ocdbt=use_ocdbt,
-        zarr_version=zarr_version,
-        compression=compression,
-        compression_level=compression_level,
-        chunk_byte_size=chunk_byte_size,
-        storage_dtypes=storage_dtypes,
-    )
+    opts = from_keywords(options)
     if not isinstance(checkpointables, Mapping) or not checkpointables:
         raise ValueError("checkpointables must be a non-empty mapping name -> pytree")
     _save(
@@ -1178,21 +1168,15 @@ class SaveHandle:
 
 
 def save_pytree_async(
-    path: str | os.PathLike[str],
+    path: str | os.PathLike[str] | Store,
     tree: Any,
     *,
     layout: Layout = "v1",
     overwrite: bool = False,
     options: SaveOptions | None = None,
-    use_ocdbt: bool | Unset = UNSET,
-    zarr_version: int | None | Unset = UNSET,
-    compression: Compression | Unset = UNSET,
-    compression_level: int | None | Unset = UNSET,
-    chunk_byte_size: int | None | Unset = UNSET,
-    storage_dtypes: StorageDtypes | Unset = UNSET,
     custom_metadata: Mapping[str, Any] | None = None,
 ) -> SaveHandle:
-    """`save_pytree` in the background (same arguments).
+    """`save_pytree` in the background (its arguments; storage options as `options` only).
 
     Every value is copied to host memory (device-to-host transfers included) and the temporary
     directory is created before this returns, so the caller may mutate or delete its arrays at
@@ -1200,16 +1184,8 @@ def save_pytree_async(
     come from ``handle.result()``. In a multi-process job the save runs to completion before
     returning (its barriers need the calling thread).
     """
-    opts = from_keywords(
-        options,
-        use_ocdbt=use_ocdbt,
-        zarr_version=zarr_version,
-        compression=compression,
-        compression_level=compression_level,
-        chunk_byte_size=chunk_byte_size,
-        storage_dtypes=storage_dtypes,
-    )
-    save = prepare_save(
+    opts = from_keywords(options)
+    save = plan_save(
         path,
         _pytree_items(tree, layout),
         layout=layout,
@@ -1220,9 +1196,9 @@ def save_pytree_async(
     )
     pending = save.begin()
     if save.job.count > 1:
-        save.write(pending)
+        save.save(pending)
         return SaveHandle(None)
-    return SaveHandle(lambda: save.write(pending))
+    return SaveHandle(lambda: save.save(pending))
 
 
 def _raise(error: BaseException, pending: Pending) -> None:

@@ -222,36 +222,44 @@ def final_path(path: str | os.PathLike[str]) -> str:
     return os.path.abspath(text)
 
 
-def check_target(path: str | os.PathLike[str], *, overwrite: bool) -> str:
+def check_target(
+    path: str | os.PathLike[str], *, overwrite: bool, shown: str | None = None
+) -> str:
     """Refuse a target path before anything is written; return it absolute.
 
     A path that is a file, or one whose last component carries the temporary marker, is
-    refused (DIR-001); an existing directory is refused unless `overwrite` (DIR-002).
+    refused (DIR-001); an existing directory is refused unless `overwrite` (DIR-002). Errors
+    name the path `shown` (default: absolute).
     """
     final = final_path(path)
+    where = final if shown is None else shown
     name = os.path.basename(final)
     if TMP_MARKER in name:
         raise FormatError(
             f"a checkpoint name must not contain {TMP_MARKER!r}",
             rule="DIR-001",
-            file=final,
+            file=where,
         )
     if os.path.lexists(final):
         if not os.path.isdir(final) or os.path.islink(final):
             raise FormatError(
-                "the checkpoint path exists and is not a directory", rule="DIR-001", file=final
+                "the checkpoint path exists and is not a directory", rule="DIR-001", file=where
             )
         if not overwrite:
             raise WriteConflictError(
                 "a checkpoint already exists there; pass overwrite=True to replace it",
                 rule="DIR-002",
-                file=final,
+                file=where,
             )
     return final
 
 
 def begin(
-    path: str | os.PathLike[str], *, overwrite: bool = False, token: int | None = None
+    path: str | os.PathLike[str],
+    *,
+    overwrite: bool = False,
+    token: int | None = None,
+    shown: str | None = None,
 ) -> Pending:
     """Check the target, then create and lock this save's own temporary directory.
 
@@ -262,7 +270,7 @@ def begin(
     failed without removing theirs) are removed; those of saves still running, and those of
     other writers, are left alone (DIR-003).
     """
-    final = check_target(path, overwrite=overwrite)
+    final = check_target(path, overwrite=overwrite, shown=shown)
     tmp = temporary_name(final, new_token() if token is None else token)
     parent = os.path.dirname(final)
     try:
@@ -279,7 +287,7 @@ def begin(
                 OckptWarning,
                 stacklevel=2,
             )
-            final = check_target(final, overwrite=overwrite)
+            final = check_target(final, overwrite=overwrite, shown=shown)
         try:
             os.mkdir(tmp)
         except FileExistsError as e:

@@ -13,8 +13,6 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from .base import NewFile
-
 __all__ = ["BackgroundWriter", "InFlight"]
 
 
@@ -31,8 +29,8 @@ class BackgroundWriter:
         self._held = 0
         self._max_bytes = max_bytes
 
-    def queue(self, file: NewFile) -> _QueuedFile:
-        """`file` (a new file of a store, `Store.writer`) with its appends and close queued."""
+    def queue(self, file: Any) -> _QueuedFile:
+        """`file` (a new file of a store: `base.NewFile`) with its appends and close queued."""
         return _QueuedFile(self, file)
 
     def submit(self, job: Callable[[], None], nbytes: int) -> None:
@@ -62,7 +60,7 @@ class BackgroundWriter:
 class _QueuedFile:
     """A `NewFile` whose appends and close run on a `BackgroundWriter`'s thread."""
 
-    def __init__(self, writer: BackgroundWriter, file: NewFile) -> None:
+    def __init__(self, writer: BackgroundWriter, file: Any) -> None:
         self._writer = writer
         self._file = file
 

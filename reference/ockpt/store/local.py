@@ -225,14 +225,15 @@ class LocalStore(Store):
     # -- the save protocol --------------------------------------------------------------------
 
     def check_target(self, *, overwrite: bool) -> None:
-        _commit().check_target(self.path, overwrite=overwrite)
+        _commit().check_target(self.path, overwrite=overwrite, shown=self.display)
 
     def write_path(self) -> str:
         commit = _commit()
         return commit.temporary_name(commit.final_path(self.path), 0)  # 12-digit tokens
 
     def begin(self, *, overwrite: bool, token: int | None = None) -> LocalPending:
-        return LocalPending(self, _commit().begin(self.path, overwrite=overwrite, token=token))
+        pending = _commit().begin(self.path, overwrite=overwrite, token=token, shown=self.display)
+        return LocalPending(self, pending)
 
     def join(self, token: int, *, overwrite: bool) -> LocalPending:
         commit = _commit()

@@ -6,16 +6,19 @@ JAX processes writes with `ockpt.save_pytree`: each rank its own chunks into its
 database ``ocdbt.process_<rank>/``, the coordinator (rank 0) the zarr metadata, the merged root
 database and the JSON documents, all under a temporary directory committed atomically.
 
-DCP's steps map onto the reference writer's (`ockpt.writer`):
+DCP's steps map onto the public save protocol (`ockpt.writer.plan_save`, `SavePlan`, and the
+store's `Store.begin` / `Store.join`):
 
 * ``prepare_local_plan`` (every rank) notes which non-tensor values the rank holds;
 * ``prepare_global_plan`` (coordinator) sees every rank's chunks after DCP has removed
   replicas, so each chunk is written once (WRITE-030); it chooses each array's write shape and
-  saved sharding, gives every non-tensor value to the coordinator, and creates the temporary
-  directory, whose name travels to the ranks in their plans;
-* ``write_data`` (every rank) writes the rank's pieces as `ShardedArray` leaves, then waits for
-  the others (WRITE-032): on a failure anywhere the temporary directory is removed;
-* ``finish`` (coordinator) merges the databases, writes the documents and commits.
+  saved sharding, gives every non-tensor value to the coordinator, and begins the save in the
+  store (`Store.begin`), whose token travels to the ranks in their plans (`Store.join`);
+* ``write_data`` (every rank) plans the save of the rank's pieces as `ShardedArray` leaves
+  (`plan_save`) and writes them (`SavePlan.write_shards`), then waits for the others
+  (WRITE-032): on a failure anywhere what the save wrote is removed;
+* ``finish`` (coordinator) merges the databases, writes the documents and commits
+  (`SavePlan.commit`).
 
 The checkpoint's tree: a state dict key ``a.b.c`` (DCP's flattened name) is the leaf
 ``{"a": {"b": {"c": ...}}}``, so its param name is ``a.b.c`` again. Tensors (DTensors, plain
@@ -49,7 +52,7 @@ from ..paths import nest
 from ..save_options import SaveOptions
 from ..store import Pending, as_store
 from ..store.commit import new_token
-from ..writer import Job, Piece, ShardedArray, prepare_save
+from ..writer import Job, Piece, ShardedArray, plan_save
 
 __all__ = ["OrbaxWriter"]
 
@@ -213,7 +216,7 @@ class OrbaxWriter(StorageWriter):
             self._abandon()
             raise
         try:  # a failure in planning is agreed on by every rank there (writer._plan)
-            save = prepare_save(
+            save = plan_save(
                 info.path,
                 {"": tree} if self.layout == "item" else {PYTREE_CHECKPOINTABLES[0]: tree},
                 layout=self.layout,
@@ -227,7 +230,7 @@ class OrbaxWriter(StorageWriter):
             self._abandon()
             raise
         try:
-            written = save.write_parts(pending)
+            written = save.write_shards(pending)
         except BaseException:
             self._pending = None  # write_parts removed it (the primary)
             raise
@@ -247,7 +250,7 @@ class OrbaxWriter(StorageWriter):
         assert self._commit is not None and self._pending is not None
         save, written = self._commit
         pending, self._pending, self._commit = self._pending, None, None
-        save.commit_parts(pending, written)  # on failure it removes the temporary directory
+        save.commit(pending, written)  # on failure it removes what the save wrote
 
 
 # ---------------------------------------------------------------------------------------------
