@@ -8,7 +8,6 @@ the writer.
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -75,7 +74,6 @@ class SaveOptions:
         elif sd is not None and not callable(sd):
             raise ValueError("storage_dtypes must be a mapping param name -> dtype, or a callable")
 
-_FIELDS = frozenset(f.name for f in dataclasses.fields(SaveOptions))
 
 
 class _Unset(enum.Enum):
