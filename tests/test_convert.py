@@ -629,3 +629,18 @@ def test_pt_temporary_file_is_removed_when_torch_save_fails(tmp_path, monkeypatc
         convert(str(CASES / "nested" / "checkpoint"), str(tmp_path / "m.pt"),
                 skip_unsupported=True, progress=False)  # fmt: skip
     assert os.listdir(tmp_path) == []
+
+
+def test_a_link_planted_at_a_temporary_name_is_not_followed(tmp_path):
+    """Issue 36 item 1: a symbolic link planted where the output's temporary file goes
+    (``<out>.ockpt-tmp``) is refused (ELOOP), not written through: the file it points to is
+    left as it was, and no output appears."""
+    outside = tmp_path / "outside"
+    outside.write_bytes(b"keep me")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "m.safetensors.ockpt-tmp").symlink_to(outside)
+    with pytest.raises(OSError):
+        convert(str(CASES / "nested" / "checkpoint"), str(out / "m.safetensors"), progress=False)
+    assert outside.read_bytes() == b"keep me"
+    assert not (out / "m.safetensors").exists()

@@ -362,6 +362,16 @@ def write_file(
         file.close(sync=sync)
 
 
+_NEW_FILE_FLAGS = (
+    os.O_WRONLY
+    | os.O_CREAT
+    | os.O_TRUNC
+    | getattr(os, "O_NOFOLLOW", 0)
+    | getattr(os, "O_CLOEXEC", 0)
+    | getattr(os, "O_BINARY", 0)
+)
+
+
 class NewFile:
     """A new file of the writer's (its parent directory created), written by appending
     buffers as they come (an OCDBT data file's values, which may be views of the arrays being
@@ -372,7 +382,10 @@ class NewFile:
         save's temporary directory, which `finish` flushes with the rest (one fsync per file,
         at commit, while the disk has been busy writing since the file was closed)."""
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        self._file = open(path, "wb", buffering=0)
+        # never through a link standing at the name (planted next to a user's output, it
+        # would have the write land outside): ELOOP, an OSError naming the path
+        fd = os.open(path, _NEW_FILE_FLAGS, 0o666)
+        self._file = os.fdopen(fd, "wb", buffering=0)
         self._sync_on_close = sync_on_close
 
     def append(self, parts: Sequence[bytes | memoryview]) -> None:
