@@ -145,4 +145,4 @@ def assert_case_backends_agree(case: Path) -> None:
 
 
 # The object-store emulators (moto's S3, fake-gcs-server), one per test module that asks.
-from object_stores import gcs, gcs_bucket, s3  # noqa: E402, F401
+from object_stores import gcs, gcs_bucket, s3, s3_bucket  # noqa: E402, F401

@@ -128,6 +128,23 @@ def s3(tmp_path_factory):
         yield env
 
 
+@pytest.fixture
+def s3_bucket(s3):
+    """A fresh bucket of the `s3` server: (name, boto3 client)."""
+    import boto3
+
+    client = boto3.client(
+        "s3",
+        endpoint_url=s3["AWS_ENDPOINT_URL"],
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        region_name="us-east-1",
+    )
+    name = f"ockpt-{uuid.uuid4().hex[:12]}"
+    client.create_bucket(Bucket=name)
+    return name, client
+
+
 def _emulator_binary() -> str:
     """The fake-gcs-server executable bundled in the wrapper's wheel. The wrapper's own
     `FakeGCSServer` is not used: it pipes the server's request log into a pipe nobody reads,

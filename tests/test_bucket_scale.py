@@ -13,7 +13,6 @@ import re
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import numpy as np
@@ -110,9 +109,9 @@ def _watched(args: list[str], env: dict, tmpdir: Path) -> tuple[str, int, int]:
     return out, most_tmp, hwm
 
 
-def test_a_2gib_save_to_gs_and_convert_to_s3_keep_no_local_copy(gcs, gcs_bucket, s3, tmp_path):
-    import boto3
-
+def test_a_2gib_save_to_gs_and_convert_to_s3_keep_no_local_copy(
+    gcs, gcs_bucket, s3, s3_bucket, tmp_path
+):
     tmpdir = tmp_path / "tmp"
     tmpdir.mkdir()
     env = {**gcs, **s3}
@@ -143,15 +142,7 @@ def test_a_2gib_save_to_gs_and_convert_to_s3_keep_no_local_copy(gcs, gcs_bucket,
     )
     assert "restored" in restored.stdout, restored.stderr[-3000:]
     # convert the bucket's checkpoint into a sharded Hugging Face folder in s3://
-    client = boto3.client(
-        "s3",
-        endpoint_url=s3["AWS_ENDPOINT_URL"],
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-        region_name="us-east-1",
-    )
-    bucket = f"ockpt-{uuid.uuid4().hex[:12]}"
-    client.create_bucket(Bucket=bucket)
+    bucket, client = s3_bucket
     command = ["-m", "ockpt.cli", "convert", url, f"s3://{bucket}/hf", "--to", "hf"]
     command += ["--max-shard-size", "300MB", "--no-progress"]
     _, most_tmp, peak = _watched(command, env, tmpdir)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from pathlib import Path
 
 import numpy as np
@@ -30,20 +29,9 @@ CASES = FIXTURES / "orbax-0.12.8"
 
 
 @pytest.fixture
-def bucket(s3):
+def bucket(s3_bucket):
     """A fresh bucket; returns (name, boto3 client)."""
-    import boto3
-
-    client = boto3.client(
-        "s3",
-        endpoint_url=s3["AWS_ENDPOINT_URL"],
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-        region_name="us-east-1",
-    )
-    name = f"ockpt-{uuid.uuid4().hex[:12]}"
-    client.create_bucket(Bucket=name)
-    return name, client
+    return s3_bucket
 
 
 def _upload(client, bucket: str, local: Path, prefix: str, *, skip: str | None = None) -> None:

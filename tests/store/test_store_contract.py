@@ -263,20 +263,10 @@ class TestTensorstoreMemory(StoreTests):
 
 class TestS3(StoreTests):
     @pytest.fixture
-    def store(self, s3, monkeypatch) -> Store:
-        import boto3
-
+    def store(self, s3, s3_bucket, monkeypatch) -> Store:
         for name, value in s3.items():
             monkeypatch.setenv(name, value)
-        bucket = f"ockpt-{uuid.uuid4().hex[:12]}"
-        boto3.client(
-            "s3",
-            endpoint_url=s3["AWS_ENDPOINT_URL"],
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
-            region_name="us-east-1",
-        ).create_bucket(Bucket=bucket)
-        return _url_store(f"s3://{bucket}/root")
+        return _url_store(f"s3://{s3_bucket[0]}/root")
 
 
 class TestGcs(StoreTests):

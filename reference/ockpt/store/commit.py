@@ -365,7 +365,6 @@ def write_file(
 _NEW_FILE_FLAGS = (
     os.O_WRONLY
     | os.O_CREAT
-    | os.O_TRUNC
     | getattr(os, "O_NOFOLLOW", 0)
     | getattr(os, "O_CLOEXEC", 0)
     | getattr(os, "O_BINARY", 0)
@@ -377,15 +376,18 @@ class NewFile:
     buffers as they come (an OCDBT data file's values, which may be views of the arrays being
     saved) and flushed to disk once, when closed."""
 
-    def __init__(self, path: str, *, sync_on_close: bool = True) -> None:
+    def __init__(self, path: str, *, sync_on_close: bool = True, exclusive: bool = False) -> None:
         """`sync_on_close` False: `close` only starts the write-back to disk, for a file of a
         save's temporary directory, which `finish` flushes with the rest (one fsync per file,
-        at commit, while the disk has been busy writing since the file was closed)."""
+        at commit, while the disk has been busy writing since the file was closed). With
+        `exclusive`, a file already at `path` is a FileExistsError (a conditional create)."""
         os.makedirs(os.path.dirname(path), exist_ok=True)
         # never through a link standing at the name (planted next to a user's output, it
         # would have the write land outside): ELOOP, an OSError naming the path
-        fd = os.open(path, _NEW_FILE_FLAGS, 0o666)
+        flags = _NEW_FILE_FLAGS | os.O_EXCL if exclusive else _NEW_FILE_FLAGS | os.O_TRUNC
+        fd = os.open(path, flags, 0o666)
         self._file = os.fdopen(fd, "wb", buffering=0)
+        self._path = path
         self._sync_on_close = sync_on_close
 
     def append(self, parts: Sequence[bytes | memoryview]) -> None:
@@ -393,7 +395,7 @@ class NewFile:
         views = [v for v in (memoryview(p).cast("B") for p in parts) if v.nbytes]
         fd = self._file.fileno()
         if vectored(views, lambda batch, _: os.writev(fd, batch)) != sum(len(v) for v in views):
-            raise OSError(errno.EIO, "writev wrote nothing", self._file.name)
+            raise OSError(errno.EIO, "writev wrote nothing", self._path)
 
     def close(self, *, sync: bool | None = None) -> None:
         """fsync (`sync`, default: as constructed) or start the write-back, and close; a no-op

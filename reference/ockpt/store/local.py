@@ -24,15 +24,6 @@ if TYPE_CHECKING:
 
 __all__ = ["LocalStore"]
 
-_CREATE_FLAGS = (
-    os.O_WRONLY
-    | os.O_CREAT
-    | os.O_EXCL
-    | getattr(os, "O_NOFOLLOW", 0)
-    | getattr(os, "O_CLOEXEC", 0)
-)
-
-
 def _commit() -> Any:
     """The local save protocol (`commit`), imported at the first write: reads never load it."""
     from . import commit
@@ -186,24 +177,18 @@ class LocalStore(Store):
         os.replace(self._target(src), self._target(dst))
 
     def create(self, key: str, value: bytes) -> bool:
-        path = self._target(key)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
         try:
-            fd = os.open(path, _CREATE_FLAGS, 0o644)
+            file = _commit().NewFile(self._target(key), sync_on_close=self._sync, exclusive=True)
         except FileExistsError:
             return False
         except OSError as e:
-            if e.errno == errno.ELOOP:  # a link stands there
+            if e.errno == errno.ELOOP:  # a link stands there: something does
                 return False
             raise
         try:
-            view = memoryview(value)
-            while view:
-                view = view[os.write(fd, view) :]
-            if self._sync:
-                os.fsync(fd)
+            file.append([value])
         finally:
-            os.close(fd)
+            file.close()
         return True
 
     def delete(self, key: str) -> None:
