@@ -18,15 +18,27 @@ Nothing else in ockpt opens a file of a checkpoint or branches on where a store 
 
 from __future__ import annotations
 
+import importlib
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .base import Capabilities, Listing, NewFile, Pending, Store
+from .base import Capabilities, Listing, NewFile, Pending, Store, is_url
 from .byterange import ByteRange
 from .datafile import DataFile
 from .local import LocalStore
-from .memory import MemoryStore
-from .url import UrlStore, import_tensorstore, is_url, new_context
+
+if TYPE_CHECKING:
+    from .memory import MemoryStore
+    from .url import UrlStore, import_tensorstore, new_context
+
+#: name -> module of the names imported when first asked for (`__getattr__`): a program that
+#: reads local checkpoints never loads the object-store or memory stores.
+_LAZY = {
+    "MemoryStore": "memory",
+    "UrlStore": "url",
+    "import_tensorstore": "url",
+    "new_context": "url",
+}
 
 __all__ = [
     "ByteRange",
@@ -54,7 +66,16 @@ def as_store(path: str | os.PathLike[str] | Store, *, context: Any = None) -> St
         return path
     text = os.fspath(path)
     if is_url(text) and not text.startswith("file://"):
+        from .url import UrlStore
+
         return UrlStore.from_url(text, context=context)
     if text.startswith("file://"):
         text = text[len("file://") :]
     return LocalStore(text, context=context)
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{module}", __name__), name)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import abc
 import copy
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -33,6 +34,7 @@ __all__ = [
     "Pending",
     "Store",
     "check_key",
+    "is_url",
 ]
 
 
@@ -84,6 +86,11 @@ class NewFile(Protocol):
     def append(self, parts: Sequence[bytes | memoryview]) -> None: ...
 
     def close(self) -> None: ...
+
+
+def is_url(path: str) -> bool:
+    """True for ``scheme://...`` (``file://`` included)."""
+    return re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", path) is not None
 
 
 def check_key(key: str, *, file: str | None = None, allow_empty: bool = False) -> str:

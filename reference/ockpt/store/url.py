@@ -11,7 +11,6 @@ have no rename: a save writes under the final names and commits by writing
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -34,7 +33,7 @@ if TYPE_CHECKING:
 
     from .inflight import BackgroundWriter
 
-__all__ = ["UrlStore", "import_tensorstore", "is_url", "new_context"]
+__all__ = ["UrlStore", "import_tensorstore", "new_context"]
 
 #: Cache for OCDBT tree nodes (shared by the arrays of one item); array chunks are not cached.
 #: Orbax writes B+tree nodes of up to 100 MB decoded (``max_decoded_node_bytes``): the keys of a
@@ -68,11 +67,6 @@ def import_tensorstore() -> Any:
             "directories are read and written without it (backend='python')"
         ) from None
     return tensorstore
-
-
-def is_url(path: str) -> bool:
-    """True for ``scheme://...`` (``file://`` included)."""
-    return re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", path) is not None
 
 
 def new_context(parent: ts.Context | None = None) -> ts.Context:
