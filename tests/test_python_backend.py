@@ -192,3 +192,24 @@ def test_memory_per_leaf_of_a_many_leaf_load(tmp_path):
         tracemalloc.stop()
     assert got["b7"]["p12"].tolist() == [712.0] * 4
     assert peak / n < 3000, f"{peak / n:.0f} bytes per leaf"
+
+
+def test_several_databases_agree_on_the_owner_of_a_key(tmp_path):
+    """Issue 32 item 5: a key several per-process databases hold is taken from the first one,
+    by `get` and by `value_range` alike: the first holds it inline, so there is no range to
+    stream, and the second's out-of-line value is not passed over to."""
+    from ocdbt_support import build_database
+
+    build_database(tmp_path / "p0", {b"k": b"small"})
+    build_database(tmp_path / "p1", {b"k": b"x" * 5000, b"only1": b"y" * 5000})
+    stores = [pb.OcdbtStore(str(tmp_path / p)) for p in ("p0", "p1")]
+    multi = pb.MultiOcdbtStore(stores, str(tmp_path))
+    try:
+        assert multi.get("k") == b"small"
+        assert multi.value_range("k") is None  # p0's value is inline: nothing to stream
+        assert stores[1].value_range("k") is not None  # what the loop used to pick
+        with multi.value_range("only1") as found:
+            assert found.read() == b"y" * 5000
+        assert multi.get("absent") is None and multi.value_range("absent") is None
+    finally:
+        multi.close()

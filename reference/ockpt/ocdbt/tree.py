@@ -705,6 +705,10 @@ class Database:
             return None
         return f.byte_range(ref.offset, ref.length)
 
+    def contains(self, key: str | bytes, *, generation: int | None = None) -> bool:
+        """Whether the database holds `key` (its value is not read)."""
+        return self._find(_as_key(key), generation) is not None
+
     def get(self, key: str | bytes, *, generation: int | None = None) -> bytes | None:
         """The value of `key`, or None when the key is absent."""
         k = _as_key(key)

@@ -106,6 +106,9 @@ class OcdbtStore(KeyValueStore):
     def get(self, key: str) -> bytes | None:
         return self.db.get(key, generation=self.generation)
 
+    def holds(self, key: str) -> bool:
+        return self.db.contains(key, generation=self.generation)
+
     def value_range(self, key: str) -> ByteRange | None:
         return self.db.value_range(key, generation=self.generation)
 
@@ -120,25 +123,24 @@ class OcdbtStore(KeyValueStore):
 
 
 class MultiOcdbtStore(KeyValueStore):
-    """Several databases read as one: a key is taken from the first database that holds it."""
+    """Several databases read as one: a key is taken from the first database that holds it,
+    by `get` and `value_range` alike (an inline value in one database is not passed over for
+    another's out-of-line one)."""
 
-    def __init__(self, stores: Sequence[KeyValueStore], display: str) -> None:
+    def __init__(self, stores: Sequence[OcdbtStore], display: str) -> None:
         self.stores = list(stores)
         self.display = display
 
+    def _owner(self, key: str) -> OcdbtStore | None:
+        return next((s for s in self.stores if s.holds(key)), None)
+
     def get(self, key: str) -> bytes | None:
-        for s in self.stores:
-            value = s.get(key)
-            if value is not None:
-                return value
-        return None
+        owner = self._owner(key)
+        return None if owner is None else owner.get(key)
 
     def value_range(self, key: str) -> ByteRange | None:
-        for s in self.stores:  # a large value is never inline: None means absent here
-            found = s.value_range(key)
-            if found is not None:
-                return found
-        return None
+        owner = self._owner(key)
+        return None if owner is None else owner.value_range(key)
 
     def list(self, prefix: str = "") -> list[str]:
         keys: set[str] = set()
