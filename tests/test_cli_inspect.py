@@ -172,3 +172,23 @@ def test_cat_errors():
     result = ockpt("cat", path, "float32", "--slice", "9")
     assert result.returncode == 2 and "out of bounds" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_leaf_names_cannot_forge_listing_lines(tmp_path):
+    """Issue 36 item 6: a leaf name with control characters (a colour escape, a newline that
+    would start a forged line) prints escaped in `inspect` and `tree`: one line per leaf, no
+    escape sequence reaches the terminal."""
+    import ockpt
+
+    name = "w\x1b[31m\nfake: jax.Array\u2028"
+    ockpt.save_pytree(tmp_path / "c", {name: np.arange(3)})
+    for command in ("inspect", "tree"):
+        out = subprocess.run(
+            [sys.executable, "-m", "ockpt.cli", command, str(tmp_path / "c")],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        assert "\x1b" not in out and "\u2028" not in out, command
+        assert not any(line.startswith("fake") for line in out.splitlines()), command
+        assert "w\\x1b[31m\\nfake: jax.Array\\u2028" in out, command

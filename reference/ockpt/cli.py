@@ -13,7 +13,7 @@ from . import __version__
 from ._commands import JSON_HELP, PATH_HELP, add_where, in_flags
 from .errors import OckptError, PathNotFoundError
 from .layout import Kind, Layout, detect
-from .paths import leaf_name, param_name
+from .paths import leaf_name, param_name, printable
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 
@@ -89,7 +89,7 @@ def _cmd_tree(args: argparse.Namespace) -> int:
             shape = "" if row["write_shape"] is None else f"  write_shape={row['write_shape']}"
             param = row["param_name"]
             param = "" if param == name.replace("/", ".") else f"  param_name={param!r}"
-            print(f"{name or '<root>'}: {row['value_type']}{shape}{param}")
+            print(f"{printable(name) or '<root>'}: {row['value_type']}{shape}{printable(param)}")
     return EXIT_OK
 
 

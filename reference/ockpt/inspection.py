@@ -19,7 +19,7 @@ from . import _jax, listing
 from .checkpointables import load_item
 from .documents.sharding import NamedShardingSpec, SingleDeviceShardingSpec
 from .layout import Kind, Layout, Resolved, handler_class, resolve
-from .paths import leaf_name
+from .paths import leaf_name, printable
 from .random_keys import RandomKey
 
 __all__ = [
@@ -218,17 +218,17 @@ def _table(rows: list[list[str]]) -> list[str]:
 
 
 def format_inspect(report: dict[str, Any]) -> str:
-    lines = [f"{report['path']}: {report['kind']}"]
+    lines = [f"{printable(report['path'])}: {report['kind']}"]
     for s in report.get("steps", []):
         state = "committed" if s["committed"] else "UNCOMMITTED"
         when = s.get("commit_time", "-")
         mark = "  <- shown" if s.get("step") == report.get("step") and s["committed"] else ""
-        lines.append(f"  step {s.get('step', s['name'])}: {state}  {when}{mark}")
+        lines.append(f"  step {printable(str(s.get('step', s['name'])))}: {state}  {when}{mark}")
     for it in report.get("items", []):
         by = f" ({it['handler']})" if it.get("handler") else ""
-        lines.append(f"  item {it['name']}: {it['kind']}{by}")
+        lines.append(f"  item {printable(it['name'])}: {it['kind']}{by}")
     if "leaves" not in report:  # an item that is no pytree
-        lines.append(f"item {report['item_path']}: {report['item_kind']}")
+        lines.append(f"item {printable(report['item_path'])}: {report['item_kind']}")
         lines.append(f"  {report['reason']}")
         if report["handler"]:
             lines.append(f"  handler: {report['handler']}")
@@ -236,16 +236,16 @@ def format_inspect(report: dict[str, Any]) -> str:
             text = json.dumps(report["value"], indent=2, ensure_ascii=False)
             lines += ["  " + line for line in text.splitlines()]
         return "\n".join(lines)
-    lines.append(f"item {report['item_path']}:")
+    lines.append(f"item {printable(report['item_path'])}:")
     head = ["leaf", "type", "shape", "dtype", "stored", "bytes", "chunks", "sharding"]
     rows = [head]
     for r in report["leaves"]:
         if "nbytes" not in r:
-            rows.append([r["name"] or "<root>", r["value_type"], "", "", "", "", "", ""])
+            rows.append([printable(r["name"]) or "<root>", r["value_type"], "", "", "", "", "", ""])
             continue
         rows.append(
             [
-                r["name"] or "<root>",
+                printable(r["name"]) or "<root>",
                 r["value_type"],
                 "string"
                 if r["dtype"] is None

@@ -52,6 +52,7 @@ __all__ = [
     "unsafe_path",
     "check_relative",
     "leaf_name",
+    "printable",
     "parse_leaf_name",
     "key_texts",
     "resolve_name",
@@ -257,6 +258,17 @@ def _escape_key(text: str) -> str:
     if not text:
         return EMPTY_KEY
     return text.replace("\\", "\\\\").replace("/", "\\/")
+
+
+def printable(text: str) -> str:
+    """`text` for one line of a terminal: every character that is not printable (controls,
+    line and paragraph separators, bidirectional and other format characters) written as its
+    Python escape (``\\x1b``, ``\\u2028``), so a name from a checkpoint cannot move the
+    cursor, colour the output or forge a line. A leaf name's own backslashes are escaped
+    already (`leaf_name`), so the escapes cannot be mistaken for its text."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def leaf_name(path: KeyPath | Sequence[str]) -> str:
