@@ -644,3 +644,15 @@ def test_a_link_planted_at_a_temporary_name_is_not_followed(tmp_path):
         convert(str(CASES / "nested" / "checkpoint"), str(out / "m.safetensors"), progress=False)
     assert outside.read_bytes() == b"keep me"
     assert not (out / "m.safetensors").exists()
+
+
+def test_a_tensor_named_as_the_safetensors_metadata_is_refused_before_writing(tmp_path):
+    """Issue 32 item 3: safetensors reserves the header key ``__metadata__``; a leaf that
+    would take it is refused with ockpt's error naming the leaf, before anything is
+    written (the file written otherwise was no safetensors file the library could open)."""
+    ockpt.save_pytree(tmp_path / "c", {"__metadata__": np.arange(3), "b": np.ones(2)})
+    for out, kw in (("m.safetensors", {}), ("hf", {"dst_format": "hf"})):
+        with pytest.raises(ValueError, match="reserves for its metadata") as e:
+            convert(str(tmp_path / "c"), str(tmp_path / out), progress=False, **kw)
+        assert "'__metadata__'" in str(e.value)
+        assert not (tmp_path / out).exists()

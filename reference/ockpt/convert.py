@@ -262,6 +262,13 @@ def _plan(
                 )
             skipped.append((leaf.name(sep), why))
             continue
+        if fmt in ("safetensors", "hf") and target.dtype is not None and (
+            target.name == _SAFETENSORS_METADATA
+        ):
+            raise ValueError(
+                f"leaf {leaf.name(sep)!r} would be the tensor {target.name!r}, a name safetensors "
+                "reserves for its metadata; rename it (rules)"
+            )
         if target.name in by_name:
             other = by_name[target.name].leaf
             hint = "check the rename rules" if rules.rename else f"try sep={_other(sep)!r}"
@@ -494,7 +501,7 @@ def _write_safetensors(
     for name, shard in plan.shards:
         # Largest items first keeps every tensor aligned to its item size (as the library).
         shard = sorted(shard, key=lambda t: -(t.dtype.itemsize if t.dtype else 0))
-        header: dict[str, Any] = {"__metadata__": metadata} if metadata else {}
+        header: dict[str, Any] = {_SAFETENSORS_METADATA: metadata} if metadata else {}
         offset = 0
         for target in shard:
             assert target.dtype is not None
@@ -535,6 +542,9 @@ def _check_written(out: _Output, name: str, head: bytes, size: int) -> None:
     if got != head or tail is None or len(tail) != (1 if size else 0):
         raise OckptError(f"{out.folder.file(key)}: the file written is not the one planned")
 
+
+#: The header key safetensors reserves for its string metadata: no tensor may take it.
+_SAFETENSORS_METADATA = "__metadata__"
 
 #: The weight files of a Hugging Face folder (`--to hf`): one, or shards and their index.
 _HF_WEIGHTS = re.compile(r"model(-\d{5}-of-\d{5})?\.safetensors|model\.safetensors\.index\.json")
