@@ -6,7 +6,8 @@ spec/arrays.md), with numpy, zstandard and google-crc32c only (no tensorstore, n
   (`item_keys`, `key_listing`);
 * `fastread`: many regions read in parallel, each chunk decoded once.
 
-Every file it opens goes through `kv.files` (regular files only, contained in the item).
+Every file it opens goes through its item's `store.Store` (for a local directory the hardened
+open of `store.files`: regular files only, contained in the item).
 """
 
 from .store import (
