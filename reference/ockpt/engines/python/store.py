@@ -15,8 +15,9 @@ Where the arrays are (`layout.ItemFormat`):
 * anything else: one plain zarr directory per param (``<item>/<param name>/``).
 
 Every value is read through the item's `store.Store` (locally the hardened open of
-`store.files`: regular files only, PATH-005; nothing outside the item, PATH-004). `item_keys(...)` / `key_listing(...)` list an item's storage keys (the second
-grouped per param, in the form of ``schemas/ocdbt-keys.schema.json``).
+`store.files`: regular files only, PATH-005; nothing outside the item, PATH-004).
+`item_keys(...)` / `key_listing(...)` list an item's storage keys (the second grouped per
+param, in the form of ``schemas/ocdbt-keys.schema.json``).
 """
 
 from __future__ import annotations
