@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..errors import FormatError, UnsupportedError, WriteConflictError
 from ..limits import LIMITS
 from ..names import COMMIT_FILE, TMP_MARKER
+from ..paths import check_relative
 
 if TYPE_CHECKING:
     from .inflight import BackgroundWriter
@@ -93,13 +94,9 @@ def is_url(path: str) -> bool:
     return re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", path) is not None
 
 
-def check_key(key: str, *, file: str | None = None, allow_empty: bool = False) -> str:
+def check_key(key: str, *, file: str | None = None) -> str:
     """`key` itself when it is a relative name of plain components (PATH-003): no absolute
     path, no ``.``/``..`` or empty component, no backslash, no NUL."""
-    from ..paths import check_relative
-
-    if key == "" and allow_empty:
-        return key
     check_relative(key, file=file)
     return key
 
