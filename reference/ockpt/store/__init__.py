@@ -18,7 +18,6 @@ Nothing else in ockpt opens a file of a checkpoint or branches on where a store 
 
 from __future__ import annotations
 
-import importlib
 import os
 from typing import TYPE_CHECKING, Any
 
@@ -31,14 +30,9 @@ if TYPE_CHECKING:
     from .memory import MemoryStore
     from .url import UrlStore, import_tensorstore, new_context
 
-#: name -> module of the names imported when first asked for (`__getattr__`): a program that
-#: reads local checkpoints never loads the object-store or memory stores.
-_LAZY = {
-    "MemoryStore": "memory",
-    "UrlStore": "url",
-    "import_tensorstore": "url",
-    "new_context": "url",
-}
+#: The names imported when first asked for (`__getattr__`): a program that reads local
+#: checkpoints never loads the object-store or memory stores.
+_URL_NAMES = frozenset({"UrlStore", "import_tensorstore", "new_context"})
 
 __all__ = [
     "ByteRange",
@@ -75,7 +69,12 @@ def as_store(path: str | os.PathLike[str] | Store, *, context: Any = None) -> St
 
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f".{module}", __name__), name)
+    if name == "MemoryStore":
+        from .memory import MemoryStore
+
+        return MemoryStore
+    if name in _URL_NAMES:
+        from . import url
+
+        return getattr(url, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
