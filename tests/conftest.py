@@ -130,6 +130,16 @@ def tmp_copy(tmp_path: Path):
     return copy
 
 
+@pytest.fixture
+def in_force():
+    """``in_force(max_depth=3, ...)``: make those limits (the rest default) the ones in force
+    until the test ends (`ockpt.limits.applied`); a later call replaces an earlier one."""
+    from ockpt.limits import Limits, applied
+
+    with contextlib.ExitStack() as stack:
+        yield lambda **kw: stack.enter_context(applied(Limits(**kw)))
+
+
 def assert_case_backends_agree(case: Path) -> None:
     """`assert_backends_agree` on a golden case: on each pytree item of a v1 checkpoint that
     has no state/ or pytree/ to choose without a name (LOAD-051), else on the checkpoint."""

@@ -89,7 +89,7 @@ _STRING = re.compile(r'"[^"]*"')
 def _whole_document_depth(text: str) -> int:
     """The scan the windowed one replaced (the whole document at once), as the oracle."""
     opens = text.count("{") + text.count("[")
-    if opens < _json.MAX_DEPTH:
+    if opens < LIMITS.max_depth:
         return opens
     text = text.replace("\\\\", "").replace('\\"', "")
     text = "".join(c for c in text if c in '"[]{}')

@@ -16,8 +16,11 @@ import json
 import pytest
 
 from ockpt.documents import _json
-from ockpt.documents._json import MAX_DEPTH, parse_json, read_json
+from ockpt.documents._json import parse_json, read_json
 from ockpt.errors import DocumentError, FormatError
+from ockpt.limits import LIMITS, Limits, applied
+
+MAX_DEPTH = LIMITS.max_depth
 
 # ---------------------------------------------------------------------------------------------
 # _parse_streamed and _object_members: the member-by-member parse of a large document.
@@ -227,22 +230,20 @@ def test_nesting_one_deeper_than_max_depth_is_refused_with_the_pointer(text):
 
 
 def test_read_json_refuses_a_file_over_max_bytes_with_json_003(tmp_path, monkeypatch):
-    """A file larger than `MAX_DOCUMENT_BYTES` is refused before it is read, with rule JSON-003;
+    """A file larger than the limits' `max_json_bytes` is refused before it is read (JSON-003);
     one of exactly that size is parsed; a malformed one is refused naming its path. Kills
     read_json 6, 10, 11, 13."""
     path = tmp_path / "doc.json"
     path.write_bytes(b'{"a": [1, 2, 3]}')  # 16 bytes
-    monkeypatch.setattr(_json, "MAX_DOCUMENT_BYTES", 15)
-    with pytest.raises(FormatError) as info:
+    with pytest.raises(FormatError) as info, applied(Limits(max_json_bytes=15)):
         read_json(path)
     e = info.value
     assert (e.rule, e.file, e.expected, e.got) == ("JSON-003", str(path), "<= 15 bytes", 16)
     assert str(e) == (
         f"{path}: file larger than its size limit (expected '<= 15 bytes', got 16) [JSON-003]"
     )
-    monkeypatch.setattr(_json, "MAX_DOCUMENT_BYTES", 16)
-    assert read_json(path) == {"a": [1, 2, 3]}
-    monkeypatch.undo()
+    with applied(Limits(max_json_bytes=16)):
+        assert read_json(path) == {"a": [1, 2, 3]}
     path.write_bytes(b'{"a": NaN}')
     with pytest.raises(DocumentError) as doc_info:  # a fault of the JSON names the file too
         read_json(path)

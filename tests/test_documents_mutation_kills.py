@@ -7,7 +7,6 @@ step aside, where the quick paths step aside, the parse cache, and exact round t
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import pytest
@@ -269,13 +268,13 @@ def no_cache(monkeypatch):
     return metadata
 
 
-def test_too_many_entries_is_limit_002_in_both_parsers(no_cache, monkeypatch):
+def test_too_many_entries_is_limit_002_in_both_parsers(no_cache, in_force):
     """LIMIT-002 (lowered to 2): a parsed document given to `from_json` is refused with its
     count; `from_bytes` refuses at the first entry past the limit ("more than 2"), whether the
     document is plain (the quick path steps aside at the limit) or not. Two entries pass.
     Kills _too_many 1-18, the count and comparison mutants of MetadataDocument.from_json and
     from_bytes, and _plain_document's limit check."""
-    monkeypatch.setattr(metadata, "LIMITS", dataclasses.replace(LIMITS, max_tree_entries=2))
+    in_force(max_tree_entries=2)
     want = (
         "m at /tree_metadata: too many tree_metadata entries (expected '<= 2', got {}) [LIMIT-002]"
     )
@@ -293,16 +292,16 @@ def test_too_many_entries_is_limit_002_in_both_parsers(no_cache, monkeypatch):
     assert len(MetadataDocument.from_json(json.loads(two), file="m").entries) == 2
 
 
-def test_read_refuses_a_file_over_the_document_limit(tmp_path, no_cache, monkeypatch):
+def test_read_refuses_a_file_over_the_document_limit(tmp_path, no_cache, in_force):
     """`MetadataDocument.read` refuses a file larger than the JSON document limit before
     reading it, with JSON-003 (the limit lowered to 40 bytes here). Kills
     MetadataDocument.read 9, 13, 14 (and its other limit mutants)."""
     path = tmp_path / "_METADATA"
     data = _doc_bytes(["a"])
     path.write_bytes(data)
-    monkeypatch.setattr(metadata, "MAX_DOCUMENT_BYTES", len(data))
+    in_force(max_json_bytes=len(data))
     assert MetadataDocument.read(path).entries[0].tree_key == KEY_A
-    monkeypatch.setattr(metadata, "MAX_DOCUMENT_BYTES", len(data) - 1)
+    in_force(max_json_bytes=len(data) - 1)
     with pytest.raises(Exception) as info:
         MetadataDocument.read(path)
     assert str(info.value) == (
@@ -641,7 +640,7 @@ def test_unusual_documents_are_left_to_the_full_parser(data):
     assert metadata._plain_document(data, {}) is None
 
 
-def test_plain_document_bounds(monkeypatch):
+def test_plain_document_bounds(in_force):
     """`_plain_document` reads only `bytes` within the document size limit, and only while the
     nesting limit lets the full parser read a plain entry (8 levels). Kills the size, type and
     depth mutants of its first check."""
@@ -649,14 +648,13 @@ def test_plain_document_bounds(monkeypatch):
     assert metadata._plain_document(data, {}) is not None
     assert metadata._plain_document(bytearray(data), {}) is None
     assert metadata._plain_document(data.decode(), {}) is None
-    monkeypatch.setattr(metadata, "MAX_DOCUMENT_BYTES", len(data))
+    in_force(max_json_bytes=len(data))
     assert metadata._plain_document(data, {}) is not None
-    monkeypatch.setattr(metadata, "MAX_DOCUMENT_BYTES", len(data) - 1)
+    in_force(max_json_bytes=len(data) - 1)
     assert metadata._plain_document(data, {}) is None
-    monkeypatch.undo()
-    monkeypatch.setattr(metadata, "MAX_DEPTH", 8)
+    in_force(max_depth=8)
     assert metadata._plain_document(data, {}) is not None
-    monkeypatch.setattr(metadata, "MAX_DEPTH", 7)
+    in_force(max_depth=7)
     assert metadata._plain_document(data, {}) is None
 
 
@@ -1230,12 +1228,12 @@ def test_root_metadata_faults_and_round_trip():
     }
 
 
-def test_quick_path_key_bound_is_exact(monkeypatch):
+def test_quick_path_key_bound_is_exact(in_force):
     """The quick path takes a key of up to max_key_bytes / 4 characters (4 UTF-8 bytes at most
     each, so it is within the limit whatever its text), and leaves a longer one to the full
     parser, which measures its bytes; with the limit lowered to 64, 16 characters are quick and
     17 are not (the default 65535 is not a multiple of 4). Kills _built_entry 15 (`>=`)."""
-    monkeypatch.setattr(metadata, "LIMITS", dataclasses.replace(LIMITS, max_key_bytes=64))
+    in_force(max_key_bytes=64)
     for n, quick in ((16, True), (17, False)):
         key = "\U0001f600" * n  # 4 UTF-8 bytes each
         raw = _entry({"value_type": "scalar"}, keys=[{"key": key, "key_type": 2}])

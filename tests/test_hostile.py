@@ -15,9 +15,8 @@ import pytest
 import ockpt
 from conftest import FIXTURES
 from ockpt.documents import MetadataDocument
-from ockpt.documents import metadata as metadata_module
 from ockpt.errors import FormatError
-from ockpt.limits import LIMITS, Limits
+from ockpt.limits import LIMITS, Limits, applied
 from ockpt.paths import tree_key, unsafe_path
 from ockpt.store import as_store
 from ockpt.store.files import check_tree, resolve_inside
@@ -53,30 +52,49 @@ def test_limit_001_defaults_are_the_spec_table():
     assert "| 2^24 | `LIMIT-002` |" in table and LIMITS.max_tree_entries == 1 << 24
     assert "| 65 535 | `LIMIT-003` |" in table and LIMITS.max_key_bytes == 65535
     assert "| 64 | `LIMIT-004` |" in table and LIMITS.max_depth == 64
-    assert LIMITS.max_varint_bytes == 10 and LIMITS.max_node_bytes == 1 << 30
+    assert LIMITS.max_node_bytes == 1 << 30
     assert LIMITS.max_chunk_bytes == LIMITS.max_msgpack_bytes == 1 << 34
     assert LIMITS.max_ndim == 64 and LIMITS.max_zarr_ndim == 32
     with pytest.raises(dataclasses.FrozenInstanceError):
         LIMITS.max_depth = 1  # type: ignore[misc]
-    # every parser takes its bound from LIMITS
-    from ockpt import msgpack_legacy
-    from ockpt.documents import _json
-    from ockpt.engines.python import store as python_store
+
+
+def test_limit_001_every_parser_reads_the_limits_in_force():
+    """Each parser takes its bound from the limits in force when it runs (`limits.current`,
+    set by a caller's ``limits=``), not from a value fixed at import."""
+    from ockpt.documents._json import parse_json
+    from ockpt.msgpack_legacy import decode_checkpoint
     from ockpt.ocdbt import format as ocdbt_format
-    from ockpt.ocdbt import tree
-    from ockpt.zarr import _common
+    from ockpt.zarr._common import check_extent
 
-    assert _json.MAX_DOCUMENT_BYTES == LIMITS.max_json_bytes
-    assert _json.MAX_DEPTH == msgpack_legacy.MAX_DEPTH == tree._MAX_DEPTH == LIMITS.max_depth
-    assert msgpack_legacy.DEFAULT_MAX_BYTES == LIMITS.max_msgpack_bytes
-    assert ocdbt_format.DEFAULT_MAX_DECODED_BYTES == LIMITS.max_node_bytes
-    assert ocdbt_format._MAX_VARINT_BYTES == LIMITS.max_varint_bytes
-    assert _common.MAX_CHUNK_BYTES == python_store._MAX_FILE_BYTES == LIMITS.max_chunk_bytes
-    assert _common.MAX_RANK == LIMITS.max_zarr_ndim
+    def rule_of(call) -> str:  # type: ignore[no-untyped-def]
+        with pytest.raises(FormatError) as e:
+            call()
+        return e.value.rule
+
+    with applied(Limits(max_json_bytes=1)):
+        assert rule_of(lambda: parse_json(b"[]", file="j")) == "JSON-003"
+    with applied(Limits(max_depth=1)):
+        assert rule_of(lambda: parse_json(b"[[]]", file="j")) == "JSON-003"
+        assert rule_of(lambda: decode_checkpoint(b"\x81\xa1a\x81\xa1b\x01")) == "MSGPACK-005"
+    with applied(Limits(max_msgpack_bytes=2)):
+        assert rule_of(lambda: decode_checkpoint(b"\x81\xa1a\x01")) == "MSGPACK-001"
+    with applied(Limits(max_chunks=3)):
+        grid = lambda: check_extent((4,), (1,), np.dtype("u1"), file="z", pointer="")  # noqa: E731
+        assert rule_of(grid) == "ZARR-005"
+    unbounded = ocdbt_format.Config(b"u" * 16, 0, 0, 0, 4, None)  # no node size target
+    with applied(Limits(max_node_bytes=1234)):
+        assert ocdbt_format.node_bound(unbounded) == 1234
+    assert ocdbt_format.node_bound(unbounded) == LIMITS.max_node_bytes
+    assert ocdbt_format._MAX_VARINT_BYTES == 10  # a format fact, not a limit: ceil(64 / 7)
 
 
-def test_limit_002_tree_entries(monkeypatch):
-    monkeypatch.setattr(metadata_module, "LIMITS", Limits(max_tree_entries=2))
+def test_limit_002_tree_entries():
+    with applied(Limits(max_tree_entries=2)):
+        _limit_002()
+
+
+def _limit_002() -> None:
     MetadataDocument.from_bytes(_metadata(["a"], ["b"]), file="m")
     for n in (3, 50):  # refused while parsing, at the first entry over the limit
         with pytest.raises(FormatError) as e:

@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ockpt.errors import FormatError, MsgpackError, NotACheckpointError
+from ockpt.limits import LIMITS
 from ockpt.msgpack_legacy import (
-    MAX_DEPTH,
     Placeholder,
     decode_checkpoint,
     placeholders,
@@ -30,6 +30,7 @@ from ockpt.msgpack_legacy import (
 )
 from ockpt.rules import RULES as RULE_REGISTRY
 
+MAX_DEPTH = LIMITS.max_depth
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures" / "orbax-0.5.15"
 sys.path.insert(0, str(ROOT / "fixtures"))

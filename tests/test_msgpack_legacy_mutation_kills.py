@@ -20,9 +20,8 @@ import pytest
 
 from ockpt import dtypes, msgpack_legacy
 from ockpt.errors import MsgpackError
+from ockpt.limits import LIMITS
 from ockpt.msgpack_legacy import (
-    MAX_DEPTH,
-    MAX_NDIM,
     Placeholder,
     decode_checkpoint,
     placeholders,
@@ -30,6 +29,8 @@ from ockpt.msgpack_legacy import (
     to_json_view,
 )
 
+MAX_DEPTH = LIMITS.max_depth
+MAX_NDIM = LIMITS.max_ndim
 MARKER = "__msgpack_chunked_array__"
 
 
@@ -600,7 +601,7 @@ def test_read_checkpoint_file_passes_its_size_limit_to_the_decoder(tmp_path, mon
     file one byte over 16 GiB, under the caller's limit, is decoded (here: refused as not
     well-formed, MSGPACK-002), not refused by size. `read_file` is replaced by a map of the
     file so the test reads no 16 GiB. Kills `read_checkpoint_file` 27 (ids at 88f069a)."""
-    size = msgpack_legacy.DEFAULT_MAX_BYTES + 1
+    size = LIMITS.max_msgpack_bytes + 1
     path = tmp_path / "checkpoint"
     with open(path, "wb") as f:
         f.write(b"\xc1")  # a byte msgpack never uses

@@ -15,6 +15,7 @@ import zstandard
 
 from ockpt import bytecodecs
 from ockpt.errors import OcdbtError, ZarrFormatError
+from ockpt.limits import LIMITS
 from ockpt.ocdbt import format as fmt
 
 # --------------------------------------------------------------------------------------------
@@ -942,7 +943,7 @@ def test_a_database_without_a_node_size_target_bounds_its_nodes_by_the_limit_alo
     of 1 byte gives the formula's bound. Kills `node_bound` 2 (`== 1` for `== 0`); ids at
     88f069a."""
     no_target = fmt.Config(b"\1" * 16, 0, 8, 0, 4, None)
-    assert fmt.node_bound(no_target) == fmt.DEFAULT_MAX_DECODED_BYTES
+    assert fmt.node_bound(no_target) == LIMITS.max_node_bytes
     assert fmt.node_bound(no_target, limit=1 << 40) == 1 << 40
     one_byte = fmt.Config(b"\1" * 16, 0, 8, 1, 4, None)
     assert fmt.node_bound(one_byte, limit=1 << 40) == 2 + 4 * 8 + (1 << 14) + (1 << 20)

@@ -22,6 +22,7 @@ import pytest
 from conftest import FIXTURES
 from ocdbt_support import build_database
 from ockpt.errors import FormatError, MissingDataError
+from ockpt.limits import LIMITS
 from ockpt.ocdbt import format as fmt
 from ockpt.ocdbt import tree
 from ockpt.ocdbt.tree import Database, key_successor
@@ -337,20 +338,21 @@ def test_versions_must_increase_across_version_tree_nodes(tmp_path):
     )
 
 
-def test_version_tree_depth_is_bounded(tmp_path, monkeypatch):
-    """`_version_leaves` refuses a version tree deeper than `_MAX_DEPTH` (OCDBT-032, naming
-    the manifest), and `version(g)` gives up after `_MAX_DEPTH` levels. With the bound set to
-    3, the height-4 node of `version_tree_arity2` (5 levels) is refused, a bound of 4 reads it.
-    Kills mutants of `depth > _MAX_DEPTH`, of `depth + 1` and of the error."""
+def test_version_tree_depth_is_bounded(tmp_path, in_force):
+    """`_version_leaves` refuses a version tree deeper than the limits' `max_depth` (OCDBT-032,
+    naming the manifest), and `version(g)` gives up after `max_depth` levels. With the bound
+    set to 3, the height-4 node of `version_tree_arity2` (5 levels) is refused, a bound of 4
+    reads it.
+    Kills mutants of `depth > max_depth`, of `depth + 1` and of the error."""
     path = _case("version_tree_arity2")
-    monkeypatch.setattr(tree, "_MAX_DEPTH", 4)
+    in_force(max_depth=4)
     assert len(Database(path).versions()) == 41
-    monkeypatch.setattr(tree, "_MAX_DEPTH", 3)
+    in_force(max_depth=3)
     err = _error(lambda: Database(path).versions())
     assert str(err) == f"{path / 'manifest.ocdbt'}: version tree too deep [OCDBT-032]"
-    monkeypatch.setattr(tree, "_MAX_DEPTH", 5)
+    in_force(max_depth=5)
     assert Database(path).version(1).generation_number == 1
-    monkeypatch.setattr(tree, "_MAX_DEPTH", 4)
+    in_force(max_depth=4)
     assert _error(lambda: Database(path).version(1)).rule == "OCDBT-030"
 
 
@@ -522,15 +524,15 @@ def test_numbered_manifest_problems_name_the_file(tmp_path, problem, text):
     )
 
 
-def test_manifest_larger_than_the_bound(tmp_path, monkeypatch):
-    """A manifest file one byte over `MAX_MANIFEST_BYTES` is refused (OCDBT-002, expected
-    `<= N`); exactly N bytes is decoded.
+def test_manifest_larger_than_the_bound(tmp_path, in_force):
+    """A manifest file one byte over the limits' `max_manifest_bytes` is refused (OCDBT-002,
+    expected `<= N`); exactly N bytes is decoded.
     Kills mutants of the bound, of `read_capped`'s limit and of the error."""
     path = _copy("btree_example", tmp_path)
     data = (path / "manifest.ocdbt").read_bytes()
-    monkeypatch.setattr(tree, "MAX_MANIFEST_BYTES", len(data))
+    in_force(max_manifest_bytes=len(data))
     assert Database(path).versions()
-    monkeypatch.setattr(tree, "MAX_MANIFEST_BYTES", len(data) - 1)
+    in_force(max_manifest_bytes=len(data) - 1)
     err = _error(lambda: Database(path).manifest)
     assert str(err) == (
         f"{path / 'manifest.ocdbt'}: manifest larger than the manifest size limit "
@@ -607,7 +609,7 @@ def _store(path: Path) -> ObjectStore:
     return loc
 
 
-def test_a_database_on_an_object_store_reads_as_on_disk(monkeypatch):
+def test_a_database_on_an_object_store_reads_as_on_disk(in_force):
     """`Database` on an object store (no sizes, no descriptors): the manifest is read with the
     manifest size limit and rule OCDBT-002 (`Store.get`), every generation reads as on disk,
     data files are read by ranges (no size known: `value_range` is None), errors name the
@@ -619,7 +621,7 @@ def test_a_database_on_an_object_store_reads_as_on_disk(monkeypatch):
     db = Database(loc)
     assert loc.requests == []
     assert [v.generation_number for v in db.versions()] == list(range(1, 42))
-    assert loc.requests == [("read", "manifest.ocdbt", tree.MAX_MANIFEST_BYTES, "OCDBT-002")]
+    assert loc.requests == [("read", "manifest.ocdbt", LIMITS.max_manifest_bytes, "OCDBT-002")]
     for gen in record["generations"][::5]:
         items = list(db.items(generation=gen["generation"]))
         assert rec.kv_digest(items) == gen["sha256"]
@@ -630,13 +632,13 @@ def test_a_database_on_an_object_store_reads_as_on_disk(monkeypatch):
     assert db.where("d/x") == "mem://db/d/x"
     # the manifest bound and errors, by the location's name
     data = MemoryStore.get(loc, "manifest.ocdbt", limit=1 << 30)
-    monkeypatch.setattr(tree, "MAX_MANIFEST_BYTES", len(data) - 1)
+    in_force(max_manifest_bytes=len(data) - 1)
     err = _error(lambda: Database(loc).manifest)
     assert str(err) == (
         f"mem://db/manifest.ocdbt: manifest larger than the manifest size limit "
         f"(expected '<= {len(data) - 1}') [OCDBT-002]"
     )
-    monkeypatch.setattr(tree, "MAX_MANIFEST_BYTES", len(data))
+    in_force(max_manifest_bytes=len(data))
     loc.set("manifest.ocdbt", data[:-1] + bytes([data[-1] ^ 1]))
     assert _error(lambda: Database(loc).manifest).file == "mem://db/manifest.ocdbt"
     loc.delete("manifest.ocdbt")
@@ -654,7 +656,7 @@ def test_a_numbered_database_on_an_object_store(tmp_path):
     loc = _store(path)
     db = Database(loc)
     assert db.versions() == want
-    assert ("read", name, tree.MAX_MANIFEST_BYTES, "OCDBT-002") in loc.requests
+    assert ("read", name, LIMITS.max_manifest_bytes, "OCDBT-002") in loc.requests
     err = _error(lambda: Database(loc, max_decoded_bytes=20).manifest)
     assert err.rule == "OCDBT-006" and err.file == "mem://db/manifest.ocdbt"
 
@@ -826,15 +828,15 @@ def test_index_is_not_built_for_an_empty_tree_nor_a_faulty_one(tmp_path, monkeyp
     assert _error(lambda: db.get(b"params.layer_11.kernel/0")).rule == "OCDBT-005"
 
 
-def test_find_and_walk_refuse_a_too_deep_tree(monkeypatch):
-    """A B+tree deeper than `_MAX_DEPTH` levels: `get` and `list` say OCDBT-040 naming the
-    manifest. `btree_example` has height 2 (3 levels): bound 2 reads it, bound 1 refuses.
-    Kills mutants of `_MAX_DEPTH + 1`, `depth > _MAX_DEPTH`, `depth + 1` and the errors."""
+def test_find_and_walk_refuse_a_too_deep_tree(in_force):
+    """A B+tree deeper than the limits' `max_depth` levels: `get` and `list` say OCDBT-040
+    naming the manifest. `btree_example` has height 2 (3 levels): bound 2 reads it, bound 1 refuses.
+    Kills mutants of `max_depth + 1`, `depth > max_depth`, `depth + 1` and the errors."""
     path = _case("btree_example")
-    monkeypatch.setattr(tree, "_MAX_DEPTH", 2)
+    in_force(max_depth=2)
     db = Database(path)
     assert len(db.list()) == 24 and db.get(db.list()[-1]) is not None
-    monkeypatch.setattr(tree, "_MAX_DEPTH", 1)
+    in_force(max_depth=1)
     text = f"{path / 'manifest.ocdbt'}: B+tree too deep [OCDBT-040]"
     assert str(_error(lambda: Database(path).list())) == text
     assert str(_error(lambda: Database(path).get(b"params.layer_11.kernel/0"))) == text
@@ -1555,11 +1557,10 @@ def test_verify_goes_on_after_each_fault(tmp_path):
     assert stats.nodes == ticks == nodes - 1
 
 
-def test_verify_checks_the_height_and_depth(tmp_path, monkeypatch):
+def test_verify_checks_the_height_and_depth(tmp_path, in_force):
     """`verify_database` refuses a node whose height differs from its parent's implied one
-    (OCDBT-040 with file, offset, expected, got) and a tree deeper than `_MAX_DEPTH`
+    (OCDBT-040 with file, offset, expected, got) and a tree deeper than the limits' `max_depth`
     (OCDBT-040 naming the database). Kills the mutants of both checks."""
-    from ockpt.ocdbt import verify
 
     path = _copy("btree_example", tmp_path)
     db = Database(path)
@@ -1578,10 +1579,10 @@ def test_verify_checks_the_height_and_depth(tmp_path, monkeypatch):
         text.format(path / child2.file_id.path.decode(), child2.offset),
     ]
     assert stats.nodes == 3
-    monkeypatch.setattr(verify, "_MAX_DEPTH", 1)
+    in_force(max_depth=1)
     errors, stats, _ = _stats(_case("btree_example"))
     assert errors == [f"{_case('btree_example')}: B+tree too deep [OCDBT-040]"] * 4
-    monkeypatch.setattr(verify, "_MAX_DEPTH", 2)
+    in_force(max_depth=2)
     assert _stats(_case("btree_example"))[0] == []
 
 

@@ -19,6 +19,7 @@ import pytest
 
 from ockpt.bytecodecs import crc32c
 from ockpt.errors import MissingDataError, ZarrFormatError
+from ockpt.limits import LIMITS, Limits, applied
 from ockpt.zarr import _common, array
 from ockpt.zarr.array import (
     chunks_for_region,
@@ -50,13 +51,15 @@ def _bits(a: np.ndarray) -> bytes:
 
 
 def test_intermediate_bound_is_twice_the_chunk_plus_one_mib_capped():
-    """The bound on an inner codec's output: 2 * size + 2**20, at most MAX_CHUNK_BYTES (2**34).
-    Kills intermediate_bound 1-10."""
+    """The bound on an inner codec's output: 2 * size + 2**20, at most the limits'
+    `max_chunk_bytes` (2**34 by default). Kills intermediate_bound 1-10."""
     assert _common.intermediate_bound(0) == 1 << 20
     assert _common.intermediate_bound(3) == 6 + (1 << 20)
     assert _common.intermediate_bound(1 << 33) == 1 << 34
     assert _common.intermediate_bound(1 << 34) == 1 << 34
-    assert _common.MAX_CHUNK_BYTES == 1 << 34
+    assert LIMITS.max_chunk_bytes == 1 << 34
+    with applied(Limits(max_chunk_bytes=5 << 20)):
+        assert _common.intermediate_bound(2 << 20) == 5 << 20
 
 
 def test_fail_builds_a_zarr_format_error_with_every_field():
@@ -88,7 +91,7 @@ def test_load_json_parses_strictly_and_names_the_file():
     err = _raises(lambda: _common.load_json(b"{", file=None))
     assert err.file == "None" and err.rule == "JSON-001"
     limit = 1 << 24
-    assert _common.MAX_METADATA_BYTES == limit
+    assert LIMITS.max_array_metadata_bytes == limit
     assert _common.load_json(b" " * (limit - 3) + b"[1]", file="f") == [1]
     err = _raises(lambda: _common.load_json(b" " * (limit - 2) + b"[1]", file="big"))
     assert str(err) == "big: document too large [JSON-003]"
@@ -926,25 +929,28 @@ def test_open_metadata_reads_zarray_first_then_zarr_json():
 
 
 def test_open_metadata_parses_each_document_once_per_class():
-    """Equal bytes give the same (immutable) metadata object, per class; the memo is
-    emptied when it holds 4096 documents. Kills open_metadata memo mutants."""
+    """Equal bytes give the same (immutable) metadata object, per class and per limits in
+    force; the memo is emptied when it holds 4096 documents. Kills open_metadata memo
+    mutants."""
     array._PARSED.clear()
     v2 = _json(_v2(fill_value=11))
     a = open_metadata({".zarray": v2}.get)
     b = open_metadata({"x/.zarray": bytearray(v2)}.get, prefix="x/")
     assert a is b and a.fill.item() == 11
-    assert array._PARSED == {(ArrayV2Metadata, v2): a}
+    assert array._PARSED == {(ArrayV2Metadata, v2, LIMITS): a}
+    with applied(Limits(max_array_bytes=1)):  # other limits: parsed (and refused) again
+        assert _raises(lambda: open_metadata({".zarray": v2}.get)).rule == "ZARR-005"
     # the same bytes as a zarr.json are parsed as v3 (and refused), not served from the memo
     err = _raises(lambda: open_metadata({"zarr.json": v2}.get))
     assert err.rule == "ZARR-010"
     array._PARSED.clear()
     for i in range(array._PARSED_KEEP - 1):
-        array._PARSED[(ArrayV2Metadata, b"%d" % i)] = a
+        array._PARSED[(ArrayV2Metadata, b"%d" % i, LIMITS)] = a
     open_metadata({".zarray": v2}.get)
     assert len(array._PARSED) == array._PARSED_KEEP == 4096
     open_metadata({"zarr.json": _json(_v3())}.get)
     assert len(array._PARSED) == 1
-    assert list(array._PARSED) == [(ArrayV3Metadata, _json(_v3()))]
+    assert list(array._PARSED) == [(ArrayV3Metadata, _json(_v3()), LIMITS)]
     array._PARSED.clear()
 
 

@@ -34,6 +34,7 @@ from .errors import (
     ZarrFormatError,
 )
 from .layout import Kind, Layout, detect
+from .limits import Limits
 from .paths import leaf_name, parse_leaf_name
 from .random_keys import RandomKey
 from .reader import (
@@ -71,6 +72,7 @@ __all__ = [
     "save_checkpointables",
     "save_pytree_async",
     "SaveOptions",
+    "Limits",
     "SaveHandle",
     "JsonItem",
     "CheckpointManager",

@@ -36,7 +36,7 @@ from .layout import (
     handler_class,
     resolve,
 )
-from .limits import LIMITS
+from .limits import current as limits_in_force
 from .names import (
     CHECKPOINT_METADATA_FILE,
     COMMIT_FILE,
@@ -250,7 +250,7 @@ def read_json_item(layout: Layout) -> Any:
             file=layout.path,
         )
     (file_name,) = files
-    data = loc.get(file_name, limit=LIMITS.max_json_bytes, rule="JSON-003")
+    data = loc.get(file_name, limit=limits_in_force().max_json_bytes, rule="JSON-003")
     if data is None:
         raise NotACheckpointError("removed meanwhile", rule="LOAD-055", file=loc.file(file_name))
     return parse_json(data, file=loc.file(file_name), constants=True)

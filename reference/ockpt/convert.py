@@ -84,7 +84,7 @@ import numpy as np
 from . import dtypes
 from .convert_rules import Rules
 from .errors import OckptError, UnsupportedError, WriteConflictError
-from .limits import LIMITS
+from .limits import current as limits_in_force
 from .paths import leaf_name, nest, select_paths
 from .sources import (
     BLOCK_BYTES,
@@ -262,8 +262,10 @@ def _plan(
                 )
             skipped.append((leaf.name(sep), why))
             continue
-        if fmt in ("safetensors", "hf") and target.dtype is not None and (
-            target.name == _SAFETENSORS_METADATA
+        if (
+            fmt in ("safetensors", "hf")
+            and target.dtype is not None
+            and (target.name == _SAFETENSORS_METADATA)
         ):
             raise ValueError(
                 f"leaf {leaf.name(sep)!r} would be the tensor {target.name!r}, a name safetensors "
@@ -566,7 +568,7 @@ def _read_config(config: str) -> bytes:
     """The bytes of `config`, checked before anything is written: a regular file within the
     JSON size limit that parses as a JSON object (as from_pretrained needs it)."""
     try:
-        data = read_file(config, limit=LIMITS.max_json_bytes, rule="JSON-003")
+        data = read_file(config, limit=limits_in_force().max_json_bytes, rule="JSON-003")
     except (FileNotFoundError, NotADirectoryError):
         raise ValueError(f"config file {config}: no such file") from None
     try:

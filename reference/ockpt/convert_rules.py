@@ -45,7 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import dtypes
-from .limits import LIMITS
+from .limits import current as limits_in_force
 from .store.files import read_file
 
 __all__ = ["Rules", "parse_rules", "load_rules_file"]
@@ -194,7 +194,7 @@ def parse_rules(
 def load_rules_file(path: str) -> Rules:
     """Rules from a JSON file: an object with the optional lists "rename", "transpose" and
     "dtype" (module docstring). Unknown keys are refused, so a typo cannot drop rules."""
-    text = read_file(path, limit=LIMITS.max_json_bytes, rule="JSON-003")
+    text = read_file(path, limit=limits_in_force().max_json_bytes, rule="JSON-003")
     try:
         doc = json.loads(text)
     except ValueError as e:

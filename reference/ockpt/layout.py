@@ -462,9 +462,7 @@ def _random_key_item(
     scan: _Scan, parts: tuple[str, str], *, depth: int, common: dict[str, Any]
 ) -> Layout:
     """A random-key item: its two parts, each detected as an item (checkpointables §4)."""
-    children = {
-        name: _detect_dir(scan.loc.child(name), depth=depth + 1) for name in parts
-    }
+    children = {name: _detect_dir(scan.loc.child(name), depth=depth + 1) for name in parts}
     which = "JAX random key" if parts[0] == JAX_RANDOM_KEY_DIR else "numpy random state"
     reason = f"{which}: data in {parts[0]}/, metadata in {parts[1]}/"
     return Layout(

@@ -3,19 +3,32 @@
 A checkpoint is untrusted input: every size, count, length and depth that a file declares is
 checked against one of these limits before anything is allocated or recursed into, so that no
 input makes a reader allocate without bound, recurse without bound or hang. The defaults are
-`LIMITS`; each parser reads its limit from there, and the entry points that take a size option
-(``max_bytes=``, ``max_decoded_bytes=``) default to it. Exceeding a limit is a `FormatError`
+`LIMITS`; a caller sets others for one call with ``limits=`` (`ockpt.open`, `load_pytree`,
+`pytree_metadata`, `validate`) or for a block with `applied`. Each parser reads the limits in
+force (`current`) when it runs, and the entry points that take a size option (``max_bytes=``,
+``max_decoded_bytes=``) default to them. Exceeding a limit is a `FormatError`
 with the rule of the structure (``JSON-003``, ``MSGPACK-001``, ``OCDBT-006`` ...) and, where
 no other rule covers the limit, ``LIMIT-002`` .. ``LIMIT-004``.
 """
 
 from __future__ import annotations
 
+import contextvars
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import BinaryIO
 
-__all__ = ["Limits", "LIMITS", "read_capped", "memory_available", "check_allocation"]
+__all__ = [
+    "Limits",
+    "LIMITS",
+    "current",
+    "applied",
+    "read_capped",
+    "memory_available",
+    "check_allocation",
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,8 +46,6 @@ class Limits:
     max_tree_entries: int = 1 << 24
     #: UTF-8 bytes of one key text, param name, OCDBT key or data file path. LIMIT-003, OCDBT-008
     max_key_bytes: int = 65535
-    #: Bytes of one OCDBT varint (ceil(64 / 7)). OCDBT-008
-    max_varint_bytes: int = 10
     #: Decoded bytes of one OCDBT manifest, version node or B+tree node. OCDBT-006
     max_node_bytes: int = 1 << 30
     #: Stored bytes of one OCDBT manifest file. OCDBT-006
@@ -57,6 +68,30 @@ class Limits:
 
 #: The limits every parser of ockpt enforces unless a caller passes its own.
 LIMITS = Limits()
+
+#: The limits in force in this context (a thread or task that a reader starts for its work
+#: runs in a copy of its caller's context, so it sees the caller's limits).
+_IN_FORCE: contextvars.ContextVar[Limits] = contextvars.ContextVar("ockpt_limits", default=LIMITS)
+
+
+def current() -> Limits:
+    """The limits in force: `LIMITS`, or those an enclosing `applied` (a ``limits=``) set."""
+    return _IN_FORCE.get()
+
+
+@contextmanager
+def applied(limits: Limits | None) -> Iterator[Limits]:
+    """Make `limits` the limits in force inside the block (None leaves those in force)."""
+    if limits is None:
+        yield current()
+        return
+    if not isinstance(limits, Limits):
+        raise TypeError(f"limits must be an ockpt.limits.Limits, got {type(limits).__name__}")
+    token = _IN_FORCE.set(limits)
+    try:
+        yield limits
+    finally:
+        _IN_FORCE.reset(token)
 
 
 def memory_available() -> int | None:

@@ -54,14 +54,12 @@ import numpy as np
 
 from . import dtypes
 from .errors import MsgpackError, NotACheckpointError
-from .limits import LIMITS
+from .limits import Limits
+from .limits import current as limits_in_force
 from .names import MSGPACK_FILE
 from .store.files import read_file
 
 __all__ = [
-    "DEFAULT_MAX_BYTES",
-    "MAX_DEPTH",
-    "MAX_NDIM",
     "PLACEHOLDER_SCHEMES",
     "CHUNKED_MARKER",
     "Placeholder",
@@ -71,14 +69,6 @@ __all__ = [
     "placeholders",
 ]
 
-DEFAULT_MAX_BYTES = LIMITS.max_msgpack_bytes
-"""Default size limit of a ``checkpoint`` file (16 GiB)."""
-
-MAX_DEPTH = LIMITS.max_depth
-"""Deepest allowed nesting of maps / arrays / tuples (the top-level value is depth 0)."""
-
-MAX_NDIM = LIMITS.max_ndim
-"""Most dimensions an array may declare."""
 
 _INT64_MAX = 2**63 - 1
 PLACEHOLDER_SCHEMES = ("PLACEHOLDER", "AGGREGATED")
@@ -128,12 +118,15 @@ class _Ext:
 
 
 class _Ctx:
-    """Per-call state: the file name for errors."""
+    """Per-call state: the file name for errors and the limits in force (``max_msgpack_bytes``,
+    ``max_depth``: nesting of maps, arrays and tuples, the top-level value at depth 0, and
+    ``max_ndim``: dimensions of one array)."""
 
-    __slots__ = ("file",)
+    __slots__ = ("file", "limits")
 
     def __init__(self, file: str) -> None:
         self.file = file
+        self.limits: Limits = limits_in_force()
 
     def error(self, rule: str, message: str, pointer: str | None, **kw: Any) -> MsgpackError:
         return MsgpackError(message, rule=rule, file=self.file, pointer=pointer, **kw)
@@ -189,7 +182,7 @@ def _unpack(ctx: _Ctx, data: bytes, path: tuple[str, ...] | None, *, what: str) 
             "MSGPACK-005",
             f"{what}: msgpack nesting exceeds the unpacker's stack",
             None if path is None else _pointer(path),
-            expected=f"depth <= {MAX_DEPTH}",
+            expected=f"depth <= {ctx.limits.max_depth}",
         ) from None
     except msgpack.OutOfData:
         return _raise_truncated(ctx, n, path, what)
@@ -198,7 +191,7 @@ def _unpack(ctx: _Ctx, data: bytes, path: tuple[str, ...] | None, *, what: str) 
             "MSGPACK-005",
             f"{what}: nesting too deep",
             None if path is None else _pointer(path),
-            expected=f"depth <= {MAX_DEPTH}",
+            expected=f"depth <= {ctx.limits.max_depth}",
         ) from None
     except UnicodeDecodeError as e:
         rule = "MSGPACK-002" if path is None else "MSGPACK-009"
@@ -277,12 +270,12 @@ def _decode_value(ctx: _Ctx, raw: Any, path: tuple[str, ...], depth: int) -> Any
 
 
 def _check_depth(ctx: _Ctx, path: tuple[str, ...], depth: int) -> None:
-    if depth >= MAX_DEPTH:
+    if depth >= ctx.limits.max_depth:
         raise ctx.error(
             "MSGPACK-005",
             "containers nest too deep",
             _pointer(path),
-            expected=f"depth < {MAX_DEPTH}",
+            expected=f"depth < {ctx.limits.max_depth}",
             got=depth,
         )
 
@@ -442,12 +435,12 @@ def _decode_array(ctx: _Ctx, data: bytes, path: tuple[str, ...], *, scalar: bool
 def _check_shape(
     ctx: _Ctx, shape: list, itemsize: int, path: tuple[str, ...], what: str
 ) -> tuple[int, ...]:
-    if len(shape) > MAX_NDIM:
+    if len(shape) > ctx.limits.max_ndim:
         raise ctx.error(
             "MSGPACK-011",
             f"{what}: too many dimensions",
             _pointer(path),
-            expected=f"<= {MAX_NDIM}",
+            expected=f"<= {ctx.limits.max_ndim}",
             got=len(shape),
         )
     for d in shape:
@@ -626,7 +619,7 @@ def _decode_chunked(ctx: _Ctx, items: Mapping[str, Any], path: tuple[str, ...]) 
 
 
 def decode_checkpoint(
-    data: bytes, *, file: str = MSGPACK_FILE, max_bytes: int = DEFAULT_MAX_BYTES
+    data: bytes, *, file: str = MSGPACK_FILE, max_bytes: int | None = None
 ) -> object:
     """Decode the bytes of a legacy msgpack ``checkpoint`` file into a tree.
 
@@ -637,7 +630,8 @@ def decode_checkpoint(
     strings; an inline string value with one of those prefixes cannot be told apart).
 
     Raises `MsgpackError` (and only that, for any bytes) when the input breaks one of the
-    ``MSGPACK-*`` rules; ``data`` over ``max_bytes`` is refused before decoding (MSGPACK-001).
+    ``MSGPACK-*`` rules; ``data`` over ``max_bytes`` (default: the limits' ``max_msgpack_bytes``)
+    is refused before decoding (MSGPACK-001).
     """
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise TypeError(f"data must be bytes-like, got {type(data).__name__}")
@@ -645,6 +639,8 @@ def decode_checkpoint(
     if isinstance(data, memoryview) and (data.ndim != 1 or data.itemsize != 1):
         data = data.cast("B") if data.c_contiguous else data.tobytes()
     size = len(data)
+    if max_bytes is None:
+        max_bytes = ctx.limits.max_msgpack_bytes
     if size > max_bytes:
         raise ctx.error(
             "MSGPACK-001",
@@ -657,7 +653,7 @@ def decode_checkpoint(
     return _decode_value(ctx, raw, (), 0)
 
 
-def read_checkpoint_file(path: str | os.PathLike, *, max_bytes: int = DEFAULT_MAX_BYTES) -> object:
+def read_checkpoint_file(path: str | os.PathLike, *, max_bytes: int | None = None) -> object:
     """Read and decode a ``checkpoint`` file, refusing it by size before reading.
 
     Raises `NotACheckpointError` when the file is missing, `FormatError` (PATH-005) when it is
@@ -665,6 +661,8 @@ def read_checkpoint_file(path: str | os.PathLike, *, max_bytes: int = DEFAULT_MA
     does.
     """
     name = os.fspath(path)
+    if max_bytes is None:
+        max_bytes = limits_in_force().max_msgpack_bytes
     try:
         data = read_file(name, limit=max_bytes, rule="MSGPACK-001", error=MsgpackError)
     except OSError as e:
@@ -717,7 +715,7 @@ def to_json_view(tree: object) -> object:
 
 
 def _view(x: object, depth: int) -> object:
-    if depth > MAX_DEPTH + 2:
+    if depth > limits_in_force().max_depth + 2:
         raise ValueError("tree nests too deep for to_json_view")
     if x is None or isinstance(x, (bool, int, str)) and not isinstance(x, np.generic):
         return x
@@ -747,7 +745,7 @@ def _view(x: object, depth: int) -> object:
 
 
 def _walk(x: object, path: tuple[str, ...], depth: int) -> Iterator[tuple[tuple[str, ...], Any]]:
-    if depth > MAX_DEPTH + 2:
+    if depth > limits_in_force().max_depth + 2:
         raise ValueError("tree nests too deep")
     if isinstance(x, dict):
         for k, v in x.items():

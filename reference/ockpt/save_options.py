@@ -75,7 +75,6 @@ class SaveOptions:
             raise ValueError("storage_dtypes must be a mapping param name -> dtype, or a callable")
 
 
-
 class _Unset(enum.Enum):
     UNSET = "unset"
 

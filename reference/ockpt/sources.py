@@ -13,7 +13,7 @@ separator, or ``"/"``) into key paths.
 Inputs are untrusted: an index's ``weight_map`` may name only plain file names in its own
 folder; an .npz member's .npy header must describe exactly the member's declared size, which
 must lie within the file (for a deflated member, within what DEFLATE can expand its stored
-bytes to) and within `LIMITS.max_array_bytes`, so no extraction or mapping reaches past it.
+bytes to) and within the limits' `max_array_bytes`, so no extraction or mapping reaches past it.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import numpy as np
 
 from . import dtypes
 from .errors import FormatError, NotACheckpointError, UnsupportedError
-from .limits import LIMITS
+from .limits import current as limits_in_force
 from .names import CHECKPOINT_METADATA_FILE
 from .store import as_store
 from .store.files import open_regular, read_file
@@ -213,7 +213,7 @@ def _read_header(path: str) -> tuple[int, dict[str, Any]]:
     with _open(path) as f:
         head = f.read(8)
         n = struct.unpack("<Q", head)[0] if len(head) == 8 else -1
-        if not 0 <= n <= LIMITS.max_json_bytes:
+        if not 0 <= n <= limits_in_force().max_json_bytes:
             raise FormatError(
                 "not a safetensors file: no header of a size within the JSON limit",
                 rule="JSON-003",
@@ -226,7 +226,7 @@ def _index_files(path: str) -> set[str]:
     """The shard file names a ``*.safetensors.index.json`` names. Each must be a plain file
     name in the index's own folder (no ``/``, ``\\``, ``..`` or NUL), so a crafted index
     cannot pull in other safetensors files on the disk."""
-    data = read_file(path, limit=LIMITS.max_json_bytes, rule="JSON-003")
+    data = read_file(path, limit=limits_in_force().max_json_bytes, rule="JSON-003")
     try:
         index = json.loads(data)
     except ValueError as e:  # not UTF-8 or not JSON
@@ -409,11 +409,11 @@ def _check_member_data(
     """The .npy header's shape and dtype must describe exactly the member's bytes, within the
     array size limit: a stored member is then never mapped past its own end."""
     nbytes = math.prod(shape) * dtype.itemsize  # Python ints: no overflow
-    if nbytes > LIMITS.max_array_bytes:
+    if nbytes > limits_in_force().max_array_bytes:
         raise FormatError(
             "array larger than the array size limit",
             file=where,
-            expected=f"<= {LIMITS.max_array_bytes}",
+            expected=f"<= {limits_in_force().max_array_bytes}",
             got=nbytes,
         )
     if header + nbytes != info.file_size:

@@ -15,13 +15,12 @@ from __future__ import annotations
 from typing import Any
 
 from .layout import Kind, Layout, is_temporary_name, select
-from .limits import LIMITS
+from .limits import current as limits_in_force
 from .names import COMMIT_FILE
 from .store import as_store
 
 __all__ = ["copy"]
 
-_MAX_FILE_BYTES = LIMITS.max_chunk_bytes
 #: commit_success.txt holds one sentence; a larger one is refused, not copied.
 _MAX_MARKER_BYTES = 1 << 16
 
@@ -58,7 +57,7 @@ def copy(src: Any, dst: Any, *, overwrite: bool = False, progress: bool = True) 
     try:
         with _progress.bar(total, "copying", enabled=progress, unit="file") as bar:
             for key in data_keys:  # read through the hardened open (PATH-003..005)
-                value = s.get(key, limit=_MAX_FILE_BYTES, rule="LIMIT-001")
+                value = s.get(key, limit=limits_in_force().max_chunk_bytes, rule="LIMIT-001")
                 bar.update(1)
                 if value is None:
                     continue  # removed meanwhile

@@ -49,8 +49,8 @@ from .errors import (
 from .findings import Finding
 from .item_files import ItemFiles, WrittenArray, take_array_metadatas
 from .layout import Kind, Layout, Storage, detect_step, select
-from .limits import LIMITS, check_allocation
-from .msgpack_legacy import DEFAULT_MAX_BYTES as MSGPACK_MAX_BYTES
+from .limits import Limits, applied, check_allocation
+from .limits import current as limits_in_force
 from .msgpack_legacy import decode_checkpoint
 from .names import (
     ARRAY_METADATAS_DIR,
@@ -82,8 +82,6 @@ __all__ = ["validate", "Report", "Progress"]
 #: are decoded; the last call gives `done == total`.
 Progress = Callable[[int, int, str], None]
 
-#: the largest JSON document read (JSON-003)
-_MAX_DOCUMENT_BYTES = LIMITS.max_json_bytes
 #: findings reported per array for one kind of chunk problem before they are summarized
 _MAX_PER_ARRAY = 8
 _ARRAY_TYPES = frozenset({"jax.Array", "np.ndarray", "scalar"})
@@ -182,9 +180,9 @@ def _names(loc: Store) -> set[str]:
 def _tree_bytes(loc: Store | None, depth: int = 0) -> int:
     """The bytes of the regular files under the directory `loc` (of a store that knows sizes):
     the total a progress bar counts towards. Only sizes are read (no file is opened); what
-    cannot be listed or is deeper than `LIMITS.max_depth` counts as nothing (the checks report
+    cannot be listed or is deeper than the limits' `max_depth` counts as nothing (the checks report
     it)."""
-    if loc is None or depth > LIMITS.max_depth:
+    if loc is None or depth > limits_in_force().max_depth:
         return 0
     try:
         listing = loc.list_dir()
@@ -382,9 +380,11 @@ class _Validator:
         """Check one document; its bytes when it has no error finding, else None."""
         self.checked["documents"] += 1
         if kind == "msgpack-view":
-            data = self.read(loc, name, limit=MSGPACK_MAX_BYTES, rule="MSGPACK-001")
+            data = self.read(
+                loc, name, limit=limits_in_force().max_msgpack_bytes, rule="MSGPACK-001"
+            )
         else:
-            data = self.read(loc, name, limit=_MAX_DOCUMENT_BYTES, rule="JSON-003")
+            data = self.read(loc, name, limit=limits_in_force().max_json_bytes, rule="JSON-003")
         if data is None:
             return None
         found = check_document(kind, data, file=loc.file(name))
@@ -396,7 +396,7 @@ class _Validator:
         from .documents._json import parse_json
 
         self.checked["documents"] += 1
-        data = self.read(loc, name, limit=_MAX_DOCUMENT_BYTES, rule="JSON-003")
+        data = self.read(loc, name, limit=limits_in_force().max_json_bytes, rule="JSON-003")
         if data is None:
             return
         try:
@@ -927,12 +927,14 @@ class _ItemCheck:
             raise missing_chunk(f"{file}: chunk")  # removed since it was listed
         self.v.tick("chunks", len(value))
         with src if src is not None else contextlib.nullcontext():
-            if len(value) > LIMITS.max_chunk_bytes:  # the bound a read of it has (ZARR-003)
+            if len(value) > (
+                max_chunk := limits_in_force().max_chunk_bytes
+            ):  # the bound a read of it has (ZARR-003)
                 raise ZarrFormatError(
                     "stored value larger than the limit",
                     rule="ZARR-003",
                     file=file,
-                    expected=f"<= {LIMITS.max_chunk_bytes} bytes",
+                    expected=f"<= {max_chunk} bytes",
                     got=len(value),
                 )
             if getattr(meta, "sharding", None) is not None:
@@ -1045,6 +1047,7 @@ def validate(
     item: str | None = None,
     deep: bool = False,
     progress: Progress | None = None,
+    limits: Limits | None = None,
 ) -> Report:
     """Validate the checkpoint at `path` (item, v1 checkpoint, step or manager root; `step`
     and `item` narrow it as they do for `load_pytree`, through `layout.select`). `path` is a
@@ -1052,13 +1055,17 @@ def validate(
     requests and checked by the same decoders; there `progress` is not called (an object
     store lists no sizes to count towards).
 
+    `limits` replaces the default `ockpt.limits.LIMITS` for this call (a file over one of them
+    is a finding of the rule that bounds it).
+
     Returns a `Report` whose findings cite the spec's rule ids; `report.ok` is False when any
     finding is an error. Raises `PathNotFoundError` when `path` does not exist,
     `NotACheckpointError` when it is not a directory, and `OSError` when a file cannot be read.
     """
     store = as_store(path)
     v = _Validator(deep, progress)
-    kind = v.run(store, step=step, item=item)
+    with applied(limits):
+        kind = v.run(store, step=step, item=item)
     return Report(store.display, kind, deep, v.findings, {k: n for k, n in v.checked.items()})
 
 

@@ -1,7 +1,8 @@
 """Bounded, strict JSON parsing and typed field access shared by every document model.
 
 Parsing is strict where Python's `json` is lenient: duplicate keys, NaN/Infinity and nesting
-deeper than `MAX_DEPTH` are errors. Field helpers raise `DocumentError` naming file and pointer.
+deeper than the limits' `max_depth` are errors. Field helpers raise `DocumentError` naming
+file and pointer.
 """
 
 from __future__ import annotations
@@ -15,11 +16,8 @@ from typing import Any, TypeVar
 import numpy as np
 
 from ..errors import DocumentError
-from ..limits import LIMITS
+from ..limits import current as limits_in_force
 from ..store.files import read_file
-
-MAX_DOCUMENT_BYTES = LIMITS.max_json_bytes  # 1 GiB: a 1M-leaf _METADATA is ~200 MiB
-MAX_DEPTH = LIMITS.max_depth
 
 T = TypeVar("T")
 
@@ -80,8 +78,8 @@ def _windows(doc: str | bytes) -> Generator[bytes, None, None]:
 
 def _bracket_depth(doc: str | bytes, *, stop: int | None = None) -> int:
     """The deepest nesting of objects and arrays in valid JSON `doc` (text, or its UTF-8 bytes),
-    or the number of opening brackets when it is below `MAX_DEPTH`; with `stop`, the depth
-    reached once it reaches `stop`. Never negative.
+    or the number of opening brackets when it is below the limits' `max_depth`; with `stop`,
+    the depth reached once it reaches `stop`. Never negative.
 
     A quote preceded by an odd run of backslashes is escaped; brackets between an opening and a
     closing quote are in a string and skipped; in a document whose last string never closes,
@@ -95,7 +93,7 @@ def _bracket_depth(doc: str | bytes, *, stop: int | None = None) -> int:
         if isinstance(doc, str)
         else doc.count(b"{") + doc.count(b"[")
     )
-    if opens < MAX_DEPTH:  # too few brackets to nest deeper
+    if opens < limits_in_force().max_depth:  # too few brackets to nest deeper
         return opens
     depth = deepest = 0
     in_string = False
@@ -160,12 +158,13 @@ def _finite_float(text: str) -> float:
 def _check_depth(value: Any, file: str, pointer: str = "") -> None:
     if not isinstance(value, (dict, list)):
         return
+    max_depth = limits_in_force().max_depth
     stack = [(value, 1)]
     while stack:
         node, depth = stack.pop()
-        if depth > MAX_DEPTH:
+        if depth > max_depth:
             raise DocumentError(
-                f"JSON nesting deeper than {MAX_DEPTH}",
+                f"JSON nesting deeper than {max_depth}",
                 rule="JSON-003",
                 file=file,
                 pointer=pointer,
@@ -300,7 +299,7 @@ def parse_json(
     *,
     file: str,
     pointer: str = "",
-    max_bytes: int = MAX_DOCUMENT_BYTES,
+    max_bytes: int | None = None,
     streamed: Mapping[str, Callable[[str, Any], Any]] | None = None,
     constants: bool = False,
 ) -> Any:
@@ -316,7 +315,10 @@ def parse_json(
     `_STREAM_ABOVE` bytes that happens as soon as the value is parsed, so the parsed JSON of a
     large map (the 100,000 entries of a `_METADATA` tree) is never held at once; a smaller
     one is parsed whole first. Errors `f` raises pass through, after any fault of the JSON
-    itself."""
+    itself. `max_bytes` defaults to the limits' `max_json_bytes`."""
+    limits = limits_in_force()
+    if max_bytes is None:
+        max_bytes = limits.max_json_bytes
     if len(data) > max_bytes:
         raise DocumentError(
             "document too large",
@@ -331,7 +333,7 @@ def parse_json(
         raw = data if isinstance(data, (str, bytes)) else bytes(data)
         text = raw if isinstance(raw, str) else raw.decode("utf-8")
         # values nest one deeper than their container; the scan holds a few windows
-        deep = _bracket_depth(raw, stop=MAX_DEPTH) + 1 > MAX_DEPTH
+        deep = _bracket_depth(raw, stop=limits.max_depth) + 1 > limits.max_depth
         if streamed and not deep and len(raw) > _STREAM_ABOVE:  # else checked whole, below
             value, held = _parse_streamed(text, streamed)
         else:
@@ -353,7 +355,10 @@ def parse_json(
         ) from None
     except RecursionError:
         raise DocumentError(
-            f"JSON nesting deeper than {MAX_DEPTH}", rule="JSON-003", file=file, pointer=pointer
+            f"JSON nesting deeper than {limits.max_depth}",
+            rule="JSON-003",
+            file=file,
+            pointer=pointer,
         ) from None
     except ValueError as e:  # JSONDecodeError and rejected constants
         raise DocumentError(
@@ -367,9 +372,11 @@ def parse_json(
 
 
 def read_json(path: str | os.PathLike[str]) -> Any:
-    """Read and parse a JSON file, refusing one over `MAX_DOCUMENT_BYTES` before reading it."""
+    """Read and parse a JSON file, refusing one over the limits' `max_json_bytes` before reading
+    it."""
     file = os.fspath(path)
-    return parse_json(read_file(file, limit=MAX_DOCUMENT_BYTES, rule="JSON-003"), file=file)
+    limit = limits_in_force().max_json_bytes
+    return parse_json(read_file(file, limit=limit, rule="JSON-003"), file=file)
 
 
 def dump_json(value: Any, *, compact: bool = False) -> bytes:

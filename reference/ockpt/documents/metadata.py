@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ..errors import DocumentError
-from ..limits import LIMITS
+from ..limits import Limits
+from ..limits import current as limits_in_force
 from ..names import METADATA_FILE
 from ..paths import (
     SEQUENCE_INDEX,
@@ -32,8 +33,6 @@ from ..store.files import read_file
 from ._base import Document
 from ._json import (
     ABSENT,
-    MAX_DEPTH,
-    MAX_DOCUMENT_BYTES,
     child,
     expect,
     expect_int_list,
@@ -147,13 +146,13 @@ class TreeEntry:
             pointer=child(pointer, "key_metadata"),
         )
         rest.pop("key_metadata")
-        if len(raw_keys) > LIMITS.max_depth:
+        if len(raw_keys) > (max_depth := limits_in_force().max_depth):
             raise DocumentError(
                 "key path too long",
                 rule="LIMIT-004",
                 file=file,
                 pointer=child(pointer, "key_metadata"),
-                expected=f"<= {LIMITS.max_depth} keys",
+                expected=f"<= {max_depth} keys",
                 got=len(raw_keys),
             )
         path = tuple(
@@ -232,12 +231,13 @@ def _built_entry(
     `skip_deserialize` (`ABSENT` when missing) and the write shape (None when missing), if
     they are plain (see `_plain_entry`); else None. Shared by both quick parsers, so that they
     build the same entries."""
-    if not 0 < len(pairs) <= LIMITS.max_depth:
+    limits = limits_in_force()
+    if not 0 < len(pairs) <= limits.max_depth:
         return None
     path = []
     texts = []
     for text, kind in pairs:
-        if type(text) is not str or type(kind) is not int or len(text) * 4 > LIMITS.max_key_bytes:
+        if type(text) is not str or type(kind) is not int or len(text) * 4 > limits.max_key_bytes:
             return None
         entry = shared.get((text, kind))  # key entries by (text, int); values by 3-tuples
         if entry is None:
@@ -296,7 +296,8 @@ def _plain_document(data: bytes, shared: dict[Any, Any]) -> dict[str, Any] | Non
     (about twice as fast for 100,000 leaves); the rest of the document by `parse_json`. What
     it accepts, the full parser reads to the same document: no escapes, fixed separators and
     field order, distinct tree keys, the same limits and `_built_entry`."""
-    if type(data) is not bytes or len(data) > MAX_DOCUMENT_BYTES or MAX_DEPTH < 8:
+    limits = limits_in_force()
+    if type(data) is not bytes or len(data) > limits.max_json_bytes or limits.max_depth < 8:
         return None
     if not data.startswith(_PLAIN_HEAD.encode()):
         return None
@@ -309,7 +310,7 @@ def _plain_document(data: bytes, shared: dict[Any, Any]) -> dict[str, Any] | Non
     pos, close = len(_PLAIN_HEAD), ""
     while close != "}":
         m = match(text, pos)
-        if m is None or len(tree) >= LIMITS.max_tree_entries:
+        if m is None or len(tree) >= limits.max_tree_entries:
             return None
         name, key_texts, value_type, skip, shape, close = m.groups()
         entry = _built_entry(
@@ -358,15 +359,15 @@ def _key_entry(obj: Any, *, file: str, pointer: str) -> KeyEntry:
             expected=[1, 2],
             got=raw_type,
         ) from None
-    if len(key) * 4 > LIMITS.max_key_bytes:
+    if len(key) * 4 > (max_key := limits_in_force().max_key_bytes):
         size = len(key.encode("utf-8", "surrogatepass"))  # a lone surrogate ("\ud800"): 3
-        if size > LIMITS.max_key_bytes:
+        if size > max_key:
             raise DocumentError(
                 "key too long",
                 rule="LIMIT-003",
                 file=file,
                 pointer=child(pointer, "key"),
-                expected=f"<= {LIMITS.max_key_bytes} UTF-8 bytes",
+                expected=f"<= {max_key} UTF-8 bytes",
                 got=size,
             )
     if key_type is KeyType.SEQUENCE and not SEQUENCE_INDEX.fullmatch(key):
@@ -393,12 +394,12 @@ def _too_many(file: str, got: int | str) -> DocumentError:
         rule="LIMIT-002",
         file=file,
         pointer="/tree_metadata",
-        expected=f"<= {LIMITS.max_tree_entries}",
+        expected=f"<= {limits_in_force().max_tree_entries}",
         got=got,
     )
 
 
-_PARSED: dict[bytes, MetadataDocument] = {}  # blake2b-256 of the file -> document
+_PARSED: dict[tuple[bytes, Limits], MetadataDocument] = {}  # (blake2b-256, limits) -> document
 _PARSED_KEEP = 4
 
 
@@ -433,7 +434,7 @@ class MetadataDocument(Document):
             rule="META-001",
         )
         rest.pop("tree_metadata")
-        if len(tree) > LIMITS.max_tree_entries:
+        if len(tree) > limits_in_force().max_tree_entries:
             raise _too_many(file, len(tree))
         shared: dict[Any, Any] = {}
         entries = tuple(
@@ -462,7 +463,9 @@ class MetadataDocument(Document):
         # Detecting a layout and then loading it parse the same _METADATA: the last few
         # documents parsed are kept (they are immutable), keyed by a digest of their bytes
         # (not the bytes: a 100,000-leaf _METADATA is 23 MB).
-        digest = hashlib.blake2b(data, digest_size=32).digest()
+        # Keyed by the limits too: a document read under looser limits is parsed again.
+        limits = limits_in_force()
+        digest = (hashlib.blake2b(data, digest_size=32).digest(), limits)
         hit = _PARSED.get(digest)
         if hit is not None and type(hit) is cls:
             return hit
@@ -470,8 +473,8 @@ class MetadataDocument(Document):
         count = itertools.count(1)
 
         def entry(key: str, value: Any) -> TreeEntry:
-            if next(count) > LIMITS.max_tree_entries:
-                raise _too_many(file, f"more than {LIMITS.max_tree_entries}")
+            if next(count) > limits.max_tree_entries:
+                raise _too_many(file, f"more than {limits.max_tree_entries}")
             return TreeEntry.from_json(key, value, file=file, shared=shared)
 
         obj = _plain_document(data, shared)
@@ -488,7 +491,8 @@ class MetadataDocument(Document):
     @classmethod
     def read(cls, path: str | os.PathLike[str]) -> MetadataDocument:
         file = os.fspath(path)
-        return cls.from_bytes(read_file(file, limit=MAX_DOCUMENT_BYTES, rule="JSON-003"), file=file)
+        limit = limits_in_force().max_json_bytes
+        return cls.from_bytes(read_file(file, limit=limit, rule="JSON-003"), file=file)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"tree_metadata": {e.tree_key: e.to_json() for e in self.entries}}

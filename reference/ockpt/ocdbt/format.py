@@ -19,7 +19,7 @@ from typing import Union
 
 from ..bytecodecs import crc32c, zstd_compress, zstd_decompress
 from ..errors import OcdbtError
-from ..limits import LIMITS
+from ..limits import current as limits_in_force
 
 __all__ = [
     "MANIFEST_MAGIC",
@@ -28,7 +28,6 @@ __all__ = [
     "MANIFEST_KIND_SINGLE",
     "MANIFEST_KIND_NUMBERED",
     "NO_ROOT",
-    "DEFAULT_MAX_DECODED_BYTES",
     "node_bound",
     "decode_varint",
     "encode_varint",
@@ -67,16 +66,11 @@ _U64_MAX = (1 << 64) - 1
 #: offset and length of a reference to "no node" (the root of an empty B+tree)
 NO_ROOT = _U64_MAX
 
-#: default bound on a decoded (decompressed) manifest or node body
-DEFAULT_MAX_DECODED_BYTES = LIMITS.max_node_bytes
-
-_MAX_VARINT_BYTES = LIMITS.max_varint_bytes  # ceil(64 / 7)
-_MAX_PATH_BYTES = LIMITS.max_key_bytes
+_MAX_VARINT_BYTES = 10  # a 64-bit value takes at most ceil(64 / 7) bytes
 _MAX_ARITY_LOG2 = 16
 # fixed sizes: magic (4) + length (8) + version (>= 1) + compression (>= 1) + crc (4)
 _MIN_ENVELOPE = 18
 _HEADER_FIXED = 12
-
 
 
 # --------------------------------------------------------------------------------------------
@@ -357,7 +351,7 @@ class Config:
     compression: ZstdCompression | None
 
 
-def node_bound(config: Config, *, limit: int = DEFAULT_MAX_DECODED_BYTES) -> int:
+def node_bound(config: Config, *, limit: int | None = None) -> int:
     """The most bytes one B+tree or version tree node of a database with `config` may decode to
     (spec/ocdbt.md section 5.1, `OCDBT-006`): at most `limit`, and for a database whose
     `max_decoded_node_bytes` is not 0 (no target) at most
@@ -368,7 +362,9 @@ def node_bound(config: Config, *, limit: int = DEFAULT_MAX_DECODED_BYTES) -> int
     gives each entry 16 to 56 bytes of fixed fields, which encode as varints, and a data file
     path per entry), and a node exceeds it only by the entries it must hold (one leaf entry,
     two interior entries: keys of up to 64 KiB and inline values); a version tree node holds
-    up to 2^arity_log2 entries of well under 1 KiB."""
+    up to 2^arity_log2 entries of well under 1 KiB. `limit` defaults to the limits in force."""
+    if limit is None:
+        limit = limits_in_force().max_node_bytes
     if config.max_decoded_node_bytes == 0:
         return limit
     bound = (
@@ -462,13 +458,16 @@ def decode_envelope(
     magic: int,
     file: object = None,
     offset: int = 0,
-    max_decoded_bytes: int = DEFAULT_MAX_DECODED_BYTES,
+    max_decoded_bytes: int | None = None,
 ) -> Envelope:
     """Check magic, length, CRC-32C, version and compression; return the decoded body.
 
     `data` is exactly the encoded structure (a whole manifest file, or the referenced byte range
-    of a data file, whose position in the file is `offset`).
+    of a data file, whose position in the file is `offset`); `max_decoded_bytes` defaults to
+    the limits in force.
     """
+    if max_decoded_bytes is None:
+        max_decoded_bytes = limits_in_force().max_node_bytes
     data = bytes(data)
     what = _MAGIC_NAMES.get(magic, "structure")
     cur = _Cursor(data, file=file, base=offset)
@@ -570,10 +569,11 @@ def _body_cursor(env: Envelope, *, file: object, offset: int) -> _Cursor:
 
 def _data_file_table(cur: _Cursor, transitive_path: bytes) -> tuple[DataFileId, ...]:
     n = cur.count("num_files", 2)
-    prefix_lengths = cur.varints(max(n - 1, 0), "path_prefix_length", _MAX_PATH_BYTES)
+    max_path = limits_in_force().max_key_bytes
+    prefix_lengths = cur.varints(max(n - 1, 0), "path_prefix_length", max_path)
     suffix_at = cur.pos
-    suffix_lengths = cur.varints(n, "path_suffix_length", _MAX_PATH_BYTES)
-    base_lengths = cur.varints(n, "base_path_length", _MAX_PATH_BYTES)
+    suffix_lengths = cur.varints(n, "path_suffix_length", max_path)
+    base_lengths = cur.varints(n, "base_path_length", max_path)
     cur.need(sum(suffix_lengths), "path_suffix")
     files: list[DataFileId] = []
     prev = b""
@@ -612,9 +612,9 @@ def _data_file_table(cur: _Cursor, transitive_path: bytes) -> tuple[DataFileId, 
                 pos=start,
             )
         full = transitive_path + path
-        if len(full) > _MAX_PATH_BYTES:
+        if len(full) > max_path:
             raise cur.fail(
-                f"data file {i}: path longer than {_MAX_PATH_BYTES} bytes",
+                f"data file {i}: path longer than {max_path} bytes",
                 "OCDBT-020",
                 pos=start,
                 got=len(full),
@@ -786,7 +786,7 @@ def decode_manifest(
     data: bytes | memoryview,
     *,
     file: object = None,
-    max_decoded_bytes: int = DEFAULT_MAX_DECODED_BYTES,
+    max_decoded_bytes: int | None = None,
 ) -> Manifest:
     """Decode a whole manifest file (`manifest.ocdbt` or a numbered `manifest.<016x>`)."""
     env = decode_envelope(
@@ -848,7 +848,7 @@ def decode_version_tree_node(
     file: object = None,
     offset: int = 0,
     transitive_path: bytes = b"",
-    max_decoded_bytes: int = DEFAULT_MAX_DECODED_BYTES,
+    max_decoded_bytes: int | None = None,
 ) -> VersionTreeNode:
     """Decode a version tree node (the byte range a `VersionNodeReference` points at)."""
     env = decode_envelope(
@@ -891,6 +891,7 @@ def _keys(cur: _Cursor, n: int, *, with_common_prefix: bool) -> tuple[list[bytes
     suffix_lengths = cur.varints(n, "key_suffix_length")
     common = cur.varints(n, "subtree_common_prefix_length") if with_common_prefix else []
     suffixes = cur.take(sum(suffix_lengths), "key_suffix")  # sliced below: one copy in all
+    max_key = limits_in_force().max_key_bytes
     keys: list[bytes] = []
     prev = b""
     end = 0
@@ -907,12 +908,12 @@ def _keys(cur: _Cursor, n: int, *, with_common_prefix: bool) -> tuple[list[bytes
                 got=p,
             )
         key = prev[:p] + suffix
-        if len(key) > LIMITS.max_key_bytes:
+        if len(key) > max_key:
             raise cur.fail(
                 f"entry {i}: key too long",
                 "OCDBT-008",
                 pos=at,
-                expected=f"<= {LIMITS.max_key_bytes} bytes",
+                expected=f"<= {max_key} bytes",
                 got=len(key),
             )
         if i and key <= prev:
@@ -942,7 +943,7 @@ def decode_btree_node(
     file: object = None,
     offset: int = 0,
     transitive_path: bytes = b"",
-    max_decoded_bytes: int = DEFAULT_MAX_DECODED_BYTES,
+    max_decoded_bytes: int | None = None,
 ) -> BtreeNode:
     """Decode a B+tree node (the byte range a `BtreeNodeReference` points at)."""
     env = decode_envelope(

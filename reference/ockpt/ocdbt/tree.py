@@ -15,7 +15,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 
 from ..errors import FormatError, MissingDataError, OcdbtError
-from ..limits import LIMITS
+from ..limits import current as limits_in_force
 from ..names import MANIFEST_FILE
 from ..store import Store, as_store
 from ..store.byterange import ByteRange
@@ -37,8 +37,6 @@ __all__ = ["Database", "key_successor"]
 
 _NUMBERED = re.compile(r"manifest\.([0-9a-f]{16})")
 #: bound on the size of a manifest file
-MAX_MANIFEST_BYTES = LIMITS.max_manifest_bytes
-_MAX_DEPTH = LIMITS.max_depth
 
 
 def key_successor(prefix: bytes) -> bytes | None:
@@ -88,8 +86,10 @@ class Database:
             `store.Store` (an object store's values are read by ranged requests).
         display: how errors name `path` (default: as its store names it), for example as the
             user gave it.
-        max_decoded_bytes: bound on a decoded manifest or node body; a node is held to the
-            smaller bound its manifest's configuration gives (`format.node_bound`).
+        max_decoded_bytes: bound on a decoded manifest or node body (default: the limits in
+            force when the database is opened, which also bound its manifest file's size and
+            its trees' depth); a node is held to the smaller bound its manifest's
+            configuration gives (`format.node_bound`).
         node_cache_size: how many decoded nodes to keep.
     """
 
@@ -98,14 +98,17 @@ class Database:
         path: str | os.PathLike | Store,
         *,
         display: str | os.PathLike | None = None,
-        max_decoded_bytes: int = fmt.DEFAULT_MAX_DECODED_BYTES,
+        max_decoded_bytes: int | None = None,
         node_cache_size: int = 4096,
     ) -> None:
         self.store = as_store(path)
         if display is not None:
             self.store = self.store.with_display(os.fspath(display))
         self._shown = self.store.display
-        self.max_decoded_bytes = max_decoded_bytes
+        self.limits = limits_in_force()
+        self.max_decoded_bytes = (
+            self.limits.max_node_bytes if max_decoded_bytes is None else max_decoded_bytes
+        )
         self._node_bound: int | None = None
         self._cache: OrderedDict = OrderedDict()
         self._cache_size = node_cache_size
@@ -148,9 +151,7 @@ class Database:
         under `display`, kept as given (a relative path stays relative)."""
         return os.path.join(self._shown, name) if name else self._shown
 
-    def _resolve(
-        self, file_id: DataFileId, *, pointer: str | None, origin: str | None
-    ) -> str:
+    def _resolve(self, file_id: DataFileId, *, pointer: str | None, origin: str | None) -> str:
         """The data file's name relative to the database, after checking it (OCDBT-023)."""
         raw = file_id.path
         try:
@@ -324,7 +325,7 @@ class Database:
     def _read_manifest_file(self, name: str) -> Manifest:
         shown = self.where(name)
         try:
-            data = self.store.get(name, limit=MAX_MANIFEST_BYTES, rule="OCDBT-002")
+            data = self.store.get(name, limit=self.limits.max_manifest_bytes, rule="OCDBT-002")
         except FormatError as e:
             if e.rule != "OCDBT-002":
                 raise  # PATH-004, PATH-005
@@ -332,7 +333,7 @@ class Database:
                 "manifest larger than the manifest size limit",
                 rule="OCDBT-002",
                 file=shown,
-                expected=f"<= {MAX_MANIFEST_BYTES}",
+                expected=f"<= {self.limits.max_manifest_bytes}",
             ) from None
         if data is None:
             raise OcdbtError("OCDBT manifest is missing", rule="OCDBT-050", file=shown)
@@ -444,7 +445,7 @@ class Database:
             )
 
     def _version_leaves(self, ref: VersionNodeReference, depth: int = 0):
-        if depth > _MAX_DEPTH:
+        if depth > self.limits.max_depth:
             raise OcdbtError("version tree too deep", rule="OCDBT-032", file=self._manifest_file)
         node = self.read_version_node(ref.location)
         self._check_version_node(node, ref)
@@ -479,7 +480,7 @@ class Database:
             if v.generation_number == generation:
                 return v
         refs: tuple = m.version_tree_nodes
-        for _ in range(_MAX_DEPTH):
+        for _ in range(self.limits.max_depth):
             child = next((r for r in refs if r.generation_number >= generation), None)
             if child is None:
                 break
@@ -528,7 +529,7 @@ class Database:
         end: bytes | None,
         depth: int,
     ) -> Iterator[tuple[bytes, LeafNodeEntry]]:
-        if depth > _MAX_DEPTH:
+        if depth > self.limits.max_depth:
             raise OcdbtError("B+tree too deep", rule="OCDBT-040", file=self._manifest_file)
         node = self._load_checked(ref, height)
         assert ref.location is not None
@@ -624,7 +625,7 @@ class Database:
             return None
         height = version.root_height
         prefix = b""
-        for _ in range(_MAX_DEPTH + 1):
+        for _ in range(self.limits.max_depth + 1):
             node = self._load_checked(ref, height)
             if not key.startswith(prefix):
                 return None

@@ -15,13 +15,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from ..errors import FormatError
-from ..limits import LIMITS
 from .format import BtreeNodeReference, IndirectDataReference
 from .tree import Database
 
 __all__ = ["verify_database", "DatabaseStats"]
-
-_MAX_DEPTH = LIMITS.max_depth
 
 
 class DatabaseStats:
@@ -83,7 +80,7 @@ def _walk(
     if key in seen_nodes:
         return
     seen_nodes.add(key)
-    if depth > _MAX_DEPTH:
+    if depth > db.limits.max_depth:
         from ..errors import OcdbtError
 
         yield OcdbtError("B+tree too deep", rule="OCDBT-040", file=db.where())

@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from ..limits import LIMITS
 from ..names import MANIFEST_FILE, OCDBT_DATA_DIR
 from ..store.base import NewFile
 from . import format as fmt
@@ -285,7 +286,7 @@ class DatabaseWriter:
             blobs, root, height = build_btree(
                 entries,
                 node_file=node_file,
-                max_node_bytes=config.max_decoded_node_bytes or fmt.DEFAULT_MAX_DECODED_BYTES,
+                max_node_bytes=config.max_decoded_node_bytes or LIMITS.max_node_bytes,
                 compression=0 if config.compression is None else 1,
                 level=0 if config.compression is None else config.compression.level,
             )

@@ -3,8 +3,9 @@ engine open (`engines.open_store`)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+import functools
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .. import engines
 from ..documents.array_metadatas import RANDOM_KEY_MARKER
@@ -14,7 +15,9 @@ from ..documents.strings import StringsDocument
 from ..errors import MissingDataError, NotACheckpointError
 from ..item_files import ItemFiles
 from ..layout import Resolved, Storage, resolve
-from ..msgpack_legacy import DEFAULT_MAX_BYTES, decode_checkpoint
+from ..limits import Limits, applied
+from ..limits import current as limits_in_force
+from ..msgpack_legacy import decode_checkpoint
 from ..names import (
     METADATA_FILE,
     MSGPACK_FILE,
@@ -37,12 +40,28 @@ from ..saved_tree import (
 
 __all__ = ["OpenedItem"]
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def in_its_limits(method: F) -> F:
+    """Run a method of an object with a `limits` attribute under those limits: what an item
+    reads after it was opened is held to the limits it was opened with."""
+
+    @functools.wraps(method)
+    def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with applied(self.limits):
+            return method(self, *args, **kwargs)
+
+    return run  # type: ignore[return-value]
+
+
 # ---------------------------------------------------------------------------------------------
 # One opened item.
 
 
 class OpenedItem:
-    """A pytree item: its documents, its saved tree and its array store."""
+    """A pytree item: its documents, its saved tree and its array store. Everything it reads,
+    when opened and later, is held to `limits` (default: the limits in force when it opens)."""
 
     def __init__(
         self,
@@ -52,6 +71,14 @@ class OpenedItem:
         item: str | None,
         context: ts.Context | None,
         backend: str = "auto",
+        limits: Limits | None = None,
+    ) -> None:
+        self.limits: Limits = limits_in_force() if limits is None else limits
+        with applied(self.limits):
+            self._open(path, step=step, item=item, context=context, backend=backend)
+
+    def _open(
+        self, path: Any, *, step: int | None, item: str | None, context: Any, backend: str
     ) -> None:
         if backend not in ("auto", *engines.BACKENDS):
             raise ValueError(f"backend must be 'auto', 'tensorstore' or 'python', not {backend!r}")
@@ -75,7 +102,8 @@ class OpenedItem:
             self.doc = MetadataDocument.from_bytes(data, file=loc.file(METADATA_FILE))
         self.msgpack: Any = None
         if fmt.has_msgpack:
-            data = loc.get(MSGPACK_FILE, limit=DEFAULT_MAX_BYTES, rule="MSGPACK-001")
+            limit = self.limits.max_msgpack_bytes
+            data = loc.get(MSGPACK_FILE, limit=limit, rule="MSGPACK-001")
             if data is None:
                 raise MissingDataError(
                     "removed meanwhile", rule="LOAD-050", file=loc.file(MSGPACK_FILE)
@@ -138,6 +166,7 @@ class OpenedItem:
             self._strings_loaded = True
         return self._strings
 
+    @in_its_limits
     def strings(self, leaf: SavedLeaf) -> str:
         names = [n for n, lf in self.leaves.items() if lf.source == "string"]
         doc = self._strings_document(names)
@@ -150,12 +179,14 @@ class OpenedItem:
             )
         return doc.get(leaf.param_name)
 
+    @in_its_limits
     def shardings(self) -> Mapping[str, ShardingSpec]:
         data = self.location.get(SHARDING_FILE)
         if data is None:
             return {}
         return ShardingDocument.from_bytes(data, file=self.location.file(SHARDING_FILE)).shardings
 
+    @in_its_limits
     def array_metadatas(self, *, marker: bytes | None = None) -> dict[str, Any]:
         """Param name -> `ArrayMetadata` of ``array_metadatas/process_<N>``, the entry of the
         lowest N (`ItemFiles`, ARRM-003). With `marker`, a document whose bytes lack it (and
@@ -163,6 +194,7 @@ class OpenedItem:
         found = self.files.array_metadatas(marker=marker)
         return {name: written.metadata for name, written in found.items()}
 
+    @in_its_limits
     def random_key_impls(self) -> Mapping[str, str]:
         """Param name -> PRNG implementation of each typed key array (`array_metadatas`'
         `ext_metadata.random_key_impl`, 0.11.9+); empty for items without `_METADATA`."""
@@ -176,6 +208,7 @@ class OpenedItem:
             }
         return self._key_impls
 
+    @in_its_limits
     def arrays(self, names: list[str]) -> dict[str, engines.StoredArray]:
         """The named arrays, opened together and kept for the item's lifetime."""
         todo = [n for n in names if n not in self._arrays]
@@ -196,6 +229,7 @@ class OpenedItem:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @in_its_limits
     def array(self, name: str) -> engines.StoredArray:
         """One array: the kept one, else opened now and not kept."""
         hit = self._arrays.get(name)

@@ -11,13 +11,13 @@ import numpy as np
 from .. import _jax, engines, random_keys
 from ..errors import LeafNameError, MissingDataError, OckptError
 from ..layout import Resolved
-from ..limits import check_allocation
+from ..limits import LIMITS, Limits, check_allocation
 from ..paths import leaf_name, param_name, resolve_name
 
 if TYPE_CHECKING:
     import tensorstore as ts
 from ..saved_tree import EMPTY_VALUES, Empty, SavedLeaf, entries, node_at
-from .item import OpenedItem
+from .item import OpenedItem, in_its_limits
 from .load import CastPolicy, load_item
 from .metadata import metadata_tree
 
@@ -113,7 +113,9 @@ class LazyArray:
         array: engines.StoredArray | None,
         inline: Any = None,
         random_key_impl: str | None = None,
+        limits: Limits = LIMITS,
     ):
+        self.limits = limits  # those of the checkpoint: every read is held to them
         self._leaf = leaf
         self._array = array
         self._inline = None if array is not None else np.asarray(inline)
@@ -146,6 +148,7 @@ class LazyArray:
     def __repr__(self) -> str:
         return f"LazyArray({self.param_name!r}, shape={self.shape}, dtype={self.dtype})"
 
+    @in_its_limits
     def __getitem__(self, index: Any) -> Any:
         ts_index, post = _normalize_index(index, self.shape)
         if self._array is None:
@@ -392,7 +395,8 @@ class Checkpoint(Subtree):
             return LazyArray(node, None, node.inline)
         name = node.param_name
         impl = self._item.random_key_impls().get(name)
-        return LazyArray(node, self._item.arrays([name])[name], random_key_impl=impl)
+        array = self._item.arrays([name])[name]
+        return LazyArray(node, array, random_key_impl=impl, limits=self._item.limits)
 
     def close(self) -> None:
         """Release every descriptor and database the checkpoint holds (`with ockpt.open(...)`
@@ -416,6 +420,11 @@ def open(  # noqa: A001 - the public name the issue gives
     item: str | None = None,
     context: ts.Context | None = None,
     backend: str = "auto",
+    limits: Limits | None = None,
 ) -> Checkpoint:
-    """Open a pytree checkpoint for lazy reads (reads its tree documents, no array bytes)."""
-    return Checkpoint(OpenedItem(path, step=step, item=item, context=context, backend=backend))
+    """Open a pytree checkpoint for lazy reads (reads its tree documents, no array bytes).
+    `limits` replaces the default `ockpt.limits.LIMITS` for everything the checkpoint reads,
+    now and later."""
+    return Checkpoint(
+        OpenedItem(path, step=step, item=item, context=context, backend=backend, limits=limits)
+    )

@@ -14,7 +14,7 @@ import numpy as np
 
 from .. import _jax, dtypes, engines, random_keys
 from ..errors import TargetError
-from ..limits import check_allocation
+from ..limits import Limits, applied, check_allocation
 from ..paths import EmptyNode, KeyType, param_name
 
 if TYPE_CHECKING:
@@ -514,9 +514,32 @@ def load_item(
     max_in_flight: int,
     at: tuple[str, ...] = (),
 ) -> Any:
-    """Load the item, or only its subtree at the key texts `at` (the caller checks it exists)."""
+    """Load the item, or only its subtree at the key texts `at` (the caller checks it exists),
+    held to the limits the item was opened with."""
     if cast not in CAST_POLICIES:
         raise ValueError(f"cast must be one of {CAST_POLICIES}, got {cast!r}")
+    with applied(item.limits):
+        return _load(
+            item,
+            target,
+            partial=partial,
+            cast=cast,
+            pad_or_truncate=pad_or_truncate,
+            max_in_flight=max_in_flight,
+            at=at,
+        )
+
+
+def _load(
+    item: OpenedItem,
+    target: Any,
+    *,
+    partial: bool,
+    cast: str,
+    pad_or_truncate: bool,
+    max_in_flight: int,
+    at: tuple[str, ...],
+) -> Any:
     planner = _Planner(item, partial=partial)
     saved = node_at(item.tree, at)
     if target is None:
@@ -546,6 +569,7 @@ def load_pytree(
     max_in_flight: int = engines.DEFAULT_MAX_IN_FLIGHT,
     context: ts.Context | None = None,
     backend: str = "auto",
+    limits: Limits | None = None,
 ) -> Any:
     """Load a pytree checkpoint.
 
@@ -572,9 +596,11 @@ def load_pytree(
     concurrent reads; `context` is a parent tensorstore context (e.g. for ``memory://``);
     `backend` is ``"python"`` (ockpt's own OCDBT and zarr decoders; a URL's objects are
     read by ranged requests), ``"tensorstore"``, or ``"auto"`` (the default: python for a
-    local directory, tensorstore for a URL).
+    local directory, tensorstore for a URL); `limits` replaces the default
+    `ockpt.limits.LIMITS` on what the checkpoint's files may declare.
     """
-    with OpenedItem(path, step=step, item=item, context=context, backend=backend) as handle:
+    opened = OpenedItem(path, step=step, item=item, context=context, backend=backend, limits=limits)
+    with opened as handle:
         return load_item(
             handle,
             target,

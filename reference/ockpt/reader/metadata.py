@@ -11,6 +11,7 @@ import numpy as np
 from .. import random_keys
 from ..documents.sharding import ShardingSpec
 from ..errors import OckptError, UnsupportedError
+from ..limits import Limits, applied
 from ..paths import KeyType
 
 if TYPE_CHECKING:
@@ -124,6 +125,11 @@ def _quick_store(item: OpenedItem, names: list[str]) -> Any:
 def metadata_tree(item: OpenedItem) -> Any:
     """The saved tree with a `LeafMetadata` per leaf. Arrays are opened one at a time and not
     kept where that costs nothing extra (the python decoder), so memory is the result's."""
+    with applied(item.limits):
+        return _metadata_tree(item)
+
+
+def _metadata_tree(item: OpenedItem) -> Any:
     if not item.store.BULK_OPEN:
         return _build_metadata(item, item.array)
     names = [n for n, leaf in item.leaves.items() if leaf.source == "array"]
@@ -161,12 +167,15 @@ def pytree_metadata(
     item: str | None = None,
     context: ts.Context | None = None,
     backend: str = "auto",
+    limits: Limits | None = None,
 ) -> Any:
     """The saved tree with a `LeafMetadata` per leaf; reads no array bytes, never imports jax.
 
     `path`: an item directory, a v1 checkpoint root, a checkpoint-manager root (`step`, latest
     by default) or step, local or a tensorstore kvstore URL. Dict nodes come back as dicts,
-    sequence nodes as lists, empty nodes as empty containers / None.
+    sequence nodes as lists, empty nodes as empty containers / None. `limits` replaces the
+    default `ockpt.limits.LIMITS` on what the checkpoint's files may declare.
     """
-    with OpenedItem(path, step=step, item=item, context=context, backend=backend) as opened:
+    opened = OpenedItem(path, step=step, item=item, context=context, backend=backend, limits=limits)
+    with opened:
         return metadata_tree(opened)

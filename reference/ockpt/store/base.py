@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import FormatError, UnsupportedError, WriteConflictError
-from ..limits import LIMITS
 from ..names import COMMIT_FILE, TMP_MARKER
 from ..paths import check_relative
 
@@ -146,11 +145,9 @@ class Store(abc.ABC):
     # -- reads --------------------------------------------------------------------------------
 
     @abc.abstractmethod
-    def get(
-        self, key: str, *, limit: int = LIMITS.max_json_bytes, rule: str = "JSON-003"
-    ) -> bytes | None:
-        """The value of `key`, or None when there is none; a value larger than `limit` is
-        refused with `rule` before it is read whole."""
+    def get(self, key: str, *, limit: int | None = None, rule: str = "JSON-003") -> bytes | None:
+        """The value of `key`, or None when there is none; a value larger than `limit` (default:
+        the limits' `max_json_bytes`) is refused with `rule` before it is read whole."""
 
     @abc.abstractmethod
     def get_range(self, key: str, offset: int, length: int) -> bytes | None:
@@ -175,7 +172,7 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def list(self, prefix: str = "") -> list[str]:
         """Every key (relative to this directory) that starts with `prefix`, sorted; at most
-        `LIMITS.max_directory_entries` (LIMIT-005). Keys of special files are listed too
+        `limits_in_force().max_directory_entries` (LIMIT-005). Keys of special files are listed too
         (reading them is refused, PATH-005)."""
 
     @abc.abstractmethod

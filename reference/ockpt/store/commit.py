@@ -222,9 +222,7 @@ def final_path(path: str | os.PathLike[str]) -> str:
     return os.path.abspath(text)
 
 
-def check_target(
-    path: str | os.PathLike[str], *, overwrite: bool, shown: str | None = None
-) -> str:
+def check_target(path: str | os.PathLike[str], *, overwrite: bool, shown: str | None = None) -> str:
     """Refuse a target path before anything is written; return it absolute.
 
     A path that is a file, or one whose last component carries the temporary marker, is

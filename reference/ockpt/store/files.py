@@ -23,7 +23,7 @@ import os
 import stat
 
 from ..errors import FormatError
-from ..limits import LIMITS
+from ..limits import current as limits_in_force
 from ..paths import check_relative
 from .base import Listing
 from .byterange import ByteRange
@@ -83,16 +83,17 @@ def resolve_inside(root: str, name: str, *, file: str | None = None) -> str:
     return full
 
 
-def check_tree(
-    root: str, *, file: str | None = None, limit: int = LIMITS.max_directory_entries
-) -> None:
+def check_tree(root: str, *, file: str | None = None, limit: int | None = None) -> None:
     """Refuse a directory tree that a reader which follows links and opens what it finds
     (tensorstore) must not be given: a symbolic link whose target lies outside the real path
     of `root` (PATH-004), and anything that is neither a regular file nor a directory, through
     links (a FIFO, socket, device, or a link loop: PATH-005), so nothing blocks or is read
     from outside. A dangling link is left alone (it reads as absent). Directories are not
     followed through links; at most `limit` entries are visited (a larger tree is checked up
-    to there). `file` is how errors show `root`."""
+    to there; default: the limits' `max_directory_entries`). `file` is how errors show
+    `root`."""
+    if limit is None:
+        limit = limits_in_force().max_directory_entries
     real_root = os.path.realpath(root)
     prefix = real_root.rstrip(os.sep) + os.sep
     shown = file or root
@@ -259,13 +260,15 @@ def size_inside(root: str, name: str, *, file: str | None = None) -> int | None:
         return None
 
 
-def list_dir(path: str, *, limit: int = LIMITS.max_directory_entries) -> Listing:
+def list_dir(path: str, *, limit: int | None = None) -> Listing:
     """The entries of the directory `path`, classified through links (a link to a directory
     is a directory; whether its target lies inside is checked when a file is opened).
 
     Raises FileNotFoundError / NotADirectoryError when `path` is gone or no directory,
     `FormatError` PATH-005 for a link loop in its place and LIMIT-005 for a directory of more
-    than `limit` entries."""
+    than `limit` entries (default: the limits' `max_directory_entries`)."""
+    if limit is None:
+        limit = limits_in_force().max_directory_entries
     files: set[str] = set()
     dirs: set[str] = set()
     other: set[str] = set()

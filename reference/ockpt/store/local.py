@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import FormatError
-from ..limits import LIMITS
+from ..limits import current as limits_in_force
 from . import files
 from .base import Capabilities, Listing, NewFile, Pending, Store, check_key, write_markers
 from .byterange import ByteRange
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from .inflight import BackgroundWriter
 
 __all__ = ["LocalStore"]
+
 
 def _commit() -> Any:
     """The local save protocol (`commit`), imported at the first write: reads never load it."""
@@ -82,9 +83,9 @@ class LocalStore(Store):
 
     # -- reads --------------------------------------------------------------------------------
 
-    def get(
-        self, key: str, *, limit: int = LIMITS.max_json_bytes, rule: str = "JSON-003"
-    ) -> bytes | None:
+    def get(self, key: str, *, limit: int | None = None, rule: str = "JSON-003") -> bytes | None:
+        if limit is None:
+            limit = limits_in_force().max_json_bytes
         return files.read_inside(self.path, key, limit=limit, rule=rule, file=self.file(key))
 
     def get_range(self, key: str, offset: int, length: int) -> bytes | None:
@@ -113,12 +114,12 @@ class LocalStore(Store):
         for key in _walk(start, head, head.count("/")):
             if key.startswith(prefix):
                 found.append(key)
-                if len(found) > LIMITS.max_directory_entries:
+                if len(found) > limits_in_force().max_directory_entries:
                     raise FormatError(
                         "too many files under the directory",
                         rule="LIMIT-005",
                         file=self.display,
-                        expected=f"<= {LIMITS.max_directory_entries}",
+                        expected=f"<= {limits_in_force().max_directory_entries}",
                     )
         return sorted(found)
 
@@ -265,12 +266,12 @@ def _walk(store: LocalStore, prefix: str, depth: int) -> Iterator[str]:
     """The relative names of everything but directories under `store` (what is no regular
     file is listed too, and refused when read: PATH-005; links to directories are not
     followed), `prefix` before each."""
-    if depth > LIMITS.max_depth:
+    if depth > limits_in_force().max_depth:
         raise FormatError(
             "directories nested deeper than the limit",
             rule="LIMIT-001",
             file=store.display,
-            expected=f"<= {LIMITS.max_depth} levels",
+            expected=f"<= {limits_in_force().max_depth} levels",
         )
     listing = store.list_dir()
     yield from (prefix + name for name in listing.files | listing.other)

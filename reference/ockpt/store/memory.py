@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from ..errors import FormatError, WriteConflictError
-from ..limits import LIMITS
+from ..limits import current as limits_in_force
 from .base import (
     Capabilities,
     Listing,
@@ -72,9 +72,9 @@ class MemoryStore(Store):
 
     # -- reads --------------------------------------------------------------------------------
 
-    def get(
-        self, key: str, *, limit: int = LIMITS.max_json_bytes, rule: str = "JSON-003"
-    ) -> bytes | None:
+    def get(self, key: str, *, limit: int | None = None, rule: str = "JSON-003") -> bytes | None:
+        if limit is None:
+            limit = limits_in_force().max_json_bytes
         full = self._key(key)
         with self._values.lock:
             value = self._values.data.get(full)
@@ -110,12 +110,12 @@ class MemoryStore(Store):
         start = self.prefix + prefix
         with self._values.lock:
             found = [k[len(self.prefix) :] for k in self._values.data if k.startswith(start)]
-        if len(found) > LIMITS.max_directory_entries:
+        if len(found) > limits_in_force().max_directory_entries:
             raise FormatError(
                 "too many keys under the directory",
                 rule="LIMIT-005",
                 file=self.display,
-                expected=f"<= {LIMITS.max_directory_entries}",
+                expected=f"<= {limits_in_force().max_directory_entries}",
                 got=len(found),
             )
         return sorted(found)

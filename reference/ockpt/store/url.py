@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import FormatError, NotACheckpointError, UnsupportedError
-from ..limits import LIMITS
+from ..limits import current as limits_in_force
 from ..names import COMMIT_FILE
 from .base import (
     Capabilities,
@@ -189,10 +189,10 @@ class UrlStore(Store):
             raise OSError(f"{self.file(key)}: {str(e)[:400]}") from None
         return bytes(result.value) if result.state == "value" else None
 
-    def get(
-        self, key: str, *, limit: int = LIMITS.max_json_bytes, rule: str = "JSON-003"
-    ) -> bytes | None:
+    def get(self, key: str, *, limit: int | None = None, rule: str = "JSON-003") -> bytes | None:
         check_key(key, file=self.file(key))
+        if limit is None:
+            limit = limits_in_force().max_json_bytes
         # one byte past the limit first: an object larger than the limit is never fetched
         past = self._request(key, slice(limit, limit + 1))
         if past is not None and past is not _PAST_END:
@@ -268,12 +268,12 @@ class UrlStore(Store):
 
     def list(self, prefix: str = "") -> list[str]:
         found = self._keys(prefix)
-        if len(found) > LIMITS.max_directory_entries:
+        if len(found) > limits_in_force().max_directory_entries:
             raise FormatError(
                 "too many objects under the directory",
                 rule="LIMIT-005",
                 file=self.display,
-                expected=f"<= {LIMITS.max_directory_entries}",
+                expected=f"<= {limits_in_force().max_directory_entries}",
                 got=len(found),
             )
         return sorted(k.decode("utf-8", "surrogateescape") for k in found)

@@ -10,23 +10,15 @@ import numpy as np
 from .. import dtypes as _dtypes
 from ..documents._json import parse_json
 from ..errors import DocumentError, ZarrFormatError
-from ..limits import LIMITS
-
-#: bound on the bytes of one decoded chunk (and one shard), checked before decoding
-MAX_CHUNK_BYTES = LIMITS.max_chunk_bytes
+from ..limits import current as limits_in_force
 
 
 def intermediate_bound(final_size: int) -> int:
     """The most a codec of a chunk's chain other than the last one undone may decode to (its
     output is the encoded form of the chunk's `final_size` bytes: no codec expands data that
-    much): twice the chunk plus 1 MiB, within `MAX_CHUNK_BYTES` (ZARR-003, limits §2)."""
-    return min(2 * final_size + (1 << 20), MAX_CHUNK_BYTES)
-
-
-#: bound on an array's rank
-MAX_RANK = LIMITS.max_zarr_ndim
-#: bound on a zarr metadata document
-MAX_METADATA_BYTES = LIMITS.max_array_metadata_bytes
+    much): twice the chunk plus 1 MiB, within the limits' `max_chunk_bytes` (ZARR-003, limits
+    §2)."""
+    return min(2 * final_size + (1 << 20), limits_in_force().max_chunk_bytes)
 
 
 def fail(message: str, rule: str, *, file: object = None, pointer: str | None = None, **kw):
@@ -35,16 +27,19 @@ def fail(message: str, rule: str, *, file: object = None, pointer: str | None = 
 
 def load_json(data: bytes, *, file: object) -> Any:
     try:
-        return parse_json(data, file=str(file), max_bytes=MAX_METADATA_BYTES)
+        return parse_json(
+            data, file=str(file), max_bytes=limits_in_force().max_array_metadata_bytes
+        )
     except DocumentError as e:
         raise ZarrFormatError(e.message, rule=e.rule, file=e.file, pointer=e.pointer) from None
 
 
 def dims(value: object, *, file: object, pointer: str, rule: str, minimum: int = 0) -> tuple:
     """A list of non-negative (or >= minimum) integers of bounded length."""
-    if not isinstance(value, list) or len(value) > MAX_RANK:
+    max_rank = limits_in_force().max_zarr_ndim
+    if not isinstance(value, list) or len(value) > max_rank:
         raise fail(
-            f"must be a list of at most {MAX_RANK} integers",
+            f"must be a list of at most {max_rank} integers",
             rule,
             file=file,
             pointer=pointer,
@@ -73,9 +68,10 @@ def check_extent(
     limits (spec/limits.md), before anything is allocated or iterated for it: a chunk of at
     most `max_chunk_bytes`, an array of at most `max_array_bytes` (numpy represents it), a
     grid of at most `max_chunks` chunks."""
+    limits = limits_in_force()
     for what, value, limit in (
-        ("chunk", math.prod(chunk_shape) * dtype.itemsize, MAX_CHUNK_BYTES),
-        ("array", math.prod(shape) * dtype.itemsize, LIMITS.max_array_bytes),
+        ("chunk", math.prod(chunk_shape) * dtype.itemsize, limits.max_chunk_bytes),
+        ("array", math.prod(shape) * dtype.itemsize, limits.max_array_bytes),
     ):
         if value > limit:
             raise fail(
@@ -87,13 +83,13 @@ def check_extent(
                 got=value,
             )
     chunks = math.prod(-(-n // c) for n, c in zip(shape, chunk_shape, strict=True))
-    if chunks > LIMITS.max_chunks:
+    if chunks > limits.max_chunks:
         raise fail(
             "the chunk grid holds more chunks than the limit",
             "ZARR-005",
             file=file,
             pointer=pointer,
-            expected=f"<= {LIMITS.max_chunks}",
+            expected=f"<= {limits.max_chunks}",
             got=chunks,
         )
 

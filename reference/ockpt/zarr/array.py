@@ -15,6 +15,8 @@ from typing import Literal, Union
 import numpy as np
 
 from ..errors import MissingDataError
+from ..limits import Limits
+from ..limits import current as limits_in_force
 from ..names import ZARR2_METADATA, ZARR3_METADATA
 from .shard_index import ShardingCodec
 from .v2 import ArrayV2Metadata
@@ -46,7 +48,7 @@ def open_metadata(
         if data is None:
             continue
         cls = ArrayV2Metadata if version == 2 else ArrayV3Metadata
-        memo = (cls, bytes(data))
+        memo = (cls, bytes(data), limits_in_force())  # parsed again under other limits
         hit = _PARSED.get(memo)
         if hit is None:
             where = f"{file}/{key}" if file is not None else key
@@ -61,7 +63,7 @@ def open_metadata(
 # Parsed metadata by document bytes: the arrays of a model repeat a few shapes (one per
 # parameter of a layer), so opening thousands of arrays parses each distinct document once.
 # The models are immutable.
-_PARSED: dict[tuple[type, bytes], ArrayMetadata] = {}
+_PARSED: dict[tuple[type, bytes, Limits], ArrayMetadata] = {}
 _PARSED_KEEP = 4096
 
 

@@ -20,8 +20,9 @@ from typing import Any, Protocol
 import google_crc32c
 import zstandard
 
+from ..limits import current as limits_in_force
 from ..store import ByteRange
-from ._common import MAX_CHUNK_BYTES, fail, intermediate_bound
+from ._common import fail, intermediate_bound
 from .array import missing_chunk
 from .codecs import BytesCodec, CodecPipeline, Crc32cCodec, GzipCodec, ZstdCodec
 
@@ -285,7 +286,7 @@ class _Crc32c(_Stage):
     rule = "ZARR-016"
 
     def __init__(self, upstream: Reader, *, file: object, pointer: str | None):
-        super().__init__(upstream, MAX_CHUNK_BYTES, file=file, pointer=pointer)
+        super().__init__(upstream, limits_in_force().max_chunk_bytes, file=file, pointer=pointer)
         self.tail = b""  # the last 4 bytes seen: the checksum, if the stream ends there
         self.crc = 0
 

@@ -16,6 +16,7 @@ arrays in flight plus one decoded chunk per worker.
 
 from __future__ import annotations
 
+import contextvars
 import itertools
 import math
 import os
@@ -580,7 +581,9 @@ def read_regions(requests: Iterable[Any], *, max_in_flight: int) -> Iterator[tup
                         ready = done.popleft()
                         yield from zip(ready.requests, ready.outs, strict=True)
                 g.remaining += 1
-                window.append((g, pool.submit(_read_chunk, g, index, dests)))
+                # in a copy of the caller's context: the worker sees the caller's limits
+                task = contextvars.copy_context().run
+                window.append((g, pool.submit(task, _read_chunk, g, index, dests)))
         while window:
             settle(*window.popleft())
         while done:

@@ -33,7 +33,7 @@ import numpy as np
 from ... import dtypes
 from ...errors import FormatError, MissingDataError, NotACheckpointError
 from ...layout import ItemFormat, Storage, detect
-from ...limits import LIMITS
+from ...limits import current as limits_in_force
 from ...names import (
     ARRAY_METADATAS_DIR,
     OCDBT_DATA_DIR,
@@ -63,8 +63,6 @@ __all__ = [
     "item_keys",
     "key_listing",
 ]
-
-_MAX_FILE_BYTES = LIMITS.max_chunk_bytes
 
 
 # ---------------------------------------------------------------------------------------------
@@ -172,8 +170,10 @@ class DirectoryStore(KeyValueStore):
     @staticmethod
     def _valid(key: str) -> bool:
         parts = key.split("/")
-        return bool(key) and not any(p in ("", ".", "..") for p in parts) and not (
-            "\\" in key or "\0" in key
+        return (
+            bool(key)
+            and not any(p in ("", ".", "..") for p in parts)
+            and not ("\\" in key or "\0" in key)
         )
 
     def _directory(self, error: FormatError, key: str) -> bool:
@@ -184,7 +184,7 @@ class DirectoryStore(KeyValueStore):
         if not self._valid(key):
             return None
         try:
-            return self.store.get(key, limit=_MAX_FILE_BYTES, rule="ZARR-003")
+            return self.store.get(key, limit=limits_in_force().max_chunk_bytes, rule="ZARR-003")
         except FormatError as e:
             if self._directory(e, key):
                 return None
