@@ -129,8 +129,8 @@ def test_small_arrays_are_read_without_the_pool(saved, monkeypatch):
     real = _fastread._executor()
 
     class Counting:
-        def submit(self, fn, *args):
-            submitted.append(args[0].array.param_name)
+        def submit(self, fn, *args):  # fn: a context's run; args: _read_chunk, group, ...
+            submitted.append(args[1].array.param_name)
             return real.submit(fn, *args)
 
     monkeypatch.setattr(_fastread, "_executor", lambda: Counting())

@@ -225,6 +225,36 @@ class Layout:
         return [s for s in self.steps if s.committed]
 
 
+# One type per kind that carries more than the common fields: what a reader of that kind needs
+# is always there (no None to check), and a function that needs it says so in its signature.
+
+
+@dataclass(frozen=True)
+class PytreeItemLayout(Layout):
+    """A pytree item (`Kind.PYTREE_ITEM`): how it stores its arrays, and its store."""
+
+    item: ItemFormat = field(kw_only=True)
+    location: Store = field(kw_only=True, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class ContainerLayout(Layout):
+    """A directory of named items (`checkpointables`), and its store: a step of a checkpoint
+    manager (`Kind.STEP`), a v1 checkpoint (`Kind.V1_CHECKPOINT`) or a random-key item
+    (`Kind.RANDOM_KEY_ITEM`: its data and metadata parts)."""
+
+    checkpointables: Mapping[str, Layout] = field(kw_only=True)
+    location: Store = field(kw_only=True, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class ManagerRootLayout(Layout):
+    """A checkpoint-manager root (`Kind.MANAGER_ROOT`): its step directories, and its store."""
+
+    steps: tuple[Step, ...] = field(kw_only=True)
+    location: Store = field(kw_only=True, compare=False, repr=False)
+
+
 def is_temporary_name(name: str) -> bool:
     """True for names of uncommitted saves (`<name>.orbax-checkpoint-tmp[-<N>]`)."""
     return TMP_MARKER in name
@@ -362,7 +392,7 @@ def _detect_dir(
     if item is not None:
         reason, fmt, problems = item
         common["problems"] = problems + own.problems
-        return Layout(loc.display, Kind.PYTREE_ITEM, reason, item=fmt, **common)
+        return PytreeItemLayout(loc.display, Kind.PYTREE_ITEM, reason, item=fmt, **common)
     parts = _random_key_parts(scan)
     if parts is not None:
         return _random_key_item(scan, parts, depth=depth, common=common)
@@ -465,7 +495,7 @@ def _random_key_item(
     children = {name: _detect_dir(scan.loc.child(name), depth=depth + 1) for name in parts}
     which = "JAX random key" if parts[0] == JAX_RANDOM_KEY_DIR else "numpy random state"
     reason = f"{which}: data in {parts[0]}/, metadata in {parts[1]}/"
-    return Layout(
+    return ContainerLayout(
         scan.loc.display, Kind.RANDOM_KEY_ITEM, reason, checkpointables=children, **common
     )
 
@@ -595,7 +625,7 @@ def _doc_times(doc: CheckpointMetadata | None) -> tuple[int | None, int | None]:
     return init, done
 
 
-def _detect_composite(scan: _Scan, *, depth: int, own: _Own | None = None) -> Layout:
+def _detect_composite(scan: _Scan, *, depth: int, own: _Own | None = None) -> ContainerLayout:
     is_v1 = V1_MARKER in scan.files
     own = own if own is not None else _Own.of(scan)
     problems = list(own.problems)
@@ -626,7 +656,7 @@ def _detect_composite(scan: _Scan, *, depth: int, own: _Own | None = None) -> La
     kind = Kind.V1_CHECKPOINT if is_v1 else Kind.STEP
     what = "v1 checkpoint" if is_v1 else "checkpoint-manager step"
     reason = f"{what} with {len(children)} item(s): {', '.join(children) or 'none'}"
-    return Layout(
+    return ContainerLayout(
         scan.loc.display,
         kind,
         reason,
@@ -689,13 +719,12 @@ def _scan_steps(scan: _Scan) -> tuple[tuple[Step, ...], set[str | None]]:
     return tuple(sorted(steps, key=lambda s: (s.step, s.name))), prefixes
 
 
-def detect_step(root: Layout, step: Step) -> Layout:
+def detect_step(root: ManagerRootLayout, step: Step) -> Layout:
     """The layout of one step of the manager root `root` (as `detect` gives it)."""
-    assert root.location is not None
     return _detect_dir(root.location.child(step.name), depth=0)
 
 
-def _detect_manager_root(scan: _Scan) -> Layout | None:
+def _detect_manager_root(scan: _Scan) -> ManagerRootLayout | None:
     steps, prefixes = _scan_steps(scan)
     has_root_metadata = ROOT_METADATA_DIR in scan.dirs
     if not steps and not has_root_metadata:
@@ -716,7 +745,7 @@ def _detect_manager_root(scan: _Scan) -> Layout | None:
         reason += f", {len(steps) - len(temporaries) - len(committed)} without {COMMIT_FILE}"
     if temporaries:
         reason += f" and {len(temporaries)} unfinished"
-    return Layout(
+    return ManagerRootLayout(
         scan.loc.display,
         Kind.MANAGER_ROOT,
         reason,
@@ -739,35 +768,40 @@ class Resolved:
 
     top: Layout
     target: Layout
+    location: Store  # the store of `target`
     step: Step | None = None
-    container: Layout | None = None
+    container: ContainerLayout | None = None
 
     @property
-    def location(self) -> Store:
-        assert self.target.location is not None
-        return self.target.location
+    def pytree(self) -> PytreeItemLayout:
+        """The target as a pytree item (`resolve` with ``what="pytree"`` reaches only those);
+        `NotACheckpointError` (LOAD-050) for a target of another kind."""
+        if not isinstance(self.target, PytreeItemLayout):
+            raise _fail(self.target.path, f"not a pytree item: {self.target.reason}", "LOAD-050")
+        return self.target
 
 
 def _fail(path: str, reason: str, rule: str) -> NotACheckpointError:
     return NotACheckpointError(reason, rule=rule, file=path)
 
 
-def _pick_item(layout: Layout, item: str | None) -> Layout:
+def _pick_item(layout: ContainerLayout, item: str | None) -> tuple[str, Layout]:
     """The item `item` of a step or v1 checkpoint, else its pytree item: ``default``, then
     ``state`` / ``pytree``, then the only one (LOAD-051, LOAD-052). A v1 checkpoint with
     several pytree checkpointables (or none) and no name is refused, naming what it holds:
-    Orbax 0.12.8 would take the one whose name sorts first (`opt_state` before `params`)."""
+    Orbax 0.12.8 would take the one whose name sorts first (`opt_state` before `params`).
+    Returns its name and layout."""
     items = layout.checkpointables
     if item is not None:
         if item not in items:
             raise _fail(layout.path, f"no item {item!r}; items: {sorted(items)}", "LOAD-052")
-        return items[item]
+        return item, items[item]
     pytrees = {n: c for n, c in items.items() if c.kind is Kind.PYTREE_ITEM}
     for name in (DEFAULT_ITEM, *PYTREE_CHECKPOINTABLES):
         if name in pytrees:
-            return pytrees[name]
+            return name, pytrees[name]
     if len(pytrees) == 1:
-        return next(iter(pytrees.values()))
+        return next(iter(pytrees.items()))
     if layout.kind is Kind.V1_CHECKPOINT:
         raise _fail(
             layout.path,
@@ -784,7 +818,7 @@ def _pick_item(layout: Layout, item: str | None) -> Layout:
     )
 
 
-def _choose_step(top: Layout, step: int | None) -> Step:
+def _choose_step(top: ManagerRootLayout, step: int | None) -> Step:
     committed = top.committed_steps()
     if step is None:
         chosen = top.latest_step
@@ -849,10 +883,11 @@ def _select(
     top = _detect_top(loc)
     target = top
     chosen: Step | None = None
-    container: Layout | None = None
-    if top.kind is Kind.MANAGER_ROOT:
+    container: ContainerLayout | None = None
+    if isinstance(top, ManagerRootLayout):
         if step is not None or item is not None or down:
             chosen = _choose_step(top, step)
+            loc = loc.child(chosen.name)
             target = detect_step(top, chosen)
             if target.kind is Kind.NOT_A_CHECKPOINT:  # removed since the root was listed
                 raise _fail(target.path, "step removed meanwhile", "LOAD-055")
@@ -865,9 +900,10 @@ def _select(
     if target.kind is Kind.TEMPORARY and (down or item is not None):
         raise _fail(target.path, "an unfinished save (temporary name): never read", "LOAD-054")
     pick = item is not None or (down and what != "checkpoint")
-    if target.kind in (Kind.STEP, Kind.V1_CHECKPOINT) and pick:
+    if isinstance(target, ContainerLayout) and target.kind is not Kind.RANDOM_KEY_ITEM and pick:
         container = target
-        target = _pick_item(target, item)
+        name, target = _pick_item(container, item)
+        loc = loc.child(name)
     elif item is not None:
         raise _fail(
             target.path,
@@ -876,8 +912,8 @@ def _select(
         )
     if target.kind is Kind.NOT_A_CHECKPOINT:
         raise _fail(target.path, f"not a checkpoint: {target.reason}", "LOAD-050")
-    if down and what == "pytree" and (target.kind is not Kind.PYTREE_ITEM or target.item is None):
-        raise _fail(target.path, f"not a pytree item: {target.reason}", "LOAD-050")
     if down and what == "item" and target.kind not in _ITEM_KINDS:
         raise _fail(target.path, f"not an item: {target.reason}", "LOAD-050")
-    return Resolved(top=top, target=target, step=chosen, container=container)
+    if down and what == "pytree" and not isinstance(target, PytreeItemLayout):
+        raise _fail(target.path, f"not a pytree item: {target.reason}", "LOAD-050")
+    return Resolved(top=top, target=target, location=loc, step=chosen, container=container)

@@ -13,7 +13,7 @@ import datetime
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .layout import Kind, Layout, Step, detect_step, handler_class, select
+from .layout import Kind, Layout, ManagerRootLayout, Step, detect_step, handler_class, select
 
 if TYPE_CHECKING:
     import tensorstore as ts
@@ -91,7 +91,7 @@ def _entry(
     )
 
 
-def step_entry(root: Layout, step: Step) -> Entry:
+def step_entry(root: ManagerRootLayout, step: Step) -> Entry:
     """The entry of one step of the manager root `root`, with its items."""
     return _entry(detect_step(root, step), name=step.name, step=step)
 

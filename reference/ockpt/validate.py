@@ -48,7 +48,16 @@ from .errors import (
 )
 from .findings import Finding
 from .item_files import ItemFiles, WrittenArray, take_array_metadatas
-from .layout import Kind, Layout, Storage, detect_step, select
+from .layout import (
+    ContainerLayout,
+    Kind,
+    Layout,
+    ManagerRootLayout,
+    PytreeItemLayout,
+    Storage,
+    detect_step,
+    select,
+)
 from .limits import Limits, applied, check_allocation
 from .limits import current as limits_in_force
 from .msgpack_legacy import decode_checkpoint
@@ -253,7 +262,7 @@ class _Validator:
         if not loc.capabilities.sizes_known:
             self.progress = None  # an object store's listing has no sizes: no total to show
         if self.progress is not None:
-            self._total = _tree_bytes(chosen.target.location)
+            self._total = _tree_bytes(chosen.location)
         self.layout(chosen.target, top=True)
         if self.progress is not None:  # the documents and nodes, checked but not counted
             self.progress(self._total, self._total, "done")
@@ -268,17 +277,17 @@ class _Validator:
                 "checkpoint and are not validated",
                 file=layout.path,
             )
-        elif kind is Kind.PYTREE_ITEM:
+        elif isinstance(layout, PytreeItemLayout):
             self.item(layout)
-        elif kind in (Kind.V1_CHECKPOINT, Kind.STEP):
+        elif isinstance(layout, ContainerLayout) and kind is Kind.RANDOM_KEY_ITEM:
+            for child in layout.checkpointables.values():  # a pytree and a JSON item (§4)
+                self.layout(child)
+        elif isinstance(layout, ContainerLayout):  # a step or v1 checkpoint
             self.composite(layout)
-        elif kind is Kind.MANAGER_ROOT:
+        elif isinstance(layout, ManagerRootLayout):
             self.manager_root(layout)
         elif kind is Kind.JSON_ITEM:
             self.json_item(layout)
-        elif kind is Kind.RANDOM_KEY_ITEM:  # a pytree item and a JSON item (checkpointables §4)
-            for child in layout.checkpointables.values():
-                self.layout(child)
         elif kind is Kind.UNKNOWN_ITEM and layout.handler is None:  # no handler vouches for it
             self.report(
                 "VAL-008",
@@ -299,9 +308,8 @@ class _Validator:
                 self.report(problem.rule, problem.message, file=layout.path)
             # other problems are document failures, reported by the document checks
 
-    def manager_root(self, layout: Layout) -> None:
+    def manager_root(self, layout: ManagerRootLayout) -> None:
         self._problems(layout)
-        assert layout.location is not None
         meta = layout.location.child(ROOT_METADATA_DIR)
         names = _names(meta)
         if ROOT_METADATA_NAME in names:
@@ -322,18 +330,17 @@ class _Validator:
                 continue
             self.checked["steps"] += 1
             child = detect_step(layout, step)
-            if child.kind in (Kind.STEP, Kind.V1_CHECKPOINT):
+            if isinstance(child, ContainerLayout) and child.kind is not Kind.RANDOM_KEY_ITEM:
                 self.composite(child, marked=marked)
-            elif child.kind is Kind.PYTREE_ITEM:
+            elif isinstance(child, PytreeItemLayout):
                 self.layout(child)
             else:
                 self.report("VAL-001", f"step {step.step}: {child.reason}", file=step_path)
 
-    def composite(self, layout: Layout, *, marked: bool = False) -> None:
+    def composite(self, layout: ContainerLayout, *, marked: bool = False) -> None:
         """A step or v1 checkpoint. `marked`: the other steps of its root hold
         `commit_success.txt`, so this one should too (LAYOUT-002)."""
         self._problems(layout)
-        assert layout.location is not None
         items_marked = any(c.has_commit_file for c in layout.checkpointables.values())
         if layout.kind is Kind.STEP and not layout.has_commit_file and (marked or items_marked):
             self.report(
@@ -406,18 +413,17 @@ class _Validator:
 
     # -- items ------------------------------------------------------------------------------
 
-    def item(self, layout: Layout) -> None:
+    def item(self, layout: PytreeItemLayout) -> None:
         _ItemCheck(self, layout).run()
 
 
 class _ItemCheck:
     """The checks of one pytree item."""
 
-    def __init__(self, v: _Validator, layout: Layout) -> None:
+    def __init__(self, v: _Validator, layout: PytreeItemLayout) -> None:
         self.v = v
         self.layout = layout
         self.path = layout.path
-        assert layout.item is not None and layout.location is not None
         self.loc = layout.location
         self.files = ItemFiles(self.loc)
         self.names_here = _names(self.loc)

@@ -87,8 +87,7 @@ class OpenedItem:
             backend = "python" if loc.capabilities.random_access else "tensorstore"
         self.resolved: Resolved = resolve(loc, step=step, item=item)
         loc = self.resolved.location
-        fmt = self.resolved.target.item
-        assert fmt is not None  # resolve returns pytree items only
+        fmt = self.resolved.pytree.item
         self.location = loc
         self.files = ItemFiles(loc)
         self.format = fmt
