@@ -581,7 +581,6 @@ def test_npz_members_are_bounded_by_their_own_bytes(tmp_path, monkeypatch):
     deflated size past what DEFLATE can expand to, and an array past the size limit are
     FormatErrors naming the member, before anything is extracted."""
 
-
     good = _npy((2,), np.arange(2, dtype="<f8").tobytes())
     for method in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
         path = tmp_path / f"short{method}.npz"

@@ -301,6 +301,34 @@ def test_path_004_links_inside_are_fine(tmp_path):
         ockpt.load_pytree(link, backend=backend)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_path_004_a_sibling_whose_name_extends_the_checkpoint_name_is_outside(tmp_path, backend):
+    """The attack: a checkpoint at ``.../run`` links a file into ``.../run-evil/``, whose path
+    starts with the checkpoint's path as text. "Inside" is decided by whole path components,
+    so the link leads out (PATH-004): for the hardened open, the tree check that guards
+    tensorstore, the validator and both engines."""
+    item = tmp_path / "run"
+    shutil.copytree(NO_OCDBT, item)
+    evil = tmp_path / "run-evil"
+    evil.mkdir()
+    shutil.move(item / "_strings.json", evil / "_strings.json")
+    os.symlink(evil / "_strings.json", item / "_strings.json")
+    with pytest.raises(FormatError) as e:
+        resolve_inside(str(item), "_strings.json")
+    assert _rule(e) == "PATH-004" and "run-evil" in e.value.message
+    with pytest.raises(FormatError) as e:
+        check_tree(str(item))
+    assert _rule(e) == "PATH-004"
+    with pytest.raises(FormatError) as e:
+        as_store(item).get("_strings.json")
+    assert _rule(e) == "PATH-004"
+    with pytest.raises(FormatError) as e:
+        ockpt.load_pytree(item, backend=backend)
+    assert _rule(e) == "PATH-004"
+    report = ockpt.validate(item)
+    assert any(f.rule == "PATH-004" and "_strings.json" in f.file for f in report.errors)
+
+
 def test_path_004_detect_does_not_open_a_linked_out_metadata(tmp_path):
     item = tmp_path / "item"
     shutil.copytree(NO_OCDBT, item)

@@ -88,6 +88,8 @@ REFUSED = {
     ),
     "300-byte-key-per-leaf": ({"a" * 300: ARRAY}, {"use_ocdbt": False}, "WRITE-005"),
     "256-byte-name-per-leaf": ({"a" * 200: {"b" * 55: ARRAY}}, {"use_ocdbt": False}, "WRITE-005"),
+    # 128 characters but 256 UTF-8 bytes: the directory-name limit counts bytes (issue 32)
+    "256-byte-multibyte-name-per-leaf": ({"é" * 128: ARRAY}, {"use_ocdbt": False}, "WRITE-005"),
     "backslash-per-leaf": ({"a\\b": ARRAY}, {"use_ocdbt": False}, "WRITE-005"),
     "item-file-per-leaf": ({"_METADATA": ARRAY}, {"use_ocdbt": False}, "WRITE-005"),
     "ocdbt-dir-per-leaf": ({"ocdbt.process_0": ARRAY}, {"use_ocdbt": False}, "WRITE-005"),
@@ -179,6 +181,15 @@ def test_depth_at_the_limit(tmp_path):
     depth = LIMITS.max_depth
     _round_trip(tmp_path / "a", _deep(depth, ARRAY))
     _round_trip(tmp_path / "b", {"x": _deep(depth - 1, {}), "y": _deep(depth - 1, "s")})
+
+
+def test_a_directory_name_at_name_max_utf8_bytes_saves(tmp_path):
+    """The per-leaf directory of a key of 254 UTF-8 bytes (127 two-byte characters) and of 255
+    one-byte ones is written and read back: the limit is NAME_MAX bytes, not characters, and
+    not less (the refused side: "256-byte-multibyte-name-per-leaf")."""
+    tree = {"é" * 127: ARRAY, "a" * 255: ARRAY}
+    _round_trip(tmp_path / "a", tree, use_ocdbt=False, layout="item")
+    assert (tmp_path / "a" / ("é" * 127)).is_dir()
 
 
 def test_key_text_at_the_limit(tmp_path):
