@@ -14,6 +14,7 @@ from ._commands import JSON_HELP, PATH_HELP, add_where, in_flags
 from .errors import OckptError, PathNotFoundError
 from .layout import Kind, Layout, detect
 from .paths import leaf_name, param_name, printable
+from .store import deadline
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 
@@ -176,6 +177,15 @@ def build_parser() -> argparse.ArgumentParser:
     from .conformance.cli import add_parser as _add_conformance  # ockpt conformance
 
     _add_conformance(sub)
+    for command in sub.choices.values():
+        command.add_argument(
+            "--timeout",
+            type=float,
+            metavar="SECONDS",
+            help="how long one request to an object store may take before ockpt gives up "
+            f"(exit 2), plus a second per MiB it carries (default: ${deadline.ENV} or "
+            f"{deadline.DEFAULT_SECONDS:g})",
+        )
     return parser
 
 
@@ -188,7 +198,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif extra:
         parser.parse_args(argv)  # reports the unrecognized arguments (exit 2)
     try:
-        return int(args.func(args))
+        given = getattr(args, "timeout", None)
+        if given is None:
+            seconds = deadline.request_timeout()
+        else:
+            seconds = deadline.positive_seconds(given, "--timeout")
+    except ValueError as e:  # OCKPT_REQUEST_TIMEOUT or --timeout is no positive number
+        print(f"ockpt: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        with deadline.timeout(seconds):
+            return int(args.func(args))
     except PathNotFoundError as e:  # an I/O error, not a checkpoint problem
         print(f"ockpt: {in_flags(e)}", file=sys.stderr)
         return EXIT_USAGE

@@ -75,7 +75,8 @@ class _QueuedFile:
 
 class InFlight:
     """Writes started and not yet waited for, bounded in bytes: `add` waits for the oldest
-    while more than `max_bytes` are held; `wait` for all (the first failure raised)."""
+    while more than `max_bytes` are held; `wait` for all (the first failure raised). Each is
+    waited for by ``result(future, what, nbytes)``."""
 
     def __init__(self, *, max_bytes: int = 128 << 20, max_count: int = 16) -> None:
         self._lock = threading.Lock()
@@ -96,7 +97,7 @@ class InFlight:
                     return
                 oldest = self._futures.pop(0)
                 self._held -= oldest[1]
-            result(oldest[0], oldest[2])
+            result(oldest[0], oldest[2], oldest[1])
 
     def wait(self, result: Any) -> None:
         while True:
@@ -105,4 +106,4 @@ class InFlight:
                     return
                 oldest = self._futures.pop(0)
                 self._held -= oldest[1]
-            result(oldest[0], oldest[2])
+            result(oldest[0], oldest[2], oldest[1])

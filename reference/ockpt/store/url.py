@@ -26,6 +26,7 @@ from .base import (
     refuse_existing,
     write_markers,
 )
+from .deadline import wait
 from .inflight import InFlight
 
 if TYPE_CHECKING:
@@ -168,9 +169,8 @@ class UrlStore(Store):
         if self._store is None:
             ts = import_tensorstore()
             try:
-                self._store = ts.KvStore.open(
-                    self.spec, context=self.tensorstore_context()
-                ).result()
+                opening = ts.KvStore.open(self.spec, context=self.tensorstore_context())
+                self._store = wait(opening, self.display)
             except ValueError as e:
                 raise OSError(f"{self.display}: {str(e)[:400]}") from None
         return self._store
@@ -181,8 +181,11 @@ class UrlStore(Store):
         """One read of an object: its bytes (of `byte_range`), None when it is absent,
         `_PAST_END` when the range reaches past its end. A store's failure is an OSError
         naming the key."""
+        nbytes = 0 if byte_range is None or byte_range.stop is None else byte_range.stop
+        nbytes -= 0 if byte_range is None or byte_range.start is None else byte_range.start
         try:
-            result = self.kvstore().read(key, byte_range=byte_range).result()
+            reading = self.kvstore().read(key, byte_range=byte_range)
+            result = wait(reading, self.file(key), nbytes=nbytes)
         except ValueError as e:
             if "OUT_OF_RANGE" in str(e):
                 return _PAST_END
@@ -235,9 +238,9 @@ class UrlStore(Store):
             check_key(key, file=self.file(key))
             futures.append(store.read(key, byte_range=slice(offset, offset + length)))
         out: list[bytes | None] = []
-        for (key, offset, _), future in zip(requests, futures, strict=True):
+        for (key, offset, length), future in zip(requests, futures, strict=True):
             try:
-                result = future.result()
+                result = wait(future, self.file(key), nbytes=length)
             except ValueError as e:
                 if "OUT_OF_RANGE" in str(e):
                     out.append(self._short(key, offset))
@@ -261,8 +264,8 @@ class UrlStore(Store):
                 p = prefix.encode("utf-8", "surrogateescape")
                 end = _successor(p)
                 rng = ts.KvStore.KeyRange(inclusive_min=p, exclusive_max=end)
-                return self.kvstore().list(rng).result()
-            return self.kvstore().list().result()
+                return wait(self.kvstore().list(rng), self.display)
+            return wait(self.kvstore().list(), self.display)
         except ValueError as e:
             raise OSError(f"{self.display}: {str(e)[:400]}") from None
 
@@ -294,16 +297,18 @@ class UrlStore(Store):
     # -- writes -------------------------------------------------------------------------------
 
     @staticmethod
-    def _settle(future: Any, shown: str) -> None:
-        """Wait for a write; a store's failure is an OSError naming what was written."""
+    def _settle(future: Any, shown: str, nbytes: int = 0) -> None:
+        """Wait for a write of `nbytes`; a store's failure, or no answer in time, is an
+        OSError naming what was written."""
         try:
-            future.result()
+            wait(future, shown, nbytes=nbytes)
         except ValueError as e:
             raise OSError(f"{shown}: {str(e)[:400]}") from None
 
     def _write(self, key: str, value: bytes | None) -> None:
         check_key(key, file=self.file(key))
-        self._settle(self.kvstore().write(key, value), self.file(key))
+        nbytes = 0 if value is None else len(value)
+        self._settle(self.kvstore().write(key, value), self.file(key), nbytes)
 
     def set(self, key: str, value: bytes | memoryview | Sequence[bytes | memoryview]) -> None:
         if not isinstance(value, bytes | bytearray | memoryview):
@@ -328,7 +333,8 @@ class UrlStore(Store):
         if not self.capabilities.conditional_create:
             return super().create(key, value)
         try:
-            stamp = self.kvstore().write(key, value, if_equal=_NO_VALUE).result()
+            writing = self.kvstore().write(key, value, if_equal=_NO_VALUE)
+            stamp = wait(writing, self.file(key), nbytes=len(value))
         except ValueError as e:
             raise OSError(f"{self.file(key)}: {str(e)[:400]}") from None
         return bool(stamp.generation)
@@ -344,7 +350,7 @@ class UrlStore(Store):
         else:
             rng = ts.KvStore.KeyRange()
         try:
-            self.kvstore().delete_range(rng).result()
+            wait(self.kvstore().delete_range(rng), self.display)
         except ValueError as e:
             raise OSError(f"{self.display}: {str(e)[:400]}") from None
 
