@@ -143,3 +143,31 @@ def test_the_cli_refuses_a_timeout_that_is_no_positive_number(tmp_path, monkeypa
     assert main(["ls", str(tmp_path), "--timeout", "0"]) == 2
     monkeypatch.setenv(deadline.ENV, "never")
     assert main(["ls", str(tmp_path)]) == 2
+
+
+@pytest.mark.skipif(not HAVE_TENSORSTORE, reason="needs tensorstore: the engine under test")
+@pytest.mark.parametrize("backend", ["tensorstore", "python"])
+def test_array_reads_wait_within_the_deadline_on_both_engines(backend, monkeypatch):
+    """Both engines' reads of a store's arrays go through `deadline.wait`, with the bytes of
+    what they read as its allowance (here a checkpoint in tensorstore's ``memory://`` store)."""
+    import numpy as np
+
+    import ockpt as library
+    from ockpt.store import as_store
+
+    store = as_store(f"memory://deadline/{backend}")
+    tree = {"w": np.arange(1 << 16, dtype=np.float32), "b": np.ones(3, np.int8)}
+    library.save_pytree(store, tree)
+    waited: list[tuple[str, int]] = []
+    real = deadline.wait
+
+    def spy(future, shown, *, nbytes=0):  # type: ignore[no-untyped-def]
+        waited.append((shown, nbytes))
+        return real(future, shown, nbytes=nbytes)
+
+    monkeypatch.setattr(deadline, "wait", spy)
+    got = library.load_pytree(store, backend=backend)
+    assert np.array_equal(got["w"], tree["w"]) and np.array_equal(got["b"], tree["b"])
+    assert waited and all(shown.startswith("memory://deadline/") for shown, _ in waited)
+    if backend == "tensorstore":  # one read per array, allowed its bytes
+        assert (1 << 18) in {n for _, n in waited} and 3 in {n for _, n in waited}

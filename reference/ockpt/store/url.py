@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import FormatError, NotACheckpointError, UnsupportedError
 from ..limits import current as limits_in_force
 from ..names import COMMIT_FILE
+from . import deadline
 from .base import (
     Capabilities,
     Listing,
@@ -26,7 +27,6 @@ from .base import (
     refuse_existing,
     write_markers,
 )
-from .deadline import wait
 from .inflight import InFlight
 
 if TYPE_CHECKING:
@@ -170,7 +170,7 @@ class UrlStore(Store):
             ts = import_tensorstore()
             try:
                 opening = ts.KvStore.open(self.spec, context=self.tensorstore_context())
-                self._store = wait(opening, self.display)
+                self._store = deadline.wait(opening, self.display)
             except ValueError as e:
                 raise OSError(f"{self.display}: {str(e)[:400]}") from None
         return self._store
@@ -185,7 +185,7 @@ class UrlStore(Store):
         nbytes -= 0 if byte_range is None or byte_range.start is None else byte_range.start
         try:
             reading = self.kvstore().read(key, byte_range=byte_range)
-            result = wait(reading, self.file(key), nbytes=nbytes)
+            result = deadline.wait(reading, self.file(key), nbytes=nbytes)
         except ValueError as e:
             if "OUT_OF_RANGE" in str(e):
                 return _PAST_END
@@ -240,7 +240,7 @@ class UrlStore(Store):
         out: list[bytes | None] = []
         for (key, offset, length), future in zip(requests, futures, strict=True):
             try:
-                result = wait(future, self.file(key), nbytes=length)
+                result = deadline.wait(future, self.file(key), nbytes=length)
             except ValueError as e:
                 if "OUT_OF_RANGE" in str(e):
                     out.append(self._short(key, offset))
@@ -264,8 +264,8 @@ class UrlStore(Store):
                 p = prefix.encode("utf-8", "surrogateescape")
                 end = _successor(p)
                 rng = ts.KvStore.KeyRange(inclusive_min=p, exclusive_max=end)
-                return wait(self.kvstore().list(rng), self.display)
-            return wait(self.kvstore().list(), self.display)
+                return deadline.wait(self.kvstore().list(rng), self.display)
+            return deadline.wait(self.kvstore().list(), self.display)
         except ValueError as e:
             raise OSError(f"{self.display}: {str(e)[:400]}") from None
 
@@ -301,7 +301,7 @@ class UrlStore(Store):
         """Wait for a write of `nbytes`; a store's failure, or no answer in time, is an
         OSError naming what was written."""
         try:
-            wait(future, shown, nbytes=nbytes)
+            deadline.wait(future, shown, nbytes=nbytes)
         except ValueError as e:
             raise OSError(f"{shown}: {str(e)[:400]}") from None
 
@@ -334,7 +334,7 @@ class UrlStore(Store):
             return super().create(key, value)
         try:
             writing = self.kvstore().write(key, value, if_equal=_NO_VALUE)
-            stamp = wait(writing, self.file(key), nbytes=len(value))
+            stamp = deadline.wait(writing, self.file(key), nbytes=len(value))
         except ValueError as e:
             raise OSError(f"{self.file(key)}: {str(e)[:400]}") from None
         return bool(stamp.generation)
@@ -350,7 +350,7 @@ class UrlStore(Store):
         else:
             rng = ts.KvStore.KeyRange()
         try:
-            wait(self.kvstore().delete_range(rng), self.display)
+            deadline.wait(self.kvstore().delete_range(rng), self.display)
         except ValueError as e:
             raise OSError(f"{self.display}: {str(e)[:400]}") from None
 

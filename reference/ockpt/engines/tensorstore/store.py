@@ -42,7 +42,7 @@ from ...layout import ItemFormat, Storage
 from ...limits import check_allocation
 from ...names import ZARR2_METADATA, ZARR3_METADATA
 from ...paths import array_prefix
-from ...store import Store
+from ...store import Store, deadline
 from ...store import url as store_url
 from ...zarr._common import check_extent
 from ..contract import (
@@ -217,11 +217,22 @@ class _Checked:
 
     def result(self) -> Any:
         try:
-            return self._future.result()
+            return _wait(self._future, self._array, self._box)
         except OckptError:
             raise
         except ValueError as e:
             raise _read_error(self._array, self._box, e) from None
+
+
+def _wait(future: Any, array: Any, box: Sequence[tuple[int, int]]) -> Any:
+    """The result of a read of region `box` of `array`: a tensorstore read waited for within
+    the request deadline (`store.deadline`, allowing for the region's bytes); ockpt's own
+    futures (a split or staged read) compute when asked."""
+    ts = sys.modules.get("tensorstore")
+    if ts is None or not isinstance(future, ts.Future):
+        return future.result()
+    shape = [b - a for a, b in box] if box else list(array.shape)
+    return deadline.wait(future, array.file, nbytes=math.prod(shape) * array.dtype.itemsize)
 
 
 def _read_error(array: Any, part: Any, e: BaseException) -> OckptError:
