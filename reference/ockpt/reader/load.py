@@ -519,42 +519,21 @@ def load_item(
     if cast not in CAST_POLICIES:
         raise ValueError(f"cast must be one of {CAST_POLICIES}, got {cast!r}")
     with applied(item.limits):
-        return _load(
+        planner = _Planner(item, partial=partial)
+        saved = node_at(item.tree, at)
+        if target is None:
+            build = planner.as_saved(saved)
+        else:
+            build = planner.plan(target, saved, at)
+            _check_structure(planner, item)
+        results = _Loader(
             item,
-            target,
-            partial=partial,
+            planner.jobs,
             cast=cast,
             pad_or_truncate=pad_or_truncate,
             max_in_flight=max_in_flight,
-            at=at,
-        )
-
-
-def _load(
-    item: OpenedItem,
-    target: Any,
-    *,
-    partial: bool,
-    cast: str,
-    pad_or_truncate: bool,
-    max_in_flight: int,
-    at: tuple[str, ...],
-) -> Any:
-    planner = _Planner(item, partial=partial)
-    saved = node_at(item.tree, at)
-    if target is None:
-        build = planner.as_saved(saved)
-    else:
-        build = planner.plan(target, saved, at)
-        _check_structure(planner, item)
-    results = _Loader(
-        item,
-        planner.jobs,
-        cast=cast,
-        pad_or_truncate=pad_or_truncate,
-        max_in_flight=max_in_flight,
-    ).run()
-    return build(results)
+        ).run()
+        return build(results)
 
 
 def load_pytree(
