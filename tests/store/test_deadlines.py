@@ -135,6 +135,8 @@ def test_the_deadline_is_a_positive_number_and_grows_with_the_payload(monkeypatc
     with pytest.raises(TimeoutError, match="gs://b/x: no answer within 6 s"):
         deadline.wait(never, "gs://b/x", nbytes=4 << 20)  # 2 s + 1 s per MiB
     assert never.waited == 6 and never.cancelled
+    with pytest.raises(TimeoutError, match="no answer within 2 s"):  # never below the base
+        deadline.wait(Never(), "gs://b/x", nbytes=-5)
 
 
 def test_the_cli_refuses_a_timeout_that_is_no_positive_number(tmp_path, monkeypatch):
@@ -171,3 +173,25 @@ def test_array_reads_wait_within_the_deadline_on_both_engines(backend, monkeypat
     assert waited and all(shown.startswith("memory://deadline/") for shown, _ in waited)
     if backend == "tensorstore":  # one read per array, allowed its bytes
         assert (1 << 18) in {n for _, n in waited} and 3 in {n for _, n in waited}
+
+
+@pytest.mark.skipif(not HAVE_TENSORSTORE, reason="needs tensorstore: the store under test")
+def test_a_read_to_the_end_of_an_object_gets_the_whole_base_deadline(monkeypatch):
+    """A range to the end of an object (``slice(offset, None)``: a short read) carries no
+    known size: its deadline is the base one, never less (a negative allowance once made a
+    read give up at once)."""
+    from ockpt.store import as_store
+
+    store = as_store("memory://deadline/short")
+    store.set("x", b"0123456789")
+    waited: list[int] = []
+    real = deadline.wait
+
+    def spy(future, shown, *, nbytes=0):  # type: ignore[no-untyped-def]
+        waited.append(nbytes)
+        return real(future, shown, nbytes=nbytes)
+
+    monkeypatch.setattr(deadline, "wait", spy)
+    assert store.get_range("x", 6, 100) == b"6789"  # past the end: read again to the end
+    assert store.get_range("x", 2, 3) == b"234"
+    assert min(waited) >= 0 and 3 in waited

@@ -62,7 +62,7 @@ def timeout(seconds: float) -> Iterator[float]:
 def wait(future: Any, shown: str, *, nbytes: int = 0) -> Any:
     """The result of the tensorstore `future` of a request about `shown` (a URL) carrying
     `nbytes`; past its deadline the request is cancelled and `TimeoutError` raised."""
-    limit = request_timeout() + nbytes / _ALLOWED_RATE
+    limit = request_timeout() + max(nbytes, 0) / _ALLOWED_RATE
     try:
         return future.result(timeout=limit)
     except TimeoutError:

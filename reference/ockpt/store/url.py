@@ -181,8 +181,10 @@ class UrlStore(Store):
         """One read of an object: its bytes (of `byte_range`), None when it is absent,
         `_PAST_END` when the range reaches past its end. A store's failure is an OSError
         naming the key."""
-        nbytes = 0 if byte_range is None or byte_range.stop is None else byte_range.stop
-        nbytes -= 0 if byte_range is None or byte_range.start is None else byte_range.start
+        # the bytes asked for, when the range says (a range to the end: none known)
+        nbytes = 0
+        if byte_range is not None and byte_range.stop is not None:
+            nbytes = byte_range.stop - (byte_range.start or 0)
         try:
             reading = self.kvstore().read(key, byte_range=byte_range)
             result = deadline.wait(reading, self.file(key), nbytes=nbytes)
