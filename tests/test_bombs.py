@@ -33,7 +33,7 @@ from conftest import FIXTURES, HAVE_TENSORSTORE, flat_leaves
 from ockpt import bytecodecs
 from ockpt.documents import _json
 from ockpt.errors import DocumentError, OcdbtError
-from ockpt.limits import LIMITS
+from ockpt.limits import LIMITS, Limits, applied
 from ockpt.ocdbt import format as fmt
 from ockpt.ocdbt.tree import Database
 
@@ -146,6 +146,156 @@ def test_bracket_bomb_metadata_is_refused_in_bounded_memory(tmp_path):
     results = _run(root, entries, as_bytes=2 << 30)
     # the file, its text and the interpreter: about 2 x 100 MB and what ockpt imports
     _assert_refused(results, "JSON-003", peak_mb=700)
+
+
+# ---------------------------------------------------------------------------------------------
+# Wide documents (issue 32 item 1): breadth, not depth. A parse builds a Python object for every
+# value; what a document may hold is bounded by `max_json_values` (JSON-003), counted before
+# the parse: at C speed when the whole text is within it, else outside strings (`_values`).
+
+
+def _reference_values(text: str, start: int = 0, *, whole: bool) -> tuple[int, int]:
+    """`_json._values` one character at a time: the oracle."""
+    if not whole and text[start] not in "[{":
+        return start, 1
+    count, depth, in_string, escaped = 1, 0, False, False
+    for i in range(start, len(text)):
+        c = text[i]
+        if in_string:
+            if escaped:
+                escaped = False
+            elif c == "\\":
+                escaped = True
+            elif c == '"':
+                in_string = False
+        elif c == '"':
+            in_string = True
+        elif c in "[{":
+            count, depth = count + 1, depth + 1
+        elif c in "]}":
+            depth -= 1
+            if not whole and depth == 0:
+                return i + 1, count
+        elif c in ",:":
+            count += 1
+    return len(text), count
+
+
+def test_the_value_count_follows_its_rule_for_every_window(monkeypatch):
+    """Strings holding separators, brackets, escaped quotes and runs of backslashes, ASCII and
+    not, across window boundaries: the same count and end as the oracle."""
+    rng = random.Random(32)
+
+    def value(depth: int) -> object:
+        r = rng.random()
+        if depth > 4 or r < 0.3:
+            return rng.choice([1, "a,b", 'x\\"[', "é:{", None, "\\\\", True, "]]"])
+        if r < 0.65:
+            return [value(depth + 1) for _ in range(rng.randint(0, 4))]
+        return {rng.choice(["k", "q,", '"]']): value(depth + 1) for _ in range(rng.randint(0, 3))}
+
+    for window in (1, 2, 3, 7, 64, 1 << 20):
+        monkeypatch.setattr(_json, "_SCAN_WINDOW", window)
+        for _ in range(60):
+            pad = " " * rng.randint(0, 3)
+            text = pad + json.dumps(value(0), ensure_ascii=rng.random() < 0.5) + " "
+            got = _json._values(text, len(pad), whole=False)
+            assert got == _reference_values(text, len(pad), whole=False), (window, text)
+            assert _json._values(text, whole=True) == _reference_values(text, whole=True)
+            assert _json._values(text, whole=True)[1] <= _json._quick_values(text)
+
+
+def _wide(n: int, *, entries: int = 0) -> bytes:
+    """A `_METADATA` with `entries` plain tree entries and a member "x" of `n` empty lists."""
+    tree = ", ".join(
+        f'"(\'k{i}\',)": {{"key_metadata": [{{"key": "k{i}", "key_type": 2}}], '
+        '"value_metadata": {"value_type": "scalar", "skip_deserialize": false}}'
+        for i in range(entries)
+    )
+    return b'{"tree_metadata": {' + tree.encode() + b'}, "x": [' + b"[]," * n + b"[]]}"
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["whole", "streamed"])
+def test_a_wide_member_is_refused_before_it_is_built(streamed, monkeypatch):
+    """The attack: a `_METADATA` whose unknown member holds thousands of empty lists. Refused
+    (JSON-003, naming the file and the count) before `json` builds it, by the whole parse (the
+    whole document counts) and by the streamed parse of a large document (the members it keeps
+    count; the tree's entries one at a time); at exactly the limit it is read."""
+    monkeypatch.setattr(_json, "_STREAM_ABOVE", 0 if streamed else 1 << 30)
+    data = _wide(5_000, entries=3)
+    text = data.decode()
+    x = text.index('"x"') + 5
+    whole = _json._values(text, whole=True)[1]
+    count = _json._values(text, x, whole=False)[1] if streamed else whole
+    built: list[int] = []
+    real = _json._DECODER.raw_decode
+
+    class Spy:  # what the streamed parse decodes
+        def raw_decode(self, text, at):  # type: ignore[no-untyped-def]
+            built.append(at)
+            return real(text, at)
+
+    monkeypatch.setattr(_json, "_DECODER", Spy())
+    tree = {"tree_metadata": lambda key, value: key}
+    with applied(Limits(max_json_values=count)):
+        got = _json.parse_json(data, file="m", streamed=tree)
+    assert len(got["tree_metadata"]) == 3 and len(got["x"]) == 5_001
+    built.clear()
+    with applied(Limits(max_json_values=count - 1)), pytest.raises(DocumentError) as e:
+        _json.parse_json(data, file="m", streamed=tree)
+    assert (e.value.rule, e.value.file, e.value.got) == ("JSON-003", "m", count)
+    assert e.value.expected == f"<= {count - 1} values and member names"
+    assert x not in built  # refused, never decoded
+
+
+def test_metadata_documents_are_bounded_on_every_path():
+    """`MetadataDocument.from_bytes` (its plain fast path, the streamed and the whole parse)
+    refuses the wide document under a low limit and reads it under the default."""
+    from ockpt.documents import MetadataDocument
+
+    for data in (_wide(2_000, entries=2), _wide(2_000, entries=2).replace(b": ", b":")):
+        assert len(MetadataDocument.from_bytes(data, file="m").extra["x"]) == 2_001
+        with applied(Limits(max_json_values=1_000)), pytest.raises(DocumentError) as e:
+            MetadataDocument.from_bytes(data, file="m")
+        assert e.value.rule == "JSON-003"
+
+
+def test_a_wide_tree_entry_is_refused_before_it_is_built(monkeypatch):
+    """One entry of a streamed tree_metadata holding the bomb: counted before it is decoded."""
+    from ockpt.documents import MetadataDocument
+
+    monkeypatch.setattr(_json, "_STREAM_ABOVE", 0)
+    data = b'{"tree_metadata": {"(\'k\',)": [' + b"[]," * 5_000 + b"[]]}}"
+    with applied(Limits(max_json_values=9_000)), pytest.raises(DocumentError) as e:
+        MetadataDocument.from_bytes(data, file="m")
+    assert e.value.rule == "JSON-003" and e.value.got > 9_000
+
+
+def test_commas_inside_strings_do_not_count(monkeypatch):
+    """The C-speed bound counts separators inside strings; past the limit the count outside
+    strings decides, so a document of long strings full of commas is read."""
+    text = json.dumps(["," * 5_000, ":[{" * 1_000])
+    assert _json._quick_values(text) > 8_000 and _json._values(text, whole=True)[1] == 3
+    with applied(Limits(max_json_values=3)):
+        assert _json.parse_json(text, file="s") == json.loads(text)
+    with applied(Limits(max_json_values=2)), pytest.raises(DocumentError, match="JSON-003"):
+        _json.parse_json(text, file="s")
+
+
+def test_wide_metadata_bomb_is_refused_in_bounded_memory(tmp_path):
+    """The issue's document at a fifth of its size, default limits: 51 MB of ``[],`` in an
+    unknown member of a real checkpoint's `_METADATA` (17M values; the 250 MB one took 84 s
+    and 6.3 GB, then succeeded). Every entry point refuses it with JSON-003, in bounded memory
+    and time."""
+    root = tmp_path / "item"
+    shutil.copytree(OCDBT / "checkpoint", root)
+    doc = json.loads((root / "_METADATA").read_bytes())
+    head = json.dumps(doc)[:-1].encode()
+    n = 17_000_000  # counted twice each ("[" and ","): just past the default 2^25
+    (root / "_METADATA").write_bytes(head + b', "x": [' + b"[]," * n + b"[]]}")
+    entries = ["pytree_metadata", "validate", "cli:tree"]
+    results = _run(root, entries, as_bytes=3 << 30)
+    _assert_refused(results, "JSON-003", peak_mb=900)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -39,7 +39,7 @@ _ALL: dict[str, Rule] = {
             "a JSON document must be well-formed UTF-8 JSON without NaN/Infinity",
         ),
         ("JSON-002", "error", "a JSON document must not repeat a key within one object"),
-        ("JSON-003", "error", "a JSON document must respect the size and nesting limits"),
+        ("JSON-003", "error", "a JSON document must respect the size, nesting and value limits"),
         ("JSON-004", "error", "a field must have the type the spec gives it"),
         ("JSON-005", "error", "a required field must be present"),
         ("META-001", "error", "_METADATA must hold a tree_metadata object"),

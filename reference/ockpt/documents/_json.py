@@ -144,6 +144,120 @@ def _bracket_depth(doc: str | bytes, *, stop: int | None = None) -> int:
     return max(deepest, open_deepest) if in_string else deepest
 
 
+class _TooManyValues(Exception):
+    def __init__(self, count: int, limit: int, *, exact: bool = True) -> None:
+        self.count: int | str = count if exact else f"at least {count}"
+        self.limit = limit
+
+
+#: What each ASCII character is to the value count: 1 an opening bracket, 2 a closing one, 3 a
+#: separator (comma, colon), 4 a quote, 5 a backslash, 0 anything else (any other character).
+_KIND = np.zeros(256, dtype=np.int8)
+_KIND[[ord("["), ord("{")]] = 1
+_KIND[[ord("]"), ord("}")]] = 2
+_KIND[[ord(","), ord(":")]] = 3
+_KIND[ord('"')] = 4
+_KIND[ord("\\")] = 5
+
+
+def _quick_values(text: str, start: int = 0, end: int | None = None) -> int:
+    """An upper bound on the values and member names of the JSON text ``text[start:end]``
+    (`_values`), counted at C speed with the characters inside strings."""
+    stop = len(text) if end is None else end
+    return 1 + sum(text.count(c, start, stop) for c in ",:[{")
+
+
+def _values(text: str, start: int = 0, *, whole: bool, stop: int | None = None) -> tuple[int, int]:
+    """(end, count) of the JSON value at `text[start]`: count is one plus its commas, colons
+    and opening brackets outside strings, which bounds its values and member names (every
+    element after a container's first follows a comma, every member name precedes a colon,
+    every container opens with a bracket). With `whole`, the text is read to its end;
+    otherwise up to the end of the container opening at `start` (a scalar counts 1). With
+    `stop`, the count is given as soon as a window takes it past `stop` (the end then is -1).
+
+    Read in windows with numpy, as `_bracket_depth` does (4 Ki characters first, doubling up
+    to `_SCAN_WINDOW`, so that a small value costs little): the nesting depth, whether a
+    string is open and the run of backslashes at a window's end carry over, so memory does
+    not grow with the text."""
+    if not whole and not text.startswith(("[", "{"), start):
+        return start, 1
+    count, depth, in_string, run = 1, 0, False, 0
+    at, size = start, min(_SCAN_WINDOW, 1 << 12)  # small first: most values are
+    while at < len(text):
+        piece = text[at : at + size]
+        if piece.isascii():
+            kinds = _KIND[np.frombuffer(piece.encode("ascii"), dtype=np.uint8)]
+        else:
+            codes = np.frombuffer(piece.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+            kinds = _KIND[np.where(codes < 128, codes, 0)]
+        n = len(kinds)
+        idx = np.arange(n, dtype=np.int32)
+        slash = kinds == 5
+        last_other = np.maximum.accumulate(np.where(slash, -1, idx))
+        before = np.concatenate(([-1], last_other[:-1]))  # last non-backslash before each
+        run_before = np.where(before >= 0, idx - 1 - before, idx + run)
+        quotes = (kinds == 4) & (run_before % 2 == 0)
+        opened = np.cumsum(quotes, dtype=np.int32) - quotes  # quotes before each character
+        outside = (opened % 2 == 1) == in_string
+        opens = (kinds == 1) & outside
+        counted = opens | ((kinds == 3) & outside)
+        if not whole:
+            steps = opens.astype(np.int32) - ((kinds == 2) & outside)
+            levels = np.cumsum(steps, dtype=np.int64) + depth
+            closed = np.flatnonzero(levels == 0)
+            if len(closed):
+                last = int(closed[0])
+                return at + last + 1, count + int(np.count_nonzero(counted[: last + 1]))
+            depth = int(levels[-1])
+        count += int(np.count_nonzero(counted))
+        if stop is not None and count > stop and at + n < len(text):  # more to read
+            return -1, count
+        in_string ^= bool(np.count_nonzero(quotes) % 2)
+        run = n - 1 - int(last_other[-1]) if last_other[-1] >= 0 else n + run
+        at, size = at + n, min(2 * size, _SCAN_WINDOW)
+    return len(text), count
+
+
+class _Budget:
+    """The values and member names a streamed parse of `text` holds at once, within `limit`:
+    the members it keeps, and the value it is decoding. Nothing is counted while the whole
+    text is within the limit (`_quick_values`); past it, each value is counted before it is
+    decoded (`_values`), and `_TooManyValues` raised before a parse would exceed it."""
+
+    def __init__(self, text: str, limit: int) -> None:
+        self.text, self.limit = text, limit
+        self.total = _quick_values(text)
+        self.pos = self.before = self.held = 0
+
+    def check(self, start: int) -> None:
+        """Refuse the value at `start` if holding it would exceed the limit."""
+        if self.total <= self.limit:
+            return
+        self.before += _quick_values(self.text, self.pos, start) - 1  # bound of text[:start]
+        self.pos = start
+        if self.held + self.total - self.before <= self.limit:
+            return  # all that follows fits
+        end, count = _values(self.text, start, whole=False, stop=self.limit - self.held)
+        if self.held + count > self.limit:
+            raise _TooManyValues(self.held + count, self.limit, exact=end >= 0)
+
+    def hold(self, start: int, end: int) -> None:
+        """Count the kept value of ``text[start:end]`` as held."""
+        self.held += _quick_values(self.text, start, end)
+        if self.held > self.limit:
+            raise _TooManyValues(self.held, self.limit)
+
+
+def _check_values(text: str, limit: int) -> None:
+    """Refuse (`_TooManyValues`) a document whose values and member names (`_values`) exceed
+    `limit`, before it is parsed: a parse builds a Python object for each."""
+    if _quick_values(text) <= limit:
+        return
+    end, count = _values(text, whole=True, stop=limit)
+    if count > limit:
+        raise _TooManyValues(count, limit, exact=end >= 0)
+
+
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
@@ -215,10 +329,11 @@ def _object_members(text: str, idx: int) -> Generator[tuple[str, int], int, int]
 
 
 def _parse_streamed(
-    text: str, streamed: Mapping[str, Callable[[str, Any], Any]]
+    text: str, streamed: Mapping[str, Callable[[str, Any], Any]], limit: int
 ) -> tuple[Any, Exception | None]:
     """Parse the object document `text`; each value of a top-level member named in `streamed`
-    (when that member is an object) goes through its function as soon as it is parsed.
+    (when that member is an object) goes through its function as soon as it is parsed. The
+    members kept and the value being parsed hold at most `limit` values (`_Budget`).
 
     Returns the value and the first error a function raised: after one, the parse goes on
     without calling any, so that a fault of the JSON itself is still reported first."""
@@ -229,6 +344,7 @@ def _parse_streamed(
                           parse_float=_finite_float), None  # fmt: skip
     out: dict[str, Any] = {}
     held: Exception | None = None
+    budget = _Budget(text, limit)
     members = _object_members(text, idx)
     try:
         key, at = next(members)
@@ -240,6 +356,7 @@ def _parse_streamed(
                 try:
                     name, start = next(inner)
                     while True:
+                        budget.check(start)
                         raw, end = _DECODER.raw_decode(text, start)
                         if held is None:
                             try:
@@ -251,7 +368,9 @@ def _parse_streamed(
                 except StopIteration as stop:
                     end = stop.value
             else:
+                budget.check(at)
                 value, end = _DECODER.raw_decode(text, at)
+                budget.hold(at, end)
             out[key] = value
             key, at = members.send(end)
     except StopIteration as stop:
@@ -335,8 +454,9 @@ def parse_json(
         # values nest one deeper than their container; the scan holds a few windows
         deep = _bracket_depth(raw, stop=limits.max_depth) + 1 > limits.max_depth
         if streamed and not deep and len(raw) > _STREAM_ABOVE:  # else checked whole, below
-            value, held = _parse_streamed(text, streamed)
+            value, held = _parse_streamed(text, streamed, limits.max_json_values)
         else:
+            _check_values(text, limits.max_json_values)
             value = json.loads(
                 text,
                 object_pairs_hook=_pairs,
@@ -348,6 +468,15 @@ def parse_json(
     except _DuplicateKey as e:
         raise DocumentError(
             f"duplicate key {e.key!r}", rule="JSON-002", file=file, pointer=pointer
+        ) from None
+    except _TooManyValues as e:
+        raise DocumentError(
+            "more values than a reader builds for one document",
+            rule="JSON-003",
+            file=file,
+            pointer=pointer,
+            expected=f"<= {e.limit} values and member names",
+            got=e.count,
         ) from None
     except UnicodeDecodeError as e:
         raise DocumentError(
