@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 import subprocess
 import sys
 import tracemalloc
@@ -651,3 +652,22 @@ def test_a_tensor_named_as_the_safetensors_metadata_is_refused_before_writing(tm
             convert(str(tmp_path / "c"), str(tmp_path / out), progress=False, **kw)
         assert "'__metadata__'" in str(e.value)
         assert not (tmp_path / out).exists()
+
+
+def test_a_safetensors_header_is_parsed_within_the_json_bounds(tmp_path):
+    """A crafted `.safetensors` input whose header nests 100,000 levels (Python's `json` raised
+    RecursionError) or holds more values than the limit: refused with JSON-003 naming the
+    file, by `open_source` and by `ockpt convert` (exit 1, no traceback)."""
+    deep = tmp_path / "deep.safetensors"
+    header = b"[" * 100_000 + b"]" * 100_000
+    deep.write_bytes(struct.pack("<Q", len(header)) + header)
+    wide = tmp_path / "wide.safetensors"
+    header = b'{"x": [' + b"0," * 5_000 + b"0]}"
+    wide.write_bytes(struct.pack("<Q", len(header)) + header)
+    for path, limits in ((deep, None), (wide, Limits(max_json_values=1_000))):
+        with applied(limits), pytest.raises(ockpt.FormatError) as e:
+            open_source(str(path))
+        assert e.value.rule == "JSON-003" and e.value.file == str(path)
+    from ockpt.cli import main
+
+    assert main(["convert", str(deep), str(tmp_path / "out"), "--no-progress"]) == 1

@@ -83,6 +83,7 @@ import numpy as np
 
 from . import dtypes
 from .convert_rules import Rules
+from .documents._json import parse_json
 from .errors import OckptError, UnsupportedError, WriteConflictError
 from .limits import current as limits_in_force
 from .paths import leaf_name, nest, select_paths
@@ -572,8 +573,8 @@ def _read_config(config: str) -> bytes:
     except (FileNotFoundError, NotADirectoryError):
         raise ValueError(f"config file {config}: no such file") from None
     try:
-        ok = isinstance(json.loads(data), dict)
-    except ValueError:
+        ok = isinstance(parse_json(data, file=config), dict)
+    except ValueError:  # DocumentError: not JSON, or beyond its bounds
         ok = False
     if not ok:
         raise ValueError(f"config file {config}: not a JSON object")

@@ -37,7 +37,6 @@ unknown dtype, bad axes or an unknown JSON key is a `ValueError` naming the rule
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -45,6 +44,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import dtypes
+from .documents._json import parse_json
+from .errors import DocumentError
 from .limits import current as limits_in_force
 from .store.files import read_file
 
@@ -196,9 +197,9 @@ def load_rules_file(path: str) -> Rules:
     "dtype" (module docstring). Unknown keys are refused, so a typo cannot drop rules."""
     text = read_file(path, limit=limits_in_force().max_json_bytes, rule="JSON-003")
     try:
-        doc = json.loads(text)
-    except ValueError as e:
-        raise ValueError(f"{path}: not JSON: {e}") from None
+        doc = parse_json(text, file=path)  # bounded in size, depth and values
+    except DocumentError as e:
+        raise ValueError(f"{path}: not JSON: {e.message}") from None
     if not isinstance(doc, dict) or set(doc) - set(_KEYS):
         raise ValueError(f"{path}: expected an object with the lists {', '.join(_KEYS)}")
     lists: dict[str, Sequence[object]] = {}

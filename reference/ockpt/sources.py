@@ -18,7 +18,6 @@ bytes to) and within the limits' `max_array_bytes`, so no extraction or mapping 
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import struct
@@ -31,6 +30,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from . import dtypes
+from .documents._json import parse_json
 from .errors import FormatError, NotACheckpointError, UnsupportedError
 from .limits import current as limits_in_force
 from .names import CHECKPOINT_METADATA_FILE
@@ -219,7 +219,7 @@ def _read_header(path: str) -> tuple[int, dict[str, Any]]:
                 rule="JSON-003",
                 file=path,
             )
-        return 8 + n, json.loads(f.read(n))
+        return 8 + n, parse_json(f.read(n), file=path)
 
 
 def _index_files(path: str) -> set[str]:
@@ -227,10 +227,7 @@ def _index_files(path: str) -> set[str]:
     name in the index's own folder (no ``/``, ``\\``, ``..`` or NUL), so a crafted index
     cannot pull in other safetensors files on the disk."""
     data = read_file(path, limit=limits_in_force().max_json_bytes, rule="JSON-003")
-    try:
-        index = json.loads(data)
-    except ValueError as e:  # not UTF-8 or not JSON
-        raise FormatError(f"not a JSON document: {e}", file=path) from None
+    index = parse_json(data, file=path)  # bounded in size, depth and values (JSON-00x)
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict):
         raise FormatError("no weight_map object", file=path, pointer="/weight_map")
