@@ -957,3 +957,29 @@ def test_fuzz_structured(tree):
     except (ValueError, OverflowError, TypeError):
         return
     _decode_or_msgpack_error(data)
+
+
+def test_msgpack_001_values_a_decode_builds_are_bounded():
+    """A decode builds a Python object for every value and map key: at most the limits'
+    `max_json_values` of them (issue 32 item 1). Counted as one for the top-level value, the
+    length of every array and twice that of every map; an array or map declaring more is
+    refused before it is built."""
+    from ockpt.limits import Limits, applied
+
+    data = msgpack.packb({"a": [1, [2, 3], {"b": None}]})  # 1 + 2 + 3 + 2 + 2 values
+    with applied(Limits(max_json_values=10)):
+        assert decode_checkpoint(data) == {"a": [1, [2, 3], {"b": None}]}
+    with applied(Limits(max_json_values=9)), pytest.raises(MsgpackError) as e:
+        decode_checkpoint(data)
+    assert e.value.rule == "MSGPACK-001" and e.value.expected == "<= 9 values and map keys"
+    # many small containers: refused once their count passes the limit, not after the decode
+    wide = msgpack.packb({"x": [[0] * 10 for _ in range(1_000)]})
+    with applied(Limits(max_json_values=500)), pytest.raises(MsgpackError) as e:
+        decode_checkpoint(wide)
+    assert e.value.rule == "MSGPACK-001"
+    # one array declaring more elements than the limit: refused from its header
+    long = b"\x81\xa1x\xdd" + (3_000_000).to_bytes(4, "big") + b"\xc0" * 3_000_000
+    with applied(Limits(max_json_values=1_000_000)), pytest.raises(MsgpackError) as e:
+        decode_checkpoint(long)
+    assert e.value.rule == "MSGPACK-001"
+    assert len(decode_checkpoint(long)["x"]) == 3_000_000  # within the default

@@ -42,7 +42,8 @@ class Limits:
     #: Values and member names one JSON document holds at once, counted as its commas, colons
     #: and opening brackets outside strings, plus one (a parse builds an object for each: at
     #: most about 2.5 GiB). The entries of a streamed `_METADATA` tree_metadata count one at a
-    #: time. A 1M-leaf `array_metadatas` file holds about 15M. JSON-003
+    #: time. A 1M-leaf `array_metadatas` file holds about 15M. The same bound holds the
+    #: values and map keys of the msgpack ``checkpoint`` file. JSON-003, MSGPACK-001
     max_json_values: int = 1 << 25
     #: Nesting depth of JSON values, msgpack containers, key paths (LIMIT-004) and
     #: OCDBT trees. JSON-003, MSGPACK-005

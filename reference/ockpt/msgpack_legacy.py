@@ -117,16 +117,36 @@ class _Ext:
         self.data = data
 
 
+class _TooManyValues(Exception):
+    """Raised by a `_Ctx` hook inside the unpacker; `_unpack` names the file and rule."""
+
+
 class _Ctx:
     """Per-call state: the file name for errors and the limits in force (``max_msgpack_bytes``,
     ``max_depth``: nesting of maps, arrays and tuples, the top-level value at depth 0, and
     ``max_ndim``: dimensions of one array)."""
 
-    __slots__ = ("file", "limits")
+    __slots__ = ("file", "limits", "values")
 
     def __init__(self, file: str) -> None:
         self.file = file
         self.limits: Limits = limits_in_force()
+        self.values = 1  # values and map keys built so far (the top-level value counts one)
+
+    def count(self, n: int) -> None:
+        """`n` more values built; past the limits' `max_json_values` the file is refused
+        (MSGPACK-001): a decode builds a Python object for each."""
+        self.values += n
+        if self.values > self.limits.max_json_values:
+            raise _TooManyValues
+
+    def counted_list(self, items: list) -> list:
+        self.count(len(items))
+        return items
+
+    def counted_pairs(self, pairs: list) -> _Pairs:
+        self.count(2 * len(pairs))
+        return _Pairs(pairs)
 
     def error(self, rule: str, message: str, pointer: str | None, **kw: Any) -> MsgpackError:
         return MsgpackError(message, rule=rule, file=self.file, pointer=pointer, **kw)
@@ -145,21 +165,25 @@ def _unpack(ctx: _Ctx, data: bytes, path: tuple[str, ...] | None, *, what: str) 
     malformed payloads break MSGPACK-009.
     """
     n = len(data)
+    most = min(n, ctx.limits.max_json_values)  # a longer array or map is refused unbuilt
     try:
         return msgpack.unpackb(
             data,
             raw=False,
             use_list=True,
             strict_map_key=False,
-            object_pairs_hook=_Pairs,
+            list_hook=ctx.counted_list,
+            object_pairs_hook=ctx.counted_pairs,
             ext_hook=_Ext,
             timestamp=0,
             max_str_len=n,
             max_bin_len=n,
-            max_array_len=n,
-            max_map_len=n,
+            max_array_len=most,
+            max_map_len=most,
             max_ext_len=n,
         )
+    except _TooManyValues:
+        raise _too_many_values(ctx, path, what) from None
     except msgpack.ExtraData as e:
         offset = n - len(e.extra)
         if path is None:
@@ -202,7 +226,10 @@ def _unpack(ctx: _Ctx, data: bytes, path: tuple[str, ...] | None, *, what: str) 
         ) from None
     except ValueError as e:
         # "exceeds max_*_len": a length header larger than the whole input (the limits are set
-        # to len(data)), so the value cannot be complete either.
+        # to len(data)), so the value cannot be complete either; or an array or map longer
+        # than the values a reader builds (`most`, when that is less)
+        if most < n and ("exceeds max_array_len" in str(e) or "exceeds max_map_len" in str(e)):
+            raise _too_many_values(ctx, path, what) from None
         if "incomplete" in str(e) or "exceeds max_" in str(e):
             return _raise_truncated(ctx, n, path, what)
         rule = "MSGPACK-002" if path is None else "MSGPACK-009"
@@ -218,6 +245,15 @@ def _unpack(ctx: _Ctx, data: bytes, path: tuple[str, ...] | None, *, what: str) 
             f"{what}: not well-formed msgpack ({type(e).__name__}: {e})",
             None if path is None else _pointer(path),
         ) from None
+
+
+def _too_many_values(ctx: _Ctx, path: tuple[str, ...] | None, what: str) -> MsgpackError:
+    return ctx.error(
+        "MSGPACK-001",
+        f"{what}: more values than a reader builds for one file",
+        None if path is None else _pointer(path),
+        expected=f"<= {ctx.limits.max_json_values} values and map keys",
+    )
 
 
 def _raise_truncated(ctx: _Ctx, n: int, path: tuple[str, ...] | None, what: str) -> Any:

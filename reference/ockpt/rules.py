@@ -130,7 +130,8 @@ _ALL: dict[str, Rule] = {
         (
             "MSGPACK-001",
             "error",
-            "the checkpoint file must not exceed the reader's size limit (checked before reading)",
+            "the checkpoint file must not exceed the reader's size limit (checked before "
+            "reading) nor hold more values than its value limit",
         ),
         (
             "MSGPACK-002",
