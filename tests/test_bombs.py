@@ -510,3 +510,21 @@ def test_chunk_without_content_size(tmp_path):
     chunk.write_bytes(_stream_frame(raw, bytes(1 << 24), repeat=64))
     results = _run(root, ["load_pytree", "load_pytree:tensorstore", "open"], as_bytes=4 << 30)
     _assert_refused(results, "ZARR-003", peak_mb=300, naming="0.0")
+
+
+# ---------------------------------------------------------------------------------------------
+# Many small leaves (issue 32 item 5): LIMIT-006 counts them together
+
+
+def test_many_small_leaves_are_checked_together(tmp_path):
+    """96 leaves of 32 MiB of zeros (3 GiB declared, a few MB stored), each under the 64 MiB a
+    check of one allocation starts at, loaded under a 2 GiB address-space limit: refused with
+    LIMIT-006 naming a leaf, not a MemoryError, because the smaller allocations are checked
+    each time they add up to 64 MiB."""
+    import ockpt
+
+    path = tmp_path / "c"
+    zeros = np.zeros(8 << 20, np.float32)
+    ockpt.save_pytree(path, {f"w{i:02d}": zeros for i in range(96)})
+    results = _run(path, ["load_pytree"], as_bytes=2 << 30)
+    _assert_refused(results, "LIMIT-006", peak_mb=2100, naming="and the smaller ones before it")

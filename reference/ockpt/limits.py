@@ -28,6 +28,7 @@ __all__ = [
     "read_capped",
     "memory_available",
     "check_allocation",
+    "Allocations",
 ]
 
 
@@ -169,6 +170,25 @@ def check_allocation(nbytes: int, *, what: str, file: object = None) -> None:
             f"{what} needs {nbytes} bytes, more than the {available} bytes of memory available",
             file=file,
         )
+
+
+class Allocations:
+    """The allocations of one load, checked as they add up (LIMIT-006): one of
+    `CHECKED_ALLOCATION_BYTES` or more on its own (`check_allocation`), smaller ones each time
+    they reach it together, so that a million small leaves cannot exhaust memory unchecked
+    (each check reads what is left after those before it were made)."""
+
+    def __init__(self) -> None:
+        self._unchecked = 0
+
+    def check(self, nbytes: int, *, what: str, file: object = None) -> None:
+        if nbytes >= CHECKED_ALLOCATION_BYTES:
+            check_allocation(nbytes, what=what, file=file)
+            return
+        self._unchecked += nbytes
+        if self._unchecked >= CHECKED_ALLOCATION_BYTES:
+            pending, self._unchecked = self._unchecked, 0
+            check_allocation(pending, what=f"{what} and the smaller ones before it", file=file)
 
 
 def read_capped(f: BinaryIO, limit: int) -> bytes:

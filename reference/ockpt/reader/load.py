@@ -14,7 +14,7 @@ import numpy as np
 
 from .. import _jax, dtypes, engines, random_keys
 from ..errors import TargetError
-from ..limits import Limits, applied, check_allocation
+from ..limits import Allocations, Limits, applied
 from ..paths import EmptyNode, KeyType, param_name
 
 if TYPE_CHECKING:
@@ -334,6 +334,7 @@ class _Loader:
         self.pad = pad_or_truncate
         self.max_in_flight = max_in_flight
         self.results: dict[int, Any] = {}
+        self.allocations = Allocations()  # every output, small ones together (LIMIT-006)
 
     def run(self) -> dict[int, Any]:
         pending: dict[int, dict[Any, Any]] = {}
@@ -401,7 +402,9 @@ class _Loader:
             # read as stored then cast: both copies are held at once
             item = job.dtype.itemsize + (array.dtype.itemsize if read_dtype is None else 0)
             cells = sum(math.prod(b - a for a, b in box) for box in by_box)
-            check_allocation(cells * item, what=f"param {job.leaf.param_name!r}", file=array.file)
+            self.allocations.check(
+                cells * item, what=f"param {job.leaf.param_name!r}", file=array.file
+            )
             for box, devices in by_box.items():
                 yield self._request(array, box, read_dtype, (index, box, devices))
 
