@@ -528,3 +528,21 @@ def test_many_small_leaves_are_checked_together(tmp_path):
     ockpt.save_pytree(path, {f"w{i:02d}": zeros for i in range(96)})
     results = _run(path, ["load_pytree"], as_bytes=2 << 30)
     _assert_refused(results, "LIMIT-006", peak_mb=2100, naming="and the smaller ones before it")
+
+
+def test_a_frame_of_millions_of_empty_blocks_is_not_walked_block_by_block():
+    """A zstd frame of empty raw blocks (3 bytes each, decoding to nothing): the header walk
+    reads at most `_ZSTD_WALK_BLOCKS` blocks in Python (a frame of the largest chunk a reader
+    takes has fewer) and leaves a longer frame to the streaming decoder, which reads them at C
+    speed; 10^8 of them took minutes (issue 32 item 5). The result is unchanged: b""."""
+
+    def frame(blocks: int) -> bytes:
+        return b"\x28\xb5\x2f\xfd\x00\x50" + b"\x00\x00\x00" * (blocks - 1) + b"\x01\x00\x00"
+
+    most = bytecodecs._ZSTD_WALK_BLOCKS
+    assert bytecodecs.zstd_frame_size(frame(most)) == len(frame(most))
+    assert bytecodecs.zstd_frame_size(frame(most + 1)) is None
+    bomb = frame(20 * most)
+    assert bytecodecs.zstd_decompress(bomb, max_output_size=1 << 20) == b""
+    with pytest.raises(OcdbtError, match="bytes after the zstd frame"):
+        bytecodecs.zstd_decompress(bomb + b"\x00", max_output_size=1 << 20)

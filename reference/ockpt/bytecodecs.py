@@ -140,17 +140,23 @@ def zstd_decompress(
 
 def zstd_frame_size(data: bytes) -> int | None:
     """The length of the zstd frame at the start of `data` (RFC 8878 section 3.1.1), from its
-    header and block headers alone; None when they do not form a frame within `data`."""
+    header and block headers alone; None when they do not form a frame within `data` (or hold
+    more blocks than `_ZSTD_WALK_BLOCKS`)."""
     walk = _zstd_walk(data)
     return None if walk is None else walk[0]
 
 
 _ZSTD_BLOCK_MAX = 1 << 17  # no block decodes to more (RFC 8878 section 3.1.1.2.3)
+#: the most blocks the header walk reads: a frame of the largest chunk a reader takes (16 GiB,
+#: limits §2) in full blocks has 131,072; a frame of more (millions of empty blocks) is left to
+#: the streaming decoder, which reads them at C speed, not one Python step a block
+_ZSTD_WALK_BLOCKS = 1 << 18
 
 
 def _zstd_walk(data: bytes) -> tuple[int, int] | None:
     """(length, most bytes it can decode to) of the zstd frame at the start of `data`, from
-    its header and block headers alone; None when they do not form a frame within `data`."""
+    its header and block headers alone; None when they do not form a frame within `data` or
+    it has more than `_ZSTD_WALK_BLOCKS` blocks."""
     n = len(data)
     if n < 6 or data[:4] != b"\x28\xb5\x2f\xfd":
         return None
@@ -161,7 +167,7 @@ def _zstd_walk(data: bytes) -> tuple[int, int] | None:
     pos = 5 + (0 if single else 1) + (0, 1, 2, 4)[did_flag]
     pos += (1 if single else 0, 2, 4, 8)[fcs_flag]
     most = 0
-    while True:
+    for _ in range(_ZSTD_WALK_BLOCKS):
         if pos + 3 > n:
             return None
         header = data[pos] | data[pos + 1] << 8 | data[pos + 2] << 16
@@ -172,5 +178,7 @@ def _zstd_walk(data: bytes) -> tuple[int, int] | None:
         most += _ZSTD_BLOCK_MAX if kind == 2 else size  # raw and RLE blocks: `size` bytes
         if last:
             break
+    else:
+        return None  # more blocks than any frame a reader takes
     pos += 4 if checksum else 0
     return (pos, most) if pos <= n else None
