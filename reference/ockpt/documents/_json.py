@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Collection, Generator, Mapping
 from typing import Any, TypeVar
 
 import numpy as np
@@ -160,14 +160,18 @@ _KIND[ord('"')] = 4
 _KIND[ord("\\")] = 5
 
 
-def _quick_values(text: str, start: int = 0, end: int | None = None) -> int:
-    """An upper bound on the values and member names of the JSON text ``text[start:end]``
-    (`_values`), counted at C speed with the characters inside strings."""
+def _quick_values(text: str | bytes, start: int = 0, end: int | None = None) -> int:
+    """An upper bound on the values and member names of the JSON ``text[start:end]`` (text, or
+    its UTF-8 bytes; `_values`), counted at C speed with the characters inside strings."""
     stop = len(text) if end is None else end
+    if isinstance(text, bytes):
+        return 1 + sum(text.count(c, start, stop) for c in (b",", b":", b"[", b"{"))
     return 1 + sum(text.count(c, start, stop) for c in ",:[{")
 
 
-def _values(text: str, start: int = 0, *, whole: bool, stop: int | None = None) -> tuple[int, int]:
+def _values(
+    text: str | bytes, start: int = 0, *, whole: bool, stop: int | None = None
+) -> tuple[int, int]:
     """(end, count) of the JSON value at `text[start]`: count is one plus its commas, colons
     and opening brackets outside strings, which bounds its values and member names (every
     element after a container's first follows a comma, every member name precedes a colon,
@@ -179,13 +183,15 @@ def _values(text: str, start: int = 0, *, whole: bool, stop: int | None = None) 
     to `_SCAN_WINDOW`, so that a small value costs little): the nesting depth, whether a
     string is open and the run of backslashes at a window's end carry over, so memory does
     not grow with the text."""
-    if not whole and not text.startswith(("[", "{"), start):
+    if not whole and text[start : start + 1] not in ("[", "{", b"[", b"{"):
         return start, 1
     count, depth, in_string, run = 1, 0, False, 0
     at, size = start, min(_SCAN_WINDOW, 1 << 12)  # small first: most values are
     while at < len(text):
         piece = text[at : at + size]
-        if piece.isascii():
+        if isinstance(piece, bytes):  # UTF-8: no ASCII byte inside a multi-byte character
+            kinds = _KIND[np.frombuffer(piece, dtype=np.uint8)]
+        elif piece.isascii():
             kinds = _KIND[np.frombuffer(piece.encode("ascii"), dtype=np.uint8)]
         else:
             codes = np.frombuffer(piece.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
@@ -248,14 +254,97 @@ class _Budget:
             raise _TooManyValues(self.held, self.limit)
 
 
-def _check_values(text: str, limit: int) -> None:
+_SPACE = re.compile(rb"[ \t\n\r]*")
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
+_SCALAR = re.compile(rb'"(?:[^"\\]|\\.)*"|[^,}\]\s]+', re.S)
+
+
+def _kept_values(raw: bytes, streamed: Mapping[str, Any], limit: int) -> int:
+    """The values and member names (`_values`) a streamed parse of the document `raw` keeps:
+    all of them but the members named in `streamed`, counted on the bytes, before the text is
+    decoded, and only until they pass `limit`. A document that is no object, or that this
+    walk cannot follow (it is malformed: the parse names the fault), counts whole."""
+    whole = limit + 1  # counted whole: it is over the limit (`_over_values`)
+    pos = _SPACE.match(raw).end()
+    if raw[pos : pos + 1] != b"{":
+        return whole
+    kept, pos = 1, pos + 1
+    while True:
+        pos = _SPACE.match(raw, pos).end()
+        if raw[pos : pos + 1] == b"}":
+            return kept
+        key = _STRING.match(raw, pos)
+        if key is None:
+            return whole
+        pos = _SPACE.match(raw, key.end()).end()
+        if raw[pos : pos + 1] != b":":
+            return whole
+        pos = _SPACE.match(raw, pos + 1).end()
+        try:
+            name = json.loads(key.group())
+        except ValueError:
+            return whole
+        kept_here = name not in streamed
+        end, count = _values(raw, pos, whole=False, stop=limit - kept if kept_here else None)
+        if end < 0:  # stopped past the limit
+            return kept + 1 + count
+        if end == pos:  # a scalar
+            scalar = _SCALAR.match(raw, pos)
+            if scalar is None:
+                return whole
+            end = scalar.end()
+        if kept_here:
+            kept += 1 + count
+        pos = _SPACE.match(raw, end).end()
+        if raw[pos : pos + 1] == b",":
+            pos += 1
+        elif raw[pos : pos + 1] != b"}":
+            return whole
+
+
+def check_values(
+    data: bytes, *, file: str, streamed: Collection[str] = (), pointer: str = ""
+) -> bool:
+    """Refuse (`DocumentError`, JSON-003) the document `data` when what its parse would keep
+    (all of it but the `streamed` members, when it is large enough to be parsed streamed)
+    holds more values and member names than the limits' `max_json_values`, counted on the
+    bytes before anything is decoded or built. True when the whole document is over the
+    limit: a streamed parse must then count its entries (`parse_json`'s ``over``)."""
+    limit = limits_in_force().max_json_values
+    kept = dict.fromkeys(streamed) if len(data) > _STREAM_ABOVE else None
+    try:
+        return _over_values(data, kept, limit)
+    except _TooManyValues as e:
+        raise _too_many_values(e, file=file, pointer=pointer) from None
+
+
+def _too_many_values(e: _TooManyValues, *, file: str, pointer: str) -> DocumentError:
+    return DocumentError(
+        "more values than a reader builds for one document",
+        rule="JSON-003",
+        file=file,
+        pointer=pointer,
+        expected=f"<= {e.limit} values and member names",
+        got=e.count,
+    )
+
+
+def _over_values(raw: str | bytes, streamed: Mapping[str, Any] | None, limit: int) -> bool:
     """Refuse (`_TooManyValues`) a document whose values and member names (`_values`) exceed
-    `limit`, before it is parsed: a parse builds a Python object for each."""
-    if _quick_values(text) <= limit:
-        return
-    end, count = _values(text, whole=True, stop=limit)
-    if count > limit:
+    `limit` in what its parse keeps (all of it, or with `streamed` all but those members),
+    before it is parsed: a parse builds a Python object for each. True when the document as
+    a whole is over the limit (its streamed members then need counting entry by entry)."""
+    if _quick_values(raw) <= limit:
+        return False
+    end, count = _values(raw, whole=True, stop=limit)
+    if count <= limit:
+        return False
+    if not streamed or isinstance(raw, str):
         raise _TooManyValues(count, limit, exact=end >= 0)
+    kept = _kept_values(raw, streamed, limit)
+    if kept > limit:
+        raise _TooManyValues(kept, limit)
+    return True
 
 
 def _no_constant(name: str) -> Any:
@@ -329,11 +418,12 @@ def _object_members(text: str, idx: int) -> Generator[tuple[str, int], int, int]
 
 
 def _parse_streamed(
-    text: str, streamed: Mapping[str, Callable[[str, Any], Any]], limit: int
+    text: str, streamed: Mapping[str, Callable[[str, Any], Any]], limit: int | None
 ) -> tuple[Any, Exception | None]:
     """Parse the object document `text`; each value of a top-level member named in `streamed`
-    (when that member is an object) goes through its function as soon as it is parsed. The
-    members kept and the value being parsed hold at most `limit` values (`_Budget`).
+    (when that member is an object) goes through its function as soon as it is parsed. With
+    `limit`, the members kept and the value being parsed hold at most that many values
+    (`_Budget`).
 
     Returns the value and the first error a function raised: after one, the parse goes on
     without calling any, so that a fault of the JSON itself is still reported first."""
@@ -344,7 +434,7 @@ def _parse_streamed(
                           parse_float=_finite_float), None  # fmt: skip
     out: dict[str, Any] = {}
     held: Exception | None = None
-    budget = _Budget(text, limit)
+    budget = _Budget(text, limit) if limit is not None else None
     members = _object_members(text, idx)
     try:
         key, at = next(members)
@@ -356,7 +446,8 @@ def _parse_streamed(
                 try:
                     name, start = next(inner)
                     while True:
-                        budget.check(start)
+                        if budget is not None:
+                            budget.check(start)
                         raw, end = _DECODER.raw_decode(text, start)
                         if held is None:
                             try:
@@ -368,9 +459,11 @@ def _parse_streamed(
                 except StopIteration as stop:
                     end = stop.value
             else:
-                budget.check(at)
+                if budget is not None:
+                    budget.check(at)
                 value, end = _DECODER.raw_decode(text, at)
-                budget.hold(at, end)
+                if budget is not None:
+                    budget.hold(at, end)
             out[key] = value
             key, at = members.send(end)
     except StopIteration as stop:
@@ -421,6 +514,7 @@ def parse_json(
     max_bytes: int | None = None,
     streamed: Mapping[str, Callable[[str, Any], Any]] | None = None,
     constants: bool = False,
+    over: bool | None = None,
 ) -> Any:
     """Parse one JSON document strictly; every failure is a `DocumentError` naming `file` (and
     `pointer`, for JSON nested as a string inside another document).
@@ -434,7 +528,8 @@ def parse_json(
     `_STREAM_ABOVE` bytes that happens as soon as the value is parsed, so the parsed JSON of a
     large map (the 100,000 entries of a `_METADATA` tree) is never held at once; a smaller
     one is parsed whole first. Errors `f` raises pass through, after any fault of the JSON
-    itself. `max_bytes` defaults to the limits' `max_json_bytes`."""
+    itself. `max_bytes` defaults to the limits' `max_json_bytes`. `over` is what
+    `check_values` gave, when the caller ran it already (else it runs here)."""
     limits = limits_in_force()
     if max_bytes is None:
         max_bytes = limits.max_json_bytes
@@ -450,13 +545,17 @@ def parse_json(
     held: Exception | None = None
     try:
         raw = data if isinstance(data, (str, bytes)) else bytes(data)
-        text = raw if isinstance(raw, str) else raw.decode("utf-8")
+        # what the parse would build, counted before the text is decoded (or anything built)
         # values nest one deeper than their container; the scan holds a few windows
         deep = _bracket_depth(raw, stop=limits.max_depth) + 1 > limits.max_depth
-        if streamed and not deep and len(raw) > _STREAM_ABOVE:  # else checked whole, below
-            value, held = _parse_streamed(text, streamed, limits.max_json_values)
+        stream = bool(streamed) and not deep and len(raw) > _STREAM_ABOVE
+        if over is None or not stream:  # parsed whole: everything counts
+            over = _over_values(raw, streamed if stream else None, limits.max_json_values)
+        text = raw if isinstance(raw, str) else raw.decode("utf-8")
+        if stream:  # else checked whole, below
+            # past the limit as a whole (but not in what it keeps): each entry is counted
+            value, held = _parse_streamed(text, streamed, limits.max_json_values if over else None)
         else:
-            _check_values(text, limits.max_json_values)
             value = json.loads(
                 text,
                 object_pairs_hook=_pairs,
@@ -470,14 +569,7 @@ def parse_json(
             f"duplicate key {e.key!r}", rule="JSON-002", file=file, pointer=pointer
         ) from None
     except _TooManyValues as e:
-        raise DocumentError(
-            "more values than a reader builds for one document",
-            rule="JSON-003",
-            file=file,
-            pointer=pointer,
-            expected=f"<= {e.limit} values and member names",
-            got=e.count,
-        ) from None
+        raise _too_many_values(e, file=file, pointer=pointer) from None
     except UnicodeDecodeError as e:
         raise DocumentError(
             f"not UTF-8 at byte {e.start}", rule="JSON-001", file=file, pointer=pointer

@@ -33,6 +33,7 @@ from ..store.files import read_file
 from ._base import Document
 from ._json import (
     ABSENT,
+    check_values,
     child,
     expect,
     expect_int_list,
@@ -477,11 +478,14 @@ class MetadataDocument(Document):
                 raise _too_many(file, f"more than {limits.max_tree_entries}")
             return TreeEntry.from_json(key, value, file=file, shared=shared)
 
-        obj = _plain_document(data, shared)
+        # counted on the bytes before either parser decodes them (JSON-003)
+        over = check_values(data, file=file, streamed=("tree_metadata",))
+        obj = None if over else _plain_document(data, shared)
         if obj is None:
             # each tree entry becomes a TreeEntry as it is parsed: the JSON of 100,000 entries
             # (about 8 times the file's size in dicts) is never held at once
-            obj = parse_json(data, file=file, streamed={"tree_metadata": entry})
+            tree = {"tree_metadata": entry}
+            obj = parse_json(data, file=file, streamed=tree, over=over)
         doc = cls.from_json(obj, file=file)
         while len(_PARSED) >= _PARSED_KEEP:
             _PARSED.pop(next(iter(_PARSED)), None)

@@ -182,7 +182,13 @@ def open_regular(path: str, *, file: str | None = None) -> int:
 
 
 def _read_fd(fd: int, size: int) -> bytes:
-    """Up to `size` bytes from the start of `fd`, in few reads, allocated once."""
+    """Up to `size` bytes from the start of `fd`, in few reads, allocated once: one ``pread``
+    into the bytes returned where it gives them all (a regular file under 2 GiB), else reads
+    into one buffer (copied once into the bytes returned)."""
+    if size < 1 << 31:
+        first = os.pread(fd, size, 0)
+        if len(first) == size or not first or not os.pread(fd, 1, len(first)):
+            return first  # all of it, or all there is
     buf = bytearray(size)
     view = memoryview(buf)
     got = 0
