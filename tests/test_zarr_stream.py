@@ -19,7 +19,7 @@ import google_crc32c
 import numpy as np
 import pytest
 import zstandard
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import ockpt
@@ -93,13 +93,15 @@ CODECS = {
 
 def _outcome(fn) -> object:  # type: ignore[no-untyped-def]
     try:
-        fn()
+        result = fn()
     except ockpt.OckptError as e:
         return e.rule
-    return "ok"
+    return "declined" if result == "declined" else "ok"
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# a bit flip that declares a zstd window beyond the streamed check's: it declines (was flaky)
+@example(content=bytes(8), names=["zstd-nosize"], damage="flip", where=0.3125, extra=b"\x89")
 @given(
     content=st.binary(max_size=3000) | st.integers(0, 300_000).map(lambda n: bytes(n)),
     names=st.lists(st.sampled_from(sorted(CODECS)), max_size=3),
@@ -127,10 +129,16 @@ def test_streamed_check_agrees_with_decoding(content, names, damage, where, extr
         shape = (max(nbytes, 0),)
         pipeline.decode(data, shape, np.dtype(np.uint8), file="f", pointer=None)
 
-    def streamed() -> None:
-        stream.check_chunk(pipeline, io.BytesIO(data), max(nbytes, 0), file="f", pointer=None)
+    def streamed() -> object:
+        checked = stream.check_chunk(
+            pipeline, io.BytesIO(data), max(nbytes, 0), file="f", pointer=None
+        )
+        return None if checked else "declined"
 
-    assert _outcome(streamed) == _outcome(in_memory), (names, damage)
+    # the streamed check agrees with decoding, or declines (a frame it cannot stream: a zstd
+    # window larger than it allows, which decoding in memory may refuse or read)
+    got = _outcome(streamed)
+    assert got in ("declined", _outcome(in_memory)), (names, damage)
 
 
 def test_a_4gib_chunk_is_checked_in_little_memory():
