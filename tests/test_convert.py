@@ -671,3 +671,42 @@ def test_a_safetensors_header_is_parsed_within_the_json_bounds(tmp_path):
     from ockpt.cli import main
 
     assert main(["convert", str(deep), str(tmp_path / "out"), "--no-progress"]) == 1
+
+
+def test_a_leaf_name_longer_than_a_zip_member_name_is_refused_for_npz(tmp_path):
+    """A key path of two 40,000-character keys (each within LIMIT-003) names an 80,001-byte
+    leaf: more than a zip header holds, where `zipfile` raised `struct.error` half way through
+    the archive (issue 36 item 6). Refused before anything is written; safetensors and .pt,
+    which hold such names, convert it."""
+    src = tmp_path / "c"
+    ockpt.save_pytree(src, {"a" * 40_000: {"b" * 40_000: "s"}, "w": np.ones(2)})
+    out = tmp_path / "out.npz"
+    with pytest.raises(ValueError, match="longer than a zip archive holds"):
+        convert(str(src), str(out))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c"]  # nothing half-written
+    convert(str(src), str(tmp_path / "out.safetensors"))
+    from ockpt.cli import main
+
+    assert main(["convert", str(src), str(out), "--no-progress"]) == 2
+    assert not out.exists()
+
+
+def test_a_safetensors_header_the_library_cannot_read_is_refused(tmp_path, monkeypatch):
+    """String leaves go into every safetensors header's __metadata__; a header longer than the
+    safetensors library reads (100,000,000 bytes) was written whole, and the file could not be
+    opened (issue 36 item 6). Refused before anything is written (the bound lowered here, so
+    that a small string shows it); .npz and .pt, which hold any string, convert it."""
+    from ockpt import convert as convert_module
+
+    src = tmp_path / "c"
+    ockpt.save_pytree(src, {"s": "x" * 5_000, "w": np.ones(2)})
+    monkeypatch.setattr(convert_module, "_SAFETENSORS_HEADER_MAX", 4_000)
+    for out in ("out.safetensors", "hf"):
+        with pytest.raises(ValueError, match="more than the 4000 the safetensors library"):
+            convert(str(src), str(tmp_path / out), dst_format="hf" if out == "hf" else None)
+        assert not (tmp_path / out).exists()
+    convert(str(src), str(tmp_path / "out.npz"))
+    monkeypatch.undo()
+    convert(str(src), str(tmp_path / "out.safetensors"))
+    with safetensors.safe_open(str(tmp_path / "out.safetensors"), "np") as f:
+        assert f.metadata()["s"] == "x" * 5_000

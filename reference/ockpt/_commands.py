@@ -46,6 +46,7 @@ _FLAGS = (
     (re.compile(r"\brename it \(rules\)"), "--rename it"),
     (re.compile(r"\bthe rename rules\b"), "the --rename rules"),
     (re.compile(r"\ba slice applies\b"), "--slice applies"),
+    (re.compile(r"\bleaves out \(select\)"), "leaves out (--select)"),
 )
 
 

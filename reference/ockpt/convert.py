@@ -272,6 +272,12 @@ def _plan(
                 f"leaf {leaf.name(sep)!r} would be the tensor {target.name!r}, a name safetensors "
                 "reserves for its metadata; rename it (rules)"
             )
+        if fmt == "npz" and len(target.name.encode("utf-8", "surrogatepass")) > _NPZ_NAME_BYTES:
+            raise ValueError(
+                f"leaf {leaf.name(sep)[:80]!r}... ({len(target.name)} characters) would be an "
+                f".npz member name longer than a zip archive holds ({_NPZ_NAME_BYTES} UTF-8 "
+                "bytes before .npy); rename it (rules) or choose another format"
+            )
         if target.name in by_name:
             other = by_name[target.name].leaf
             hint = "check the rename rules" if rules.rename else f"try sep={_other(sep)!r}"
@@ -282,6 +288,11 @@ def _plan(
         by_name[target.name] = target
         targets.append(target)
     return targets, skipped
+
+
+#: The longest `.npz` member name before its ``.npy``: a zip header holds a name of at most
+#: 65,535 bytes.
+_NPZ_NAME_BYTES = 0xFFFF - len(".npy")
 
 
 def _other(sep: str) -> str:
@@ -490,6 +501,31 @@ def _metadata(
     return out or None
 
 
+#: The longest header the safetensors library reads (its ``MAX_HEADER_SIZE``).
+_SAFETENSORS_HEADER_MAX = 100_000_000
+
+
+def _safetensors_header(
+    shard: list[_Target], metadata: dict[str, str] | None
+) -> tuple[list[_Target], bytes, int]:
+    """The shard's tensors in file order (largest items first: every tensor aligned to its
+    item size, as the library writes them), its header (padded to 8 bytes) and data bytes."""
+    shard = sorted(shard, key=lambda t: -(t.dtype.itemsize if t.dtype else 0))
+    header: dict[str, Any] = {_SAFETENSORS_METADATA: metadata} if metadata else {}
+    offset = 0
+    for target in shard:
+        assert target.dtype is not None
+        end = offset + target.nbytes
+        header[target.name] = {
+            "dtype": safetensors_code(target.dtype),
+            "shape": list(target.shape),
+            "data_offsets": [offset, end],
+        }
+        offset = end
+    text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    return shard, text + b" " * (-len(text) % 8), offset
+
+
 def _write_safetensors(
     source: Source,
     plan: _SafetensorsPlan,
@@ -501,23 +537,16 @@ def _write_safetensors(
     """Write the planned files (`out` puts them in place: see `_Output`), each file's header
     read back from the store and checked against what was written."""
     weight_map: dict[str, str] = {}
-    for name, shard in plan.shards:
-        # Largest items first keeps every tensor aligned to its item size (as the library).
-        shard = sorted(shard, key=lambda t: -(t.dtype.itemsize if t.dtype else 0))
-        header: dict[str, Any] = {_SAFETENSORS_METADATA: metadata} if metadata else {}
-        offset = 0
-        for target in shard:
-            assert target.dtype is not None
-            end = offset + target.nbytes
-            header[target.name] = {
-                "dtype": safetensors_code(target.dtype),
-                "shape": list(target.shape),
-                "data_offsets": [offset, end],
-            }
-            offset = end
-            weight_map[target.name] = name
-        text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-        text += b" " * (-len(text) % 8)
+    headers = [_safetensors_header(shard, metadata) for _, shard in plan.shards]
+    for (name, _), (_, text, _) in zip(plan.shards, headers, strict=True):
+        if len(text) > _SAFETENSORS_HEADER_MAX:  # before anything is written
+            raise ValueError(
+                f"the header of {name} would be {len(text)} bytes (its string leaves and tensor "
+                f"names), more than the {_SAFETENSORS_HEADER_MAX} the safetensors library "
+                "reads; leave the string leaves out (select) or choose .npz or .pt"
+            )
+    for (name, _), (shard, text, offset) in zip(plan.shards, headers, strict=True):
+        weight_map.update(dict.fromkeys((t.name for t in shard), name))
         f = out.open(name)
         f.write(struct.pack("<Q", len(text)))
         f.write(text)
