@@ -91,6 +91,18 @@ REFUSED = {
     # 128 characters but 256 UTF-8 bytes: the directory-name limit counts bytes (issue 32)
     "256-byte-multibyte-name-per-leaf": ({"é" * 128: ARRAY}, {"use_ocdbt": False}, "WRITE-005"),
     "backslash-per-leaf": ({"a\\b": ARRAY}, {"use_ocdbt": False}, "WRITE-005"),
+    # one directory on a case-insensitive or normalizing file system (issue 32 item 3)
+    "case-per-leaf": ({"W": ARRAY, "w": ARRAY}, {"use_ocdbt": False}, "WRITE-005"),
+    "nested-case-per-leaf": (
+        {"L/x": ARRAY, "l/y": ARRAY},
+        {"use_ocdbt": False},
+        "WRITE-005",
+    ),
+    "normalization-per-leaf": (
+        {"\u00e9": ARRAY, "e\u0301": ARRAY},
+        {"use_ocdbt": False},
+        "WRITE-005",
+    ),
     "item-file-per-leaf": ({"_METADATA": ARRAY}, {"use_ocdbt": False}, "WRITE-005"),
     "ocdbt-dir-per-leaf": ({"ocdbt.process_0": ARRAY}, {"use_ocdbt": False}, "WRITE-005"),
     "data-dir-per-leaf": ({"d/x": ARRAY}, {"use_ocdbt": False}, "WRITE-005"),
@@ -181,6 +193,11 @@ def test_depth_at_the_limit(tmp_path):
     depth = LIMITS.max_depth
     _round_trip(tmp_path / "a", _deep(depth, ARRAY))
     _round_trip(tmp_path / "b", {"x": _deep(depth - 1, {}), "y": _deep(depth - 1, "s")})
+
+
+def test_names_that_differ_in_case_save_with_ocdbt(tmp_path):
+    """In OCDBT the names are keys, not directories: `W` and `w` are two arrays."""
+    _round_trip(tmp_path / "a", {"W": ARRAY, "w": ARRAY * 2})
 
 
 def test_a_directory_name_at_name_max_utf8_bytes_saves(tmp_path):

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Mapping, Sequence
+import unicodedata
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from .documents._json import parse_json
@@ -52,6 +53,7 @@ __all__ = [
     "check_key_paths",
     "check_string_name",
     "check_array_name",
+    "check_array_dirs",
     "check_array",
     "check_array_path",
     "check_documents",
@@ -178,6 +180,29 @@ def check_array_name(name: str, *, use_ocdbt: bool) -> None:
             expected=f"<= {NAME_MAX} UTF-8 bytes",
             got=longest,
         )
+
+
+def check_array_dirs(names: Iterable[str], *, use_ocdbt: bool) -> None:
+    """WRITE-005: without OCDBT, no two array directories may differ only in the case or the
+    Unicode normalization of a path segment: a case-insensitive or normalizing file system
+    (macOS, Windows) holds them as one directory."""
+    if use_ocdbt:
+        return
+    seen: dict[tuple[str, ...], tuple[str, ...]] = {}
+    for name in names:
+        segments = tuple(name.split("/"))
+        for end in range(1, len(segments) + 1):
+            path = segments[:end]
+            folded = tuple(unicodedata.normalize("NFC", s).casefold() for s in path)
+            other = seen.setdefault(folded, path)
+            if other != path:
+                raise _refuse(
+                    name,
+                    f"without OCDBT its directory {'/'.join(path)!r} and "
+                    f"{'/'.join(other)!r} differ only in case or Unicode normalization: one "
+                    "directory on macOS and Windows",
+                    "WRITE-005",
+                )
 
 
 def zarr_key_bytes(shape: Sequence[int], grid: Sequence[int], zarr_version: int) -> int:

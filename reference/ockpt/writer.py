@@ -402,6 +402,8 @@ def _check_names(leaves: list[_Leaf], *, use_ocdbt: bool) -> None:
                 pointer=name,
             )
         write_limits.check_array_name(name, use_ocdbt=use_ocdbt)
+    arrays = [leaf.name for leaf in stored if leaf.kind != "string"]
+    write_limits.check_array_dirs(arrays, use_ocdbt=use_ocdbt)
 
 
 # ---------------------------------------------------------------------------------------------
