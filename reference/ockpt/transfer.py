@@ -39,6 +39,10 @@ def copy(src: Any, dst: Any, *, overwrite: bool = False, progress: bool = True) 
     from . import _progress
 
     s, d = as_store(src), as_store(dst)
+    if s.overlaps(d):  # it would read what it writes, or an overwrite would clear the source
+        raise ValueError(
+            f"cannot copy {s.display} to {d.display}: one is the other or lies inside it"
+        )
     layout = select(s).target  # refuses what is no checkpoint (LOAD-050)
     # a step a reader must not read (in a bucket, one without commit_success.txt: directories
     # §7) is not copied: at a destination with rename it would look committed

@@ -206,6 +206,16 @@ class StoreTests:
         assert final.remove_committed() is True
         assert store.list() == [] and final.remove_committed() is False
 
+    def test_overlaps_by_whole_path_components(self, store: Store):
+        """`overlaps`: the same directory, or one inside the other, by path components (a
+        sibling whose name extends another's is apart: `run` and `run-evil`)."""
+        run = store.child("run")
+        assert run.overlaps(store.child("run")) and run.overlaps(run.child("step/item"))
+        assert run.child("x").overlaps(run) and store.overlaps(run)
+        assert not run.overlaps(store.child("run-evil"))
+        assert not run.child("a").overlaps(run.child("b"))
+        assert run.with_display("shown otherwise").overlaps(run)
+
     # -- a checkpoint -------------------------------------------------------------------------
 
     def test_a_checkpoint_saves_loads_and_validates(self, store: Store):
@@ -221,6 +231,22 @@ class StoreTests:
             if target.tensorstore_spec() is not None:
                 got = ockpt.load_pytree(target, backend="tensorstore")
                 np.testing.assert_array_equal(got["w"], tree["w"])
+
+    def test_a_checkpoint_is_never_copied_into_itself(self, store: Store):
+        """`cp` refuses a destination that is its source or lies inside it (the copy would
+        land in the checkpoint it reads), and a source inside the destination (an overwrite
+        there clears the destination first, where a store has no rename: the source with
+        it); the source is left as it was (issue 32 item 6)."""
+        from ockpt.transfer import copy
+
+        src = store.child("run")
+        ockpt.save_pytree(src, {"w": np.arange(6.0)})
+        before = src.list()
+        for dst in (src, src.child("inner"), store):
+            with pytest.raises(ValueError, match="one is the other or lies inside it"):
+                copy(src, dst, overwrite=True, progress=False)
+        assert src.list() == before
+        assert ockpt.load_pytree(src, backend="python")["w"].tolist() == list(range(6))
 
 
 class TestLocalStore(StoreTests):

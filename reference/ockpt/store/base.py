@@ -204,6 +204,19 @@ class Store(abc.ABC):
         """The tensorstore context for this store's reads; None: a new one of the engine's."""
         return None
 
+    @abc.abstractmethod
+    def place(self) -> tuple[tuple[Any, ...], tuple[str, ...]]:
+        """Where this directory is, as (the namespace it lives in, its path components there):
+        two stores name the same directory when both are equal, and one lies inside the
+        other when its namespace is the same and its components start with the other's
+        (`overlaps`)."""
+
+    def overlaps(self, other: Store) -> bool:
+        """Whether this directory and `other` are the same or one lies inside the other (a
+        copy from one into the other would read what it writes, or clear what it reads)."""
+        (mine, a), (theirs, b) = self.place(), other.place()
+        return mine == theirs and (a[: len(b)] == b or b[: len(a)] == a)
+
     def os_path(self) -> str | None:
         """This directory's path in the operating system's file system, for libraries that
         open files by name (memory maps); None where it is no local directory."""

@@ -62,6 +62,13 @@ class LocalStore(Store):
 
     # -- naming -------------------------------------------------------------------------------
 
+    def place(self) -> tuple[tuple[Any, ...], tuple[str, ...]]:
+        try:
+            real = os.path.realpath(self.path)  # a link to a directory is that directory
+        except (OSError, ValueError):
+            real = self.path
+        return ("file",), tuple(p for p in real.split(os.sep) if p)
+
     def child(self, name: str) -> LocalStore:
         return LocalStore(
             os.path.join(self.path, name),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import FormatError, WriteConflictError
 from ..limits import current as limits_in_force
@@ -54,6 +54,9 @@ class MemoryStore(Store):
         self.prefix = prefix  # "" or ending with "/"
         self.display = display
         self._values = values if values is not None else _Values()
+
+    def place(self) -> tuple[tuple[Any, ...], tuple[str, ...]]:
+        return ("memory", id(self._values)), tuple(p for p in self.prefix.split("/") if p)
 
     def child(self, name: str) -> MemoryStore:
         return MemoryStore(

@@ -145,6 +145,10 @@ class UrlStore(Store):
 
     # -- naming -------------------------------------------------------------------------------
 
+    def place(self) -> tuple[tuple[Any, ...], tuple[str, ...]]:
+        where = tuple(sorted((k, str(v)) for k, v in self.spec.items() if k != "path"))
+        return ("kvstore", *where), tuple(p for p in self.spec.get("path", "").split("/") if p)
+
     def child(self, name: str) -> UrlStore:
         spec = dict(self.spec)
         spec["path"] = spec.get("path", "") + name.strip("/") + "/"
