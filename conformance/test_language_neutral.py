@@ -250,6 +250,24 @@ def test_command_placeholders_and_environment(tmp_path):
     assert CommandAdapter(template).read(tmp_path)["argv"].count('""') == 2  # no step, no item
 
 
+def test_command_arguments_never_reach_a_shell(tmp_path):
+    """The audit of issue 32 item 6: a checkpoint path and an item name holding spaces, quotes,
+    ``;``, ``$(...)`` and backticks are each one argument of the program, as given; nothing
+    they spell runs (no shell parses the template once it is filled in)."""
+    body = """
+    leaves = [{'path': ['argv'], 'kind': 'string', 'value': json.dumps(sys.argv[1:])}]
+    (out / 'result.json').write_text(json.dumps(
+        {'format': 'ockpt-conformance-output/1', 'leaves': leaves}))
+    """
+    pwned = tmp_path / "PWNED"
+    hostile = f"a b'\"; touch {pwned}; $(touch {pwned}) `touch {pwned}`"
+    template = _program(tmp_path, body) + " --item {item}"
+    got = CommandAdapter(template).read(tmp_path / hostile, item=hostile)
+    argv = json.loads(got["argv"])
+    assert argv[0] == str(tmp_path / hostile) and argv[2:] == ["--item", hostile]
+    assert not pwned.exists()
+
+
 # -- ockpt through the command adapter scores as the Python adapter ---------------------------
 
 
