@@ -218,3 +218,43 @@ def test_directories_linked_into_themselves_end(tmp_path):
         assert layout.kind is not ockpt.Kind.NOT_A_CHECKPOINT or layout.reason
     with pytest.raises(ockpt.OckptError):
         ockpt.load_checkpointables(key)
+
+
+# ---------------------------------------------------------------------------------------------
+# Step names a hostile root may hold (issue 32 item 6): the same step twice, huge, negative
+
+
+def _root_with_steps(tmp_path: Path, names: list[str]) -> Path:
+    import shutil
+
+    from conftest import FIXTURES
+
+    root = tmp_path / "root"
+    step = FIXTURES / "orbax-0.12.8" / "manager" / "checkpoint" / "0"
+    for name in names:
+        shutil.copytree(step, root / name)
+    return root
+
+
+def test_layout_007_two_directories_of_one_step_are_never_read(tmp_path):
+    """`7` and `007` are both step 7: a read of step 7 (asked for, or the latest) is refused
+    naming both, where a reader took one by name order; the validator reports the root."""
+    root = _root_with_steps(tmp_path, ["6", "7", "007"])
+    for kw in ({"step": 7}, {}):
+        with pytest.raises(ockpt.NotACheckpointError) as e:
+            ockpt.load_pytree(root, item="params", **kw)
+        assert e.value.rule == "LAYOUT-007" and "'007', '7'" in e.value.message
+    assert ockpt.load_pytree(root, item="params", step=6)  # the other steps read
+    report = ockpt.validate(root)
+    assert [f.rule for f in report.errors] == ["LAYOUT-007"]
+
+
+def test_huge_and_negative_step_numbers(tmp_path):
+    """A step of 40 digits is a step (the integer value orders it); `-5` and `1e9` are no
+    step names (directories §5.1), so they are not steps of the root."""
+    huge = "9" * 40
+    root = _root_with_steps(tmp_path, ["3", huge, "-5", "1e9"])
+    layout = ockpt.detect(root)
+    assert [s.step for s in layout.steps] == [3, int(huge)]
+    assert ockpt.load_pytree(root, item="params", step=int(huge))
+    assert ockpt.validate(root).ok

@@ -739,6 +739,10 @@ def _detect_manager_root(scan: _Scan) -> ManagerRootLayout | None:
                 f"step directories use several prefixes: {sorted(map(str, prefixes))}",
             )
         )
+    for number, names in _same_step(committed).items():
+        problems.append(
+            Problem("LAYOUT-007", f"step {number} has several directories: {sorted(names)}")
+        )
     prefix = next(iter(prefixes)) if len(prefixes) == 1 else None
     reason = f"checkpoint-manager root with {len(committed)} committed step(s)"
     if len(committed) < len(steps) - len(temporaries):
@@ -818,16 +822,33 @@ def _pick_item(layout: ContainerLayout, item: str | None) -> tuple[str, Layout]:
     )
 
 
+def _same_step(steps: list[Step]) -> dict[int, list[str]]:
+    """Step number -> the names of its directories, for numbers with more than one."""
+    names: dict[int, list[str]] = {}
+    for s in steps:
+        names.setdefault(s.step, []).append(s.name)
+    return {n: found for n, found in names.items() if len(found) > 1}
+
+
 def _choose_step(top: ManagerRootLayout, step: int | None) -> Step:
     committed = top.committed_steps()
+    chosen: Step | None = None
     if step is None:
         chosen = top.latest_step
         if chosen is None:
             raise _fail(top.path, "checkpoint-manager root without a committed step", "LOAD-053")
+    else:
+        chosen = next((s for s in committed if s.step == step), None)
+    if chosen is not None:
+        several = _same_step(committed).get(chosen.step)
+        if several:
+            raise _fail(
+                top.path,
+                f"step {chosen.step} has several directories {sorted(several)}: which one is "
+                "meant is unknown",
+                "LAYOUT-007",
+            )
         return chosen
-    for s in committed:
-        if s.step == step:
-            return s
     raise _fail(
         top.path, f"no committed step {step}; steps: {[s.step for s in committed]}", "LOAD-053"
     )

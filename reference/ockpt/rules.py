@@ -104,6 +104,11 @@ _ALL: dict[str, Rule] = {
             "a step-named directory holding only items is a step (up to 0.4.8)",
         ),
         ("LAYOUT-006", "warning", "a reader should name the -replaced sibling of a missing path"),
+        (
+            "LAYOUT-007",
+            "error",
+            "two directories of one root must not name the same step; a read of it is refused",
+        ),
     ),
     **_rules(
         "checkpointables.md",
