@@ -31,7 +31,9 @@ except ImportError:  # a checkout without `pip install -e .`
     import ockpt
 from ockpt import bytecodecs  # noqa: E402
 from ockpt import documents as docs  # noqa: E402
+from ockpt.documents import _json  # noqa: E402
 from ockpt.errors import FormatError  # noqa: E402
+from ockpt.limits import Limits, applied  # noqa: E402
 from ockpt.msgpack_legacy import decode_checkpoint, placeholders, to_json_view  # noqa: E402
 from ockpt.ocdbt import format as ocdbt_format  # noqa: E402
 from ockpt.zarr import read_region, stream  # noqa: E402
@@ -62,11 +64,32 @@ _DOCUMENTS: tuple[type, ...] = (
 )
 
 
+def _outcome_of(parse: Callable[[], object]) -> object:
+    """What `parse` gives, or the rule of the FormatError it raises."""
+    try:
+        return parse()
+    except FormatError as e:
+        return e.rule
+
+
 def json_target(data: bytes) -> None:
-    """Parse one JSON document; a parsed document must re-encode and re-parse to itself."""
+    """Parse one JSON document; a parsed document must re-encode and re-parse to itself. With
+    the first byte's high bits set, also under a budget of a few values (`max_json_values`)
+    and with every document parsed streamed: the same document, or JSON-003."""
     if not data:
         return
     cls = _DOCUMENTS[data[0] % len(_DOCUMENTS)]
+    if data[0] >> 4:
+        body = data[1:]
+        want = _outcome_of(lambda: cls.from_bytes(body, file="fuzz").to_json())
+        above, _json._STREAM_ABOVE = _json._STREAM_ABOVE, 0
+        try:
+            with applied(Limits(max_json_values=(data[0] >> 4) * 8)):
+                got = _outcome_of(lambda: cls.from_bytes(body, file="fuzz").to_json())
+        finally:
+            _json._STREAM_ABOVE = above
+        assert got == want or got == "JSON-003", ("under a budget", got, want)
+        return
     doc = cls.from_bytes(data[1:], file="fuzz")
     again = cls.from_bytes(doc.to_bytes(), file="fuzz")
     assert again.to_json() == doc.to_json(), "round trip changed the document"
@@ -86,7 +109,15 @@ def json_target(data: bytes) -> None:
 
 
 def msgpack_target(data: bytes) -> None:
+    """Decode one msgpack file; under a budget of 32 values (`max_json_values`) it decodes to
+    the same tree, or is refused with MSGPACK-001."""
+    budgeted = len(data) % 2  # half of the cases, by length, also under a budget
+    if budgeted:
+        with applied(Limits(max_json_values=32)):
+            got = _outcome_of(lambda: to_json_view(decode_checkpoint(data, file="fuzz")))
     tree = decode_checkpoint(data, file="fuzz")
+    if budgeted:
+        assert got in ("MSGPACK-001", to_json_view(tree)), ("under a budget", got)
     to_json_view(tree)
     placeholders(tree, file="fuzz")
 
