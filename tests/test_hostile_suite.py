@@ -191,3 +191,52 @@ def test_a_4gib_chunk_within_the_limits(tmp_path):
     for entry in ("validate", "validate:deep", "pytree_metadata"):
         assert results[entry]["outcome"] == "ok", f"{entry}: {results[entry]}"
     assert results["cli:convert"]["exit"] == 1 and "[LIMIT-006]" in results["cli:convert"]["output"]
+
+
+def _wide_json(original: bytes) -> bytes:
+    """`original` (a JSON object) with a member of 17M empty lists: 34M values counted, just
+    past the default `max_json_values` (issue 32 item 1)."""
+    head = json.dumps(json.loads(original))[:-1].encode()
+    return head + b', "wide": [' + b"[]," * 17_000_000 + b"[]]}"
+
+
+def _wide_msgpack(original: bytes) -> bytes:
+    """A msgpack `checkpoint` file whose one array holds 34M nils (MSGPACK-001)."""
+    n = 34_000_000
+    return b"\x81\xa4wide\xdd" + n.to_bytes(4, "big") + b"\xc0" * n
+
+
+#: (case, file, how to widen it, rule) -> the entry points that parse that file.
+WIDE = {
+    (OCDBT, "_METADATA", "JSON-003"): (_wide_json, EVERYTHING),
+    # parsed for its leaves' metadata (a load skips it: it names no typed PRNG key)
+    (OCDBT, "array_metadatas/process_0", "JSON-003"): (
+        _wide_json,
+        ["pytree_metadata", *VALIDATE, "cli:inspect", "cli:convert", "cli:diff", "cli:validate"],
+    ),
+    (MSGPACK, "checkpoint", "MSGPACK-001"): (_wide_msgpack, EVERYTHING),
+}
+
+
+@pytest.mark.parametrize(("case", "name", "rule"), list(WIDE), ids=lambda x: getattr(x, "name", x))
+def test_every_entry_point_refuses_a_wide_document(tmp_path, case, name, rule):
+    """A document of more values than a reader builds (the breadth bomb, issue 32): every entry
+    point that parses it refuses with its rule, within the time and memory bounds."""
+    root = tmp_path / case.name
+    shutil.copytree(case / "checkpoint", root)
+    widen, must_refuse = WIDE[(case, name, rule)]
+    (root / name).write_bytes(widen((root / name).read_bytes()))
+    results = _run(root, EVERYTHING + ANSWER_ONLY)
+    for entry, got in results.items():
+        where = f"{entry}: {str(got)[:600]}"
+        assert got["outcome"] not in ("escaped", "killed"), where
+        assert got["seconds"] < SECONDS and got["peak_mb"] < PEAK_MB, where
+        if entry not in must_refuse:
+            continue
+        if entry.startswith("cli:"):
+            assert got["exit"] == 1 and f"[{rule}]" in got["output"], where
+            assert "Traceback" not in got["output"], where
+        elif entry.startswith("validate"):
+            assert got["outcome"] == "invalid" and rule in got["rules"], where
+        else:
+            assert got["outcome"] == "refused" and got["rule"] == rule, where
