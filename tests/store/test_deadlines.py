@@ -23,8 +23,14 @@ MODES = ("silent", "drip", "endless")
 def _answer(conn: socket.socket, mode: str, stop: threading.Event) -> None:
     with conn:
         try:
-            conn.settimeout(1)
-            conn.recv(1 << 16)
+            conn.settimeout(0.5)
+            while not stop.is_set():  # the request, however slowly the client sends it
+                try:
+                    if conn.recv(1 << 16):
+                        break
+                except TimeoutError:
+                    continue
+                return  # the client closed
             if mode == "drip":
                 conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\n\r\n")
                 while not stop.wait(2):
