@@ -552,3 +552,37 @@ def test_a_frame_of_millions_of_empty_blocks_is_not_walked_block_by_block():
     assert bytecodecs.zstd_decompress(bomb, max_output_size=1 << 20) == b""
     with pytest.raises(OcdbtError, match="bytes after the zstd frame"):
         bytecodecs.zstd_decompress(bomb + b"\x00", max_output_size=1 << 20)
+
+
+def test_the_kept_count_walks_members_in_memory_independent_of_their_size():
+    """`_kept_values` (the bytes walk of a streamed document's top-level members) counts every
+    member but the streamed ones, as `_values` counts each; a 20 MB member name is stepped
+    over with `bytes.find` (a regular expression's repetition held gigabytes for one)."""
+    rng = random.Random(320)
+
+    def value(depth: int) -> object:
+        r = rng.random()
+        if depth > 3 or r < 0.3:
+            return rng.choice([1, -2.5e3, "a,b", 'x\\"[', "é:{", None, True, "\\\\", ""])
+        if r < 0.6:
+            return [value(depth + 1) for _ in range(rng.randint(0, 4))]
+        keys = ["k", "q,", '"]', "tree_metadata"]
+        return {rng.choice(keys): value(depth + 1) for _ in range(rng.randint(0, 3))}
+
+    for _ in range(500):
+        doc = {rng.choice(["a", "tree_metadata", "b,:", 'c"']): value(0) for _ in range(4)}
+        raw = json.dumps(doc, ensure_ascii=rng.random() < 0.5).encode()
+        want = 1 + sum(
+            1 + _json._values(json.dumps(v), whole=True)[1]
+            for k, v in doc.items()
+            if k != "tree_metadata"
+        )
+        assert _json._kept_values(raw, {"tree_metadata": None}, 1 << 40) == want, raw
+    long_name = b'{"' + b"a" * (20 << 20) + b'": [1, 2], "tree_metadata": {}}'
+    tracemalloc.start()
+    try:
+        assert _json._kept_values(long_name, {"tree_metadata": None}, 1 << 40) == 5
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < (64 << 20), peak  # the name's bytes and its text once each, not per character
