@@ -104,8 +104,9 @@ def _topology(task: dict[str, Any]) -> None:
     for source in task["sources"]:
         case = f"{source['label']} @ {n} devices"
         if "fixture" in source:
-            import _record
+            from ockpt.conformance.fixture_cases import record_module
 
+            _record = record_module(Path(task["fixtures"]))
             node = _record.load_expected(Path(source["fixture"]))["items"][""]
             expected = _record.decode_tree(node, Path(source["fixture"]))
             on_device = {k for k, v in node["items"].items() if v["type"] == "jax.Array"}

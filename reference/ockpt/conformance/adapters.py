@@ -260,13 +260,26 @@ C_EXAMPLE = "conformance/examples/c_reader/build.py"
 
 
 def find_repo_file(rel: str, *hints: Path) -> Path | None:
-    """`rel` under the first of the hint directories, the working directory or the source
-    checkout this package was loaded from, that has it."""
-    here = Path(__file__).resolve()
-    for base in (*hints, Path.cwd(), here.parents[3]):
+    """`rel` under the first of the hint directories that has it, else under the source
+    checkout this package was loaded from (``<root>/reference/ockpt``).
+
+    Never the working directory: these files are code that runs (`_record.py`, `build.py`, an
+    adapter), and a directory a user merely stands in may be anybody's."""
+    for base in (*hints, _source_checkout()):
         if base is not None and (Path(base) / rel).exists():
             return Path(base) / rel
     return None
+
+
+_WHERE = "(name a checkout's fixtures with --fixtures: the working directory is not searched)"
+
+
+def _source_checkout() -> Path | None:
+    """The repository root when this package is its ``reference/ockpt`` (an editable install),
+    else None (an installed wheel has no repository around it)."""
+    package = Path(__file__).resolve().parents[1]
+    root = package.parents[1]
+    return root if package == root / "reference" / "ockpt" else None
 
 
 def _from_module(module: Any, attr: str | None, spec: str) -> Adapter:
@@ -287,7 +300,7 @@ def _c_example(repo: Path | None) -> Adapter:
 
     found = find_repo_file(C_EXAMPLE, *([repo] if repo else []))
     if found is None:
-        raise FileNotFoundError(f"adapter 'c-example': {C_EXAMPLE} not found (run from the repo)")
+        raise FileNotFoundError(f"adapter 'c-example': {C_EXAMPLE} not found {_WHERE}")
     mspec = importlib.util.spec_from_file_location("_ockpt_c_example_build", found)
     if mspec is None or mspec.loader is None:
         raise ImportError(f"cannot load {found}")
@@ -314,7 +327,7 @@ def load_adapter(spec: str, *, repo: Path | None = None) -> Adapter:
         found = find_repo_file(ALIASES[spec], *([repo] if repo else []))
         if found is None:
             raise FileNotFoundError(
-                f"adapter {spec!r}: {ALIASES[spec]} not found (run from the ockpt repository)"
+                f"adapter {spec!r}: {ALIASES[spec]} not found {_WHERE}"
             )
         spec = str(found)
     target, attr = spec, None

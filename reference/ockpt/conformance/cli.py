@@ -40,7 +40,10 @@ def add_parser(subparsers: object) -> None:
         help="print the JSON report on stdout instead of the Markdown one",
     )
     p.add_argument(
-        "--fixtures", metavar="DIR", help="golden fixtures directory (default: ./fixtures)"
+        "--fixtures",
+        metavar="DIR",
+        help="golden fixtures directory (default: those of the ockpt checkout this package runs "
+        "from; never the working directory, whose code would run)",
     )
     p.add_argument("--group", action="append", help="run only these groups (repeat)")
     p.add_argument("--workdir", metavar="DIR", help="keep what the producers wrote here")
@@ -63,7 +66,7 @@ def add_parser(subparsers: object) -> None:
     )
     e.add_argument("dir", help="output directory (must not exist or be empty)")
     e.add_argument(
-        "--fixtures", dest="export_fixtures", help="golden fixtures (default: ./fixtures)"
+        "--fixtures", dest="export_fixtures", help="golden fixtures (default: those of the ockpt checkout this package runs from)"
     )
     e.add_argument(
         "--group",

@@ -16,6 +16,7 @@ from the fixtures directory; this module reads no checkpoint file itself.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 from dataclasses import dataclass, field
@@ -107,18 +108,22 @@ class BadCase:
 
 
 def record_module(fixtures: Path, name: str = "_record") -> Any:
-    """A record reader of the fixtures directory (``_record``, ``_record_ocdbt``)."""
-    if str(fixtures) not in sys.path:
-        sys.path.insert(0, str(fixtures))
-    if name == "_record_ocdbt":
-        import _record_ocdbt  # the fixtures' OCDBT database records
-
-        return _record_ocdbt
-    if name != "_record":
+    """A record reader of the fixtures directory (``_record``, ``_record_ocdbt``), loaded from
+    that file alone: the directory is not put on ``sys.path``, so nothing else in it can be
+    imported in its place."""
+    if name not in ("_record", "_record_ocdbt"):
         raise ValueError(f"no record reader {name!r}")
-    import _record  # the fixtures' record reader (numpy + ml_dtypes only)
-
-    return _record
+    path = (Path(fixtures) / f"{name}.py").resolve()
+    loaded = sys.modules.get(name)
+    if loaded is not None and Path(getattr(loaded, "__file__", "")).resolve() == path:
+        return loaded
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{path}: not a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # its dataclasses look themselves up there
+    spec.loader.exec_module(module)
+    return module
 
 
 def _item_kwargs(rel: str) -> tuple[int | None, str | None]:

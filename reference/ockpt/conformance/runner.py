@@ -633,7 +633,7 @@ class _Runner:
     def _env(self, devices: int | None) -> dict[str, str]:
         env = dict(os.environ)
         pkg_parent = str(Path(__file__).resolve().parents[2])
-        paths = [pkg_parent] + ([str(self.fixtures)] if self.fixtures else [])
+        paths = [pkg_parent]
         if self.repo is not None:
             paths.append(str(self.repo))
         env["PYTHONPATH"] = os.pathsep.join(paths + [env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
@@ -907,6 +907,7 @@ class _Runner:
                     "mesh": C.TOPOLOGY_DEVICES[n],
                     "adapters": [self.specs[r.name] for r in readers],
                     "sources": sources,
+                    "fixtures": _str(self.fixtures),
                     "repo": _str(self.repo),
                 }
                 running.append((n, self._spawn(task, devices=n)))
