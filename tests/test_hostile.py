@@ -337,6 +337,96 @@ def test_path_004_detect_does_not_open_a_linked_out_metadata(tmp_path):
     assert any(p.rule == "PATH-004" for p in layout.problems)
 
 
+def _plant_after_check(monkeypatch, item: Path, name: str, target: Path) -> None:
+    """The race, made certain: `name` in `item` becomes a link to `target` the moment after
+    the hardened open has resolved and checked it."""
+    from ockpt.store import files
+
+    resolve = files._resolve
+
+    def then_swap(root, key, shown):  # type: ignore[no-untyped-def]
+        found = resolve(root, key, shown)
+        if key.startswith(name):
+            victim = item / name
+            (shutil.rmtree if victim.is_dir() else os.remove)(victim)
+            os.symlink(target, victim)
+        return found
+
+    monkeypatch.setattr(files, "_resolve", then_swap)
+
+
+@pytest.mark.parametrize("planted", ["file", "directory"])
+def test_path_004_a_link_planted_after_the_check_is_not_followed(tmp_path, monkeypatch, planted):
+    """The attack: a process swaps a checked file (or a directory on its path) for a link
+    leading out between the check and the open. The open follows no link, so the outside
+    file is never read: PATH-004."""
+    item = tmp_path / "run"
+    shutil.copytree(OCDBT, item)
+    outside = tmp_path / "outside"
+    shutil.copytree(item / "d", outside)
+    (outside / "_METADATA").write_bytes(b'{"secret": 1}')
+    key = "_METADATA" if planted == "file" else f"d/{sorted(os.listdir(item / 'd'))[0]}"
+    name = key.split("/")[0]
+    _plant_after_check(monkeypatch, item, name, outside / "_METADATA" if planted == "file" else outside)
+    store = as_store(item)
+    for read in (store.get, store.size, store.open_file, store.open_range):
+        with pytest.raises(FormatError) as e:
+            read(key)
+        assert _rule(e) == "PATH-004" and "planted" in e.value.message
+        os.remove(item / name)  # the next read checks a real file again
+        shutil.copy(outside / "_METADATA", item / name) if planted == "file" else shutil.copytree(
+            outside, item / name
+        )
+
+
+def test_path_004_a_concurrent_link_swap_never_reads_the_outside_file(tmp_path):
+    """The attack as it happens: another process swaps `_METADATA` for a link to an outside
+    file and back, as fast as it can, while the checkpoint is read. Every read gives the real
+    document or PATH-004; none gives the outside file."""
+    import subprocess
+    import sys
+    import time
+
+    item = tmp_path / "run"
+    shutil.copytree(OCDBT, item)
+    real = (item / "_METADATA").read_bytes()
+    (tmp_path / "saved").write_bytes(real)
+    outside = tmp_path / "outside.json"
+    outside.write_bytes(b'{"tree_metadata": {}, "outside": true}')
+    swapper = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import os, sys\n"
+            "d, saved, out = sys.argv[1:]\n"
+            "m = os.path.join(d, '_METADATA')\n"
+            "while True:\n"
+            "    os.symlink(out, m + '.l'); os.replace(m + '.l', m)\n"
+            "    os.link(saved, m + '.r'); os.replace(m + '.r', m)\n",
+            str(item),
+            str(tmp_path / "saved"),
+            str(outside),
+        ]
+    )
+    outcomes = {"real": 0, "refused": 0}
+    try:
+        store = as_store(item)
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            try:
+                data = store.get("_METADATA")
+            except FormatError as e:
+                assert e.rule == "PATH-004", e
+                outcomes["refused"] += 1
+                continue
+            assert data == real, "the outside file was read"
+            outcomes["real"] += 1
+    finally:
+        swapper.kill()
+        swapper.wait()
+    assert outcomes["real"] and outcomes["refused"], outcomes
+
+
 # ---------------------------------------------------------------------------------------------
 # no code from data
 

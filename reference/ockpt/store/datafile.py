@@ -12,7 +12,6 @@ import os
 from typing import Protocol
 
 from .byterange import ByteRange
-from .files import open_regular
 
 __all__ = ["DataFile", "LocalFile"]
 
@@ -41,10 +40,11 @@ class DataFile(Protocol):
 
 
 class LocalFile:
-    """A local regular file on a kept descriptor (opened through `files.open_regular`)."""
+    """A local regular file on a kept descriptor (`fd`, from `files.open_inside`, is owned and
+    closed by it)."""
 
-    def __init__(self, path: str, display: str) -> None:
-        self.fd = open_regular(path, file=display)  # a FIFO or directory: PATH-005
+    def __init__(self, fd: int, display: str) -> None:
+        self.fd = fd
         self.size: int | None = os.fstat(self.fd).st_size
         self.display = display
 

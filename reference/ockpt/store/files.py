@@ -21,20 +21,20 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from typing import NoReturn
 
 from ..errors import FormatError
 from ..limits import current as limits_in_force
 from ..paths import check_relative
 from .base import Listing
-from .byterange import ByteRange
 
 __all__ = [
     "resolve_inside",
     "check_tree",
     "open_regular",
+    "open_inside",
     "read_file",
     "read_inside",
-    "open_range",
     "size_inside",
     "list_dir",
 ]
@@ -45,6 +45,12 @@ _OPEN_FLAGS = (
     | getattr(os, "O_CLOEXEC", 0)
     | getattr(os, "O_NOCTTY", 0)
     | getattr(os, "O_BINARY", 0)
+)
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
+#: whether files can be opened relative to a directory descriptor without following links
+_OPENS_RELATIVE = bool(_NOFOLLOW and _DIR_FLAGS != os.O_RDONLY) and {os.open, os.stat} <= set(
+    os.supports_dir_fd
 )
 _KINDS = (
     (stat.S_ISDIR, "a directory"),
@@ -66,21 +72,43 @@ def _not_regular(why: str, shown: str) -> FormatError:
     return FormatError(f"{why} stands where a regular file must be", rule="PATH-005", file=shown)
 
 
-def resolve_inside(root: str, name: str, *, file: str | None = None) -> str:
-    """The real path of `name` under the directory `root`, refusing a name that
-    `paths.unsafe_path` rejects (PATH-003) and one that resolves, through symbolic links, to a
-    place outside the real path of `root` (PATH-004). The file need not exist."""
-    check_relative(name, file=file)
-    real_root = os.path.realpath(root)
-    full = os.path.realpath(os.path.join(real_root, name))
-    if full != real_root and not full.startswith(real_root.rstrip(os.sep) + os.sep):
+def _realpath(path: str, shown: str | None) -> str:
+    """`os.path.realpath`, whose `OSError` (a link swapped while it is followed) becomes
+    PATH-004: the path changed under the reader."""
+    try:
+        return os.path.realpath(path)
+    except OSError as e:
+        raise FormatError(
+            f"{path!r} changed while its links were followed ({e.strerror})",
+            rule="PATH-004",
+            file=shown,
+        ) from None
+
+
+def _inside(full: str, real_root: str) -> bool:
+    return full == real_root or full.startswith(real_root.rstrip(os.sep) + os.sep)
+
+
+def _resolve(root: str, name: str, shown: str | None) -> tuple[str, str]:
+    """The real paths of `root` and of `name` inside it (`resolve_inside`)."""
+    check_relative(name, file=shown)
+    real_root = _realpath(root, shown)
+    full = _realpath(os.path.join(real_root, name), shown)
+    if not _inside(full, real_root):
         raise FormatError(
             f"{name!r} resolves to {full!r}, outside the checkpoint {real_root!r} "
             "(a symbolic link leads out)",
             rule="PATH-004",
-            file=file,
+            file=shown,
         )
-    return full
+    return real_root, full
+
+
+def resolve_inside(root: str, name: str, *, file: str | None = None) -> str:
+    """The real path of `name` under the directory `root`, refusing a name that
+    `paths.unsafe_path` rejects (PATH-003) and one that resolves, through symbolic links, to a
+    place outside the real path of `root` (PATH-004). The file need not exist."""
+    return _resolve(root, name, file)[1]
 
 
 def check_tree(root: str, *, file: str | None = None, limit: int | None = None) -> None:
@@ -94,9 +122,8 @@ def check_tree(root: str, *, file: str | None = None, limit: int | None = None) 
     `root`."""
     if limit is None:
         limit = limits_in_force().max_directory_entries
-    real_root = os.path.realpath(root)
-    prefix = real_root.rstrip(os.sep) + os.sep
     shown = file or root
+    real_root = _realpath(root, shown)
     stack = [root]
     seen = 0
     while stack:
@@ -118,8 +145,8 @@ def check_tree(root: str, *, file: str | None = None, limit: int | None = None) 
                 where = os.path.join(shown, os.path.relpath(entry.path, root))
                 try:
                     if entry.is_symlink():
-                        target = os.path.realpath(entry.path)
-                        if target != real_root and not target.startswith(prefix):
+                        target = _realpath(entry.path, where)
+                        if not _inside(target, real_root):
                             raise FormatError(
                                 f"symbolic link {entry.path!r} leads out of the checkpoint to "
                                 f"{target!r}",
@@ -170,8 +197,14 @@ def open_regular(path: str, *, file: str | None = None) -> int:
         if e.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR):
             raise _not_regular("not a regular file", shown) from None
         raise
+    return _opened_regular(fd, shown)
+
+
+def _opened_regular(fd: int, shown: str) -> int:
+    """`fd`, made blocking, once `fstat` shows a regular file: the name may have been replaced
+    between the check and the open (closed and PATH-005 otherwise)."""
     try:
-        st = os.fstat(fd)  # the name may have been replaced since the stat above
+        st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise _not_regular(_what(st.st_mode), shown)
         os.set_blocking(fd, True)
@@ -179,6 +212,75 @@ def open_regular(path: str, *, file: str | None = None) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def _link_planted(name: str, shown: str) -> FormatError:
+    return FormatError(
+        f"a symbolic link was planted at {name!r} after the path was checked (the checkpoint "
+        "is being changed while it is read)",
+        rule="PATH-004",
+        file=shown,
+    )
+
+
+def _refuse_link(dir_fd: int, name: str, shown: str) -> NoReturn:
+    """Refuse the link `name` where the resolved path has none: a loop (which resolution left
+    unresolved) is PATH-005, any other link was planted since (PATH-004)."""
+    try:
+        os.stat(name, dir_fd=dir_fd)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise _not_regular("a symbolic link loop", shown) from None
+    raise _link_planted(name, shown)
+
+
+def _child_fd(dir_fd: int, name: str, flags: int, shown: str) -> int:
+    """`name` opened relative to the directory `dir_fd`, following no link: a link there now
+    (it was none when the path was resolved) is PATH-004."""
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError as e:
+        if e.errno in (errno.ENOENT, errno.ENOTDIR):
+            raise
+        raise _not_regular(f"an unreadable entry ({e.strerror})", shown) from None
+    if stat.S_ISLNK(st.st_mode):
+        _refuse_link(dir_fd, name, shown)
+    if not flags & _DIR_FLAGS and not stat.S_ISREG(st.st_mode):
+        raise _not_regular(_what(st.st_mode), shown)  # never opened: no device is touched
+    try:
+        return os.open(name, flags | _NOFOLLOW, dir_fd=dir_fd)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            _refuse_link(dir_fd, name, shown)
+        if e.errno in (errno.ENXIO, errno.EISDIR):
+            raise _not_regular("not a regular file", shown) from None
+        raise
+
+
+def open_inside(root: str, name: str, *, file: str | None = None) -> int:
+    """A read-only descriptor of the regular file `name` inside the directory `root`.
+
+    The name is resolved as `resolve_inside` resolves it, and the file is then opened one path
+    component at a time, each relative to its directory and following no link, so the file
+    opened is the file checked: a link planted between the check and the open (a concurrent
+    writer) is PATH-004, not followed. FileNotFoundError / NotADirectoryError: nothing there."""
+    shown = file or os.path.join(root, name)
+    real_root, full = _resolve(root, name, shown)
+    if not _OPENS_RELATIVE:  # no openat here: the last component alone is not followed
+        return open_regular(full, file=shown)
+    parts = [p for p in os.path.relpath(full, real_root).split(os.sep) if p not in ("", ".")]
+    if not parts:
+        raise _not_regular("a directory", shown)
+    dir_fd = os.open(real_root, _DIR_FLAGS)
+    try:
+        for part in parts[:-1]:
+            child = _child_fd(dir_fd, part, _DIR_FLAGS, shown)
+            os.close(dir_fd)
+            dir_fd = child
+        fd = _child_fd(dir_fd, parts[-1], _OPEN_FLAGS, shown)
+    finally:
+        os.close(dir_fd)
+    return _opened_regular(fd, shown)
 
 
 def _read_fd(fd: int, size: int) -> bytes:
@@ -215,7 +317,11 @@ def read_file(
     `rule` (as `error`, the caller's layer's class) before any byte is read (a file that grows
     while read is cut at ``limit + 1`` and refused too)."""
     shown = file or path
-    fd = open_regular(path, file=shown)
+    return _read_bounded(open_regular(path, file=shown), limit, rule, shown, error)
+
+
+def _read_bounded(fd: int, limit: int, rule: str, shown: str, error: type[FormatError]) -> bytes:
+    """`read_file` on the descriptor `fd`, which it closes."""
     try:
         size = os.fstat(fd).st_size
         if size > limit:
@@ -239,31 +345,28 @@ def read_file(
 def read_inside(
     root: str, name: str, *, limit: int, rule: str, file: str | None = None
 ) -> bytes | None:
-    """`read_file` of `name` resolved inside the directory `root` (`resolve_inside`); None
-    when there is no such file (or it was removed meanwhile)."""
+    """`read_file` of `name` opened inside the directory `root` (`open_inside`); None when
+    there is no such file (or it was removed meanwhile)."""
     shown = file or os.path.join(root, name)
-    full = resolve_inside(root, name, file=shown)
     try:
-        return read_file(full, limit=limit, rule=rule, file=shown)
+        fd = open_inside(root, name, file=shown)
     except (FileNotFoundError, NotADirectoryError):
         return None
-
-
-def open_range(path: str, *, file: str | None = None) -> ByteRange:
-    """The whole regular file at `path` as a `ByteRange` (streamed reads of large values)."""
-    fd = open_regular(path, file=file)
-    return ByteRange(fd, 0, os.fstat(fd).st_size, file or path)
+    return _read_bounded(fd, limit, rule, shown, FormatError)
 
 
 def size_inside(root: str, name: str, *, file: str | None = None) -> int | None:
-    """The size of the regular file `name` inside the directory `root` without opening it;
-    None when there is none. Refused as `resolve_inside` and `open_regular` refuse."""
+    """The size of the regular file `name` inside the directory `root`; None when there is
+    none. Refused as `open_inside` refuses."""
     shown = file or os.path.join(root, name)
-    full = resolve_inside(root, name, file=shown)
     try:
-        return _stat_regular(full, shown).st_size
+        fd = open_inside(root, name, file=shown)
     except (FileNotFoundError, NotADirectoryError):
         return None
+    try:
+        return os.fstat(fd).st_size
+    finally:
+        os.close(fd)
 
 
 def list_dir(path: str, *, limit: int | None = None) -> Listing:

@@ -84,10 +84,6 @@ class LocalStore(Store):
         shown = os.path.dirname(self.display.rstrip(os.sep))
         return LocalStore(up, display=shown, sync=self._sync, context=self._context)
 
-    def _full(self, key: str) -> str:
-        """The real path of `key`, inside this directory (PATH-003, PATH-004)."""
-        return files.resolve_inside(self.path, key, file=self.file(key))
-
     # -- reads --------------------------------------------------------------------------------
 
     def get(self, key: str, *, limit: int | None = None, rule: str = "JSON-003") -> bytes | None:
@@ -144,14 +140,14 @@ class LocalStore(Store):
     def open_file(self, key: str) -> Any:
         from .datafile import LocalFile
 
-        return LocalFile(self._full(key), self.file(key))
+        return LocalFile(files.open_inside(self.path, key, file=self.file(key)), self.file(key))
 
     def open_range(self, key: str) -> ByteRange | None:
-        full = self._full(key)
         try:
-            return files.open_range(full, file=self.file(key))
+            fd = files.open_inside(self.path, key, file=self.file(key))
         except (FileNotFoundError, NotADirectoryError):
             return None
+        return ByteRange(fd, 0, os.fstat(fd).st_size, self.file(key))
 
     def os_path(self) -> str:
         return self.path
