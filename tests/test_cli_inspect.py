@@ -4,6 +4,8 @@ golden fixtures, checked against each fixture's record (expected.json)."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 
@@ -176,19 +178,42 @@ def test_cat_errors():
 
 def test_leaf_names_cannot_forge_listing_lines(tmp_path):
     """Issue 36 item 6: a leaf name with control characters (a colour escape, a newline that
-    would start a forged line) prints escaped in `inspect` and `tree`: one line per leaf, no
-    escape sequence reaches the terminal."""
+    would start a forged line) prints escaped wherever a command prints names (`inspect`,
+    `tree`, `diff`, `validate`, `convert`, `detect`, `ls`, errors): one line per entry, no escape
+    sequence reaches the terminal."""
     import ockpt
 
     name = "w\x1b[31m\nfake: jax.Array\u2028"
     ockpt.save_pytree(tmp_path / "c", {name: np.arange(3)})
-    for command in ("inspect", "tree"):
-        out = subprocess.run(
-            [sys.executable, "-m", "ockpt.cli", command, str(tmp_path / "c")],
+    ockpt.save_pytree(tmp_path / "d", {name: np.arange(4)})
+    step = tmp_path / "root" / "5"
+    ockpt.save_pytree(step, {"x": np.arange(2)})
+    os.rename(step / "state", step / "st\x1bate\nfake")  # a checkpointable named by its directory
+    shutil.copytree(tmp_path / "c", tmp_path / "v")
+    metadata = tmp_path / "v" / "state" / "_METADATA"
+    doc = json.loads(metadata.read_text())
+    for entry in doc["tree_metadata"].values():
+        entry["value_metadata"]["write_shape"] = [7]  # a finding that names the leaf
+    metadata.write_text(json.dumps(doc))
+    commands = [
+        ["inspect", "c"],
+        ["tree", "c"],
+        ["diff", "c", "d"],
+        ["validate", "v", "--deep"],
+        ["convert", "c", "c.npz", "--dry-run"],
+        ["detect", "root/5"],
+        ["ls", "root"],
+        ["cat", "c", "nothing\x1b[31m"],
+    ]
+    for command in commands:
+        done = subprocess.run(
+            [sys.executable, "-m", "ockpt.cli", *command],
             capture_output=True,
             text=True,
-            check=True,
-        ).stdout
-        assert "\x1b" not in out and "\u2028" not in out, command
-        assert not any(line.startswith("fake") for line in out.splitlines()), command
-        assert "w\\x1b[31m\\nfake: jax.Array\\u2028" in out, command
+            cwd=tmp_path,
+        )
+        out = done.stdout + done.stderr
+        assert "Traceback" not in out and done.returncode in (0, 1, 2), (command, out)
+        assert "\x1b" not in out and "\u2028" not in out, (command, out)
+        assert not any(line.startswith("fake") for line in out.splitlines()), (command, out)
+        assert "\\x1b" in out, (command, out)

@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from .paths import printable
+
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 
 __all__ = ["JSON_HELP", "PATH_HELP", "add_parsers", "add_where"]
@@ -51,11 +53,12 @@ _FLAGS = (
 
 
 def in_flags(message: object) -> str:
-    """An error's text as the command line says it: each option named by its flag."""
+    """An error's text as the command line says it, on one line: each option named by its
+    flag, and every character a checkpoint's names may carry that is not printable escaped."""
     text = str(message)
     for pattern, flag in _FLAGS:
         text = pattern.sub(flag, text)
-    return text
+    return printable(text)
 
 
 def _dump(data: Any) -> None:
@@ -106,14 +109,14 @@ def _print_entry(entry: Any, indent: str = "") -> None:
 
     state = "committed" if entry.committed else "UNCOMMITTED"
     if entry.kind == "manager_root":
-        print(f"{indent}{entry.path}: manager_root, {len(entry.children)} step(s)")
+        print(f"{indent}{printable(entry.path)}: manager_root, {len(entry.children)} step(s)")
     else:
         label = f"step {entry.step}" if entry.step is not None else entry.name or entry.path
         extra = ", ".join(x for x in (entry.handler, entry.storage) if x)
         extra = f" ({extra})" if extra else ""
         marker = ", commit_success.txt" if entry.has_commit_file else ""
         when = f"  {format_time(entry.commit_time_ns)}" if entry.commit_time_ns else ""
-        print(f"{indent}{label}: {entry.kind}{extra}, {state}{marker}{when}")
+        print(f"{indent}{printable(f'{label}: {entry.kind}{extra}')}, {state}{marker}{when}")
     for child in entry.children:
         _print_entry(child, indent + "  ")
 
@@ -215,18 +218,20 @@ def _cmd_convert(args: argparse.Namespace) -> int:
         _dump(result.to_json())
         return EXIT_OK
     for row in result.mapping:
-        print(_mapping_line(row))
+        print(printable(_mapping_line(row)))
     if result.select:
-        print(_selection_summary(result), file=sys.stderr)
-    for name, why in result.skipped:
-        print(f"skipped {name}: {why}", file=sys.stderr)
-    for name, impl in result.random_keys:
-        print(f"{name}: a typed PRNG key ({impl}), written as its uint32 key data", file=sys.stderr)
-    for name, dtype, stored in result.widened:
-        print(f"widened {name}: {dtype} stored as {stored} (exact)", file=sys.stderr)
+        print(printable(_selection_summary(result)), file=sys.stderr)
+    notes = [f"skipped {name}: {why}" for name, why in result.skipped]
+    notes += [
+        f"{name}: a typed PRNG key ({impl}), written as its uint32 key data"
+        for name, impl in result.random_keys
+    ]
+    notes += [f"widened {n}: {dtype} stored as {stored} (exact)" for n, dtype, stored in result.widened]
     if result.metadata_strings:
         names = ", ".join(result.metadata_strings)
-        print(f"string leaves in the safetensors __metadata__: {names}", file=sys.stderr)
+        notes.append(f"string leaves in the safetensors __metadata__: {names}")
+    for note in notes:  # leaf names come from the checkpoint: one line each
+        print(printable(note), file=sys.stderr)
     verb = "would write" if result.dry_run else "wrote"
     print(
         f"{verb} {result.leaves} leaves ({result.bytes} bytes) as {result.format}: "

@@ -32,17 +32,20 @@ def _layout_json(layout: Layout) -> dict[str, Any]:
 
 
 def _print_layout(layout: Layout, indent: str = "") -> None:
-    print(f"{indent}{layout.path}: {layout.kind.value}")
-    print(f"{indent}  {layout.reason}")
+    def say(line: str) -> None:  # names, handlers and reasons come from the checkpoint
+        print(indent + printable(line))
+
+    say(f"{layout.path}: {layout.kind.value}")
+    say(f"  {layout.reason}")
     if layout.handler:
-        print(f"{indent}  handler: {layout.handler}")
+        say(f"  handler: {layout.handler}")
     for problem in layout.problems:
-        print(f"{indent}  problem: {problem}")
+        say(f"  problem: {problem}")
     for step in layout.steps:
         state = "committed" if step.committed else "UNFINISHED"
-        print(f"{indent}  step {step.step} ({step.name}): {state}")
+        say(f"  step {step.step} ({step.name}): {state}")
     for name, child in layout.checkpointables.items():
-        print(f"{indent}  item {name!r}:")
+        say(f"  item {name!r}:")
         _print_layout(child, indent + "    ")
 
 

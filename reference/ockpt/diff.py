@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .paths import leaf_name
+from .paths import leaf_name, printable
 from .sources import BLOCK_BYTES, Leaf, Source
 
 __all__ = ["Difference", "DiffReport", "diff"]
@@ -77,7 +77,7 @@ class DiffReport:
         }
 
     def format_text(self) -> str:
-        lines = [d.text() for d in self.differences]
+        lines = [printable(d.text()) for d in self.differences]
         if self.equal:
             lines.append(f"no differences ({self.compared} leaves compared)")
         else:

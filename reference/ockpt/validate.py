@@ -77,7 +77,7 @@ from .names import (
     ZARR2_METADATA,
     ZARR3_METADATA,
 )
-from .paths import array_prefix, find_collisions
+from .paths import array_prefix, find_collisions, printable
 from .rules import RULES
 from .saved_tree import SavedLeaf
 from .schema import check_document
@@ -142,11 +142,11 @@ class Report:
 
     def format_text(self) -> str:
         """The human-readable output of ``ockpt validate``."""
-        lines = [str(f) for f in self.findings]
+        lines = [printable(str(f)) for f in self.findings]  # one line each, whatever names hold
         state = "valid" if self.ok else "INVALID"
         what = ", ".join(f"{v} {k}" for k, v in self.checked.items() if v)
         lines.append(
-            f"{self.path}: {state} ({self.kind}{', deep' if self.deep else ''}): "
+            f"{printable(str(self.path))}: {state} ({self.kind}{', deep' if self.deep else ''}): "
             f"{len(self.errors)} error(s), {len(self.warnings)} warning(s)"
             + (f"; checked {what}" if what else "")
         )
