@@ -435,8 +435,7 @@ def test_raw_chunk_of_the_wrong_size_keeps_its_rule(tmp_path, damage):
 def test_scattered_read_fills_buffers_across_short_reads(tmp_path, monkeypatch):
     """`ByteRange.read_scattered` fills its buffers in order when ``os.preadv`` returns less
     than asked (a signal, a page at a time), and refuses buffers that run past the range."""
-    from ockpt.store import byterange
-    from ockpt.store.files import open_range
+    from ockpt.store import as_store, byterange
 
     data = bytes(range(256)) * 4
     (tmp_path / "f").write_bytes(data)
@@ -447,7 +446,7 @@ def test_scattered_read_fills_buffers_across_short_reads(tmp_path, monkeypatch):
 
     monkeypatch.setattr(byterange.os, "preadv", short)
     out = np.zeros(100, np.uint8)
-    with open_range(str(tmp_path / "f")) as src:
+    with as_store(tmp_path).open_range("f") as src:
         assert src.read_scattered([out[:7], out[10:11], out[20:60], out[60:60]], 5) == 48
         with pytest.raises(ValueError, match="run past"):
             src.read_scattered([out], len(data) - 99)

@@ -232,3 +232,68 @@ def test_every_entry_point_refuses_a_wide_document(tmp_path, case, name, rule):
     widen, must_refuse = WIDE[(case, name, rule)]
     (root / name).write_bytes(widen((root / name).read_bytes()))
     _assert_refusals(_run(root, EVERYTHING + ANSWER_ONLY), must_refuse, rule)
+
+
+def _shared_value_bomb(root: Path, chunks: int, chunk_bytes: int) -> None:
+    """Leaf ``mixed.0`` of the real checkpoint `root` (OCDBT, float32) made `chunks` chunks of
+    `chunk_bytes` decoded, all pointing at the one stored zstd frame of a chunk of zeros: a
+    database of a few KiB that declares ``chunks x chunk_bytes`` (issue 36 item 4)."""
+    import zstandard
+
+    from ockpt.ocdbt import Database
+    from ockpt.ocdbt.format import DataFileId, IndirectDataReference
+    from ockpt.ocdbt.write import DatabaseWriter, data_file_name
+    from ockpt.store import as_store
+
+    with Database(root) as db:
+        entries = [(k, db.read_value(e, key=k)) for k, e in db.entries()]
+    for name in ("manifest.ocdbt", "d", "ocdbt.process_0", "array_metadatas", "_sharding"):
+        shutil.rmtree(root / name) if (root / name).is_dir() else (root / name).unlink()
+    store = as_store(root)
+    frame = zstandard.ZstdCompressor().compress(bytes(chunk_bytes))
+    name = data_file_name()
+    store.set(name.decode(), frame)
+    shared = IndirectDataReference(DataFileId(b"", name), 0, len(frame))
+    writer = DatabaseWriter("", open_file=store.writer)
+    items = chunk_bytes // 4
+    meta = {
+        "chunks": [items],
+        "compressor": {"id": "zstd", "level": 1},
+        "dimension_separator": ".",
+        "dtype": "<f4",
+        "fill_value": None,
+        "filters": None,
+        "order": "C",
+        "shape": [chunks * items],
+        "zarr_format": 2,
+    }
+    for key, value in entries:
+        if not key.startswith(b"mixed.0/"):
+            writer.put_entry(key, value)
+    writer.put_entry(b"mixed.0/.zarray", json.dumps(meta).encode())
+    for i in range(chunks):
+        writer.put_entry(b"mixed.0/%d" % i, shared)
+    writer.commit()
+    assert sum(f.stat().st_size for f in root.rglob("*") if f.is_file()) < 64 << 10
+
+
+@pytest.mark.parametrize(
+    ("chunks", "chunk_bytes", "refusing"),
+    [
+        # 1 TiB declared: the loads refuse by memory (LIMIT-006) before reading; everything
+        # that reads chunk by chunk refuses the second chunk
+        (16384, 64 << 20, [*VALIDATE, "cli:validate", "cli:convert", "cli:diff"]),
+        # 64 MiB declared: the loads read, and refuse the second chunk as well
+        (64, 1 << 20, [*API[:2], "open", *VALIDATE, "cli:validate", "cli:convert", "cli:diff"]),
+    ],
+    ids=["1TiB", "64MiB"],
+)
+def test_a_value_shared_by_many_keys_is_decoded_once(tmp_path, chunks, chunk_bytes, refusing):
+    """The attack: thousands of chunk keys of a few-KiB database point at one small zstd frame
+    that decodes to 64 MiB (issue 36 item 4). No two keys may share stored bytes (OCDBT-024):
+    the validator reports it without decoding (shallow too), and every reader refuses the
+    second key before decoding it, within the time and memory bounds."""
+    root = tmp_path / "item"
+    shutil.copytree(OCDBT / "checkpoint", root)
+    _shared_value_bomb(root, chunks, chunk_bytes)
+    _assert_refusals(_run(root, EVERYTHING + ANSWER_ONLY), refusing, "OCDBT-024")

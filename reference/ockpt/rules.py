@@ -250,6 +250,7 @@ _ALL: dict[str, Rule] = {
         ("OCDBT-021", "error", "a data_file_id must index the data file table"),
         ("OCDBT-022", "error", "a reference must lie within an existing data file"),
         ("OCDBT-023", "error", "a data file path must be relative and stay inside the checkpoint"),
+        ("OCDBT-024", "error", "no two keys' values may share stored bytes"),
         ("OCDBT-030", "error", "generation numbers must be non-zero and strictly increasing"),
         ("OCDBT-031", "error", "version counts must respect the version tree arity"),
         ("OCDBT-032", "error", "version node heights must match their references and decrease"),

@@ -41,6 +41,7 @@ from .errors import (
     MemoryLimitError,
     MissingDataError,
     NotACheckpointError,
+    OcdbtError,
     OckptError,
     PathNotFoundError,
     UnsupportedError,
@@ -633,12 +634,20 @@ class _ItemCheck:
         v = self.v
         ok = True
         keys: list[str] | None = []
+        shared = 0  # keys whose values share stored bytes with another key's
         try:
             for key, entry in store.db.entries():
                 keys.append(key.decode("utf-8", "surrogateescape"))  # type: ignore[union-attr]
                 ref = entry.value
                 if isinstance(ref, bytes):
                     continue
+                try:
+                    store.db.claim(key, ref)  # OCDBT-024: no two keys' values share bytes
+                except OcdbtError as e:
+                    shared += 1
+                    if shared <= _MAX_PER_ARRAY:
+                        v.error(e, file=_join(db_path, ref.file_id.path.decode("utf-8", "replace")))
+                    ok = False
                 what = store.db.reference_fault(ref)
                 if what is not None:
                     v.report(
@@ -653,6 +662,12 @@ class _ItemCheck:
             v.error(e, file=_join(db_path, MANIFEST_FILE))
             ok = False
             keys = None
+        if shared > _MAX_PER_ARRAY:
+            v.report(
+                "OCDBT-024",
+                f"and {shared - _MAX_PER_ARRAY} more keys share stored bytes with another key",
+                file=_join(db_path, MANIFEST_FILE),
+            )
         if keys is not None and os.path.normpath(db_path) == os.path.normpath(self.path):
             self.keys = keys
         if v.deep:

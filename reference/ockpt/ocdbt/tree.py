@@ -21,6 +21,7 @@ from ..store import Store, as_store
 from ..store.byterange import ByteRange
 from ..store.datafile import DataFile
 from . import format as fmt
+from .claims import ValueClaims
 from .format import (
     BtreeGenerationReference,
     BtreeNode,
@@ -120,6 +121,7 @@ class Database:
         self._manifest_file: str | None = None
         self._lookups: dict[int, int] = {}  # generation -> point lookups made
         self._indexes: dict[int, dict[bytes, LeafNodeEntry] | None] = {}  # see `_index`
+        self._claims = ValueClaims()  # the stored ranges of the values read, by key
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -669,10 +671,36 @@ class Database:
         self._indexes[generation] = index
         return index
 
+    def claim(self, key: bytes, ref: IndirectDataReference) -> None:
+        """Record that `key`'s value, about to be read (here or by another reader of these
+        files), is the stored range `ref`; OCDBT-024 where another key's value holds bytes of
+        it, so no stored value is decoded for two keys (`claims`)."""
+        holder = self._claims.claim(key, ref)
+        if holder is not None:
+            other, start, end = holder
+            raise OcdbtError(
+                f"the value of key {key!r} shares stored bytes with the value of key "
+                f"{other!r} ([{start}, {end}) of the data file): no two keys may point at "
+                "the same bytes",
+                rule="OCDBT-024",
+                file=self._file_display(ref),
+                pointer=f"@{ref.offset}",
+            )
+
+    def claim_values(self, prefix: bytes, *, generation: int | None = None) -> None:
+        """`claim` the out-of-line value of every key starting with `prefix`, for a reader
+        that reads them without this class (tensorstore)."""
+        for key, entry in self.entries(prefix, key_successor(prefix), generation=generation):
+            if not isinstance(entry.value, bytes):
+                self.claim(key, entry.value)
+
     def read_value(self, entry: LeafNodeEntry, *, key: bytes | None = None) -> bytes:
+        """The value of a leaf entry (of `key`: claimed first, `claim`)."""
         value = entry.value
         if isinstance(value, bytes):
             return value
+        if key is not None:
+            self.claim(key, value)
         return self.read_range(value, origin="value", pointer=None if key is None else repr(key))
 
     def get_into(
@@ -689,6 +717,7 @@ class Database:
             return None
         if isinstance(entry.value, bytes):
             return entry.value
+        self.claim(k, entry.value)
         return self.read_range_into(entry.value, buffer, origin="value", pointer=repr(k))
 
     def value_range(self, key: str | bytes, *, generation: int | None = None) -> ByteRange | None:
@@ -701,6 +730,7 @@ class Database:
         if entry is None or isinstance(entry.value, bytes):
             return None
         ref = entry.value
+        self.claim(k, ref)
         f = self._open(ref.file_id, pointer=repr(k), origin="value")
         if f.size is None or ref.offset + ref.length > f.size:
             return None

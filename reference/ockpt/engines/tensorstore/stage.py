@@ -18,7 +18,6 @@ import numpy as np
 
 from ...errors import OckptError
 from ...ocdbt.tree import Database
-from ...store import Store
 from ...store import url as store_url
 
 if TYPE_CHECKING:
@@ -39,9 +38,9 @@ class Stage:
     reads in flight only. tensorstore still decodes the zarr arrays (codecs, shards, fill
     values) as it does from the database."""
 
-    def __init__(self, store: Store, *, max_array_bytes: int) -> None:
+    def __init__(self, db: Database, *, max_array_bytes: int) -> None:
         ts = store_url.import_tensorstore()
-        self.db = Database(store)
+        self.db = db  # its value reads claim their stored bytes (`Database.claim`)
         self.max_array_bytes = max_array_bytes
         self.context = ts.Context(
             {

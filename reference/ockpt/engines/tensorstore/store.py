@@ -41,6 +41,7 @@ from ...errors import MissingDataError, OckptError, UnsupportedError, ZarrFormat
 from ...layout import ItemFormat, Storage
 from ...limits import check_allocation
 from ...names import ZARR2_METADATA, ZARR3_METADATA
+from ...ocdbt.tree import Database
 from ...paths import array_prefix
 from ...store import Store, deadline
 from ...store import url as store_url
@@ -308,6 +309,7 @@ class ArrayStore:
         self._per_leaf = fmt.storage is not Storage.OCDBT
         self._root_database = fmt.storage is Storage.OCDBT and fmt.has_root_manifest
         self._stage: Stage | None = None
+        self._databases: dict[str, Database] = {}  # ockpt's decoder of each, by directory
 
     def metadata_store(self, count: int) -> Any:
         """The python engine's store for the zarr metadata of `count` arrays of an item's root
@@ -326,6 +328,23 @@ class ArrayStore:
 
     def close(self) -> None:
         self._stage = None  # tensorstore closes its files when the stores are dropped
+        for db in self._databases.values():
+            db.close()
+        self._databases.clear()
+
+    def _database(self, base: Store) -> Database:
+        """ockpt's own decoder of the OCDBT database at `base` (one per directory)."""
+        db = self._databases.get(base.display)
+        if db is None:
+            db = self._databases[base.display] = Database(base)
+        return db
+
+    def _claim(self, base: Store, param_name: str) -> None:
+        """Claim the stored bytes of the values tensorstore will read for `param_name` from
+        the database at `base` (`Database.claim`: OCDBT-024 where two keys share bytes), so
+        no stored value is decoded for two keys."""
+        prefix = array_prefix(param_name).encode("utf-8", "surrogateescape")
+        self._database(base).claim_values(prefix)
 
     def _kvstore_spec(self, param_name: str, base: Store | None = None) -> dict[str, Any]:
         if self._per_leaf:
@@ -385,6 +404,8 @@ class ArrayStore:
                     still.append(n)
                     continue
                 out[n] = self._wrap(n, version, store)  # refuses what breaks the limits
+                if self._root_database:
+                    self._claim(self.location, n)
             pending = still
         for n in pending:
             self._raise_open(n, errors[n])
@@ -410,7 +431,9 @@ class ArrayStore:
             if prefix:
                 prefixes[prefix] = n
         try:
-            stage = self._stage or Stage(self.location, max_array_bytes=_STAGE_ARRAY_BYTES)
+            stage = self._stage or Stage(
+                self._database(self.location), max_array_bytes=_STAGE_ARRAY_BYTES
+            )
             if stage.num_keys() > _STAGE_KEYS_PER_ARRAY * len(prefixes):
                 return {}
             found = stage.find(prefixes)
@@ -540,6 +563,7 @@ class ArrayStore:
                 grids = [g for k in keys if (g := _chunk_grid_index(k, version, metadata))]
             if not grids:
                 continue
+            self._claim(base, param_name)
             spec = {**self.spec(param_name, version, base), "metadata": metadata}
             store = ts.open(spec, read=True, context=self.context, assume_metadata=True).result()
             for g in grids:
