@@ -234,10 +234,14 @@ def test_every_entry_point_refuses_a_wide_document(tmp_path, case, name, rule):
     _assert_refusals(_run(root, EVERYTHING + ANSWER_ONLY), must_refuse, rule)
 
 
-def _shared_value_bomb(root: Path, chunks: int, chunk_bytes: int) -> None:
+LOADS_TOO = [*API[:2], "open", *VALIDATE, "cli:validate", "cli:convert", "cli:diff"]
+
+
+def _shared_value_bomb(root: Path, chunks: int, chunk_bytes: int, *, linked: bool = False) -> None:
     """Leaf ``mixed.0`` of the real checkpoint `root` (OCDBT, float32) made `chunks` chunks of
     `chunk_bytes` decoded, all pointing at the one stored zstd frame of a chunk of zeros: a
-    database of a few KiB that declares ``chunks x chunk_bytes`` (issue 36 item 4)."""
+    database of a few KiB that declares ``chunks x chunk_bytes`` (issue 36 item 4). `linked`:
+    each key names a data file of its own, every one a hard link to the one file."""
     import zstandard
 
     from ockpt.ocdbt import Database
@@ -272,28 +276,57 @@ def _shared_value_bomb(root: Path, chunks: int, chunk_bytes: int) -> None:
             writer.put_entry(key, value)
     writer.put_entry(b"mixed.0/.zarray", json.dumps(meta).encode())
     for i in range(chunks):
+        if linked and i:
+            other = data_file_name()
+            os.link(root / name.decode(), root / other.decode())
+            shared = IndirectDataReference(DataFileId(b"", other), 0, len(frame))
         writer.put_entry(b"mixed.0/%d" % i, shared)
     writer.commit()
     assert sum(f.stat().st_size for f in root.rglob("*") if f.is_file()) < 64 << 10
 
 
 @pytest.mark.parametrize(
-    ("chunks", "chunk_bytes", "refusing"),
+    ("chunks", "chunk_bytes", "linked", "refusing"),
     [
         # 1 TiB declared: the loads refuse by memory (LIMIT-006) before reading; everything
         # that reads chunk by chunk refuses the second chunk
-        (16384, 64 << 20, [*VALIDATE, "cli:validate", "cli:convert", "cli:diff"]),
+        (16384, 64 << 20, False, [*VALIDATE, "cli:validate", "cli:convert", "cli:diff"]),
         # 64 MiB declared: the loads read, and refuse the second chunk as well
-        (64, 1 << 20, [*API[:2], "open", *VALIDATE, "cli:validate", "cli:convert", "cli:diff"]),
+        (64, 1 << 20, False, LOADS_TOO),
+        # the same through 64 data file names that are hard links to one file
+        (64, 1 << 20, True, LOADS_TOO),
     ],
-    ids=["1TiB", "64MiB"],
+    ids=["1TiB", "64MiB", "64MiB-hard-links"],
 )
-def test_a_value_shared_by_many_keys_is_decoded_once(tmp_path, chunks, chunk_bytes, refusing):
+def test_a_value_shared_by_many_keys_is_decoded_once(
+    tmp_path, chunks, chunk_bytes, linked, refusing
+):
     """The attack: thousands of chunk keys of a few-KiB database point at one small zstd frame
     that decodes to 64 MiB (issue 36 item 4). No two keys may share stored bytes (OCDBT-024):
     the validator reports it without decoding (shallow too), and every reader refuses the
     second key before decoding it, within the time and memory bounds."""
     root = tmp_path / "item"
     shutil.copytree(OCDBT / "checkpoint", root)
-    _shared_value_bomb(root, chunks, chunk_bytes)
+    _shared_value_bomb(root, chunks, chunk_bytes, linked=linked)
     _assert_refusals(_run(root, EVERYTHING + ANSWER_ONLY), refusing, "OCDBT-024")
+
+
+@pytest.mark.parametrize("how", ["hard_link", "link_inside"])
+def test_a_chunk_file_shared_by_many_keys_is_decoded_once(tmp_path, how):
+    """The per-leaf form of the attack: the 64 chunk files of an array are hard links to one
+    small zstd frame, or links inside the checkpoint to it (PATH-008): every reader refuses the
+    second before decoding it."""
+    import zstandard
+
+    root = tmp_path / "item"
+    shutil.copytree(PER_LEAF / "checkpoint", root)
+    _declare(root, 64 << 18, 1 << 18)  # float32: 64 chunks of 1 MiB
+    frame = zstandard.ZstdCompressor().compress(bytes(1 << 20))
+    (root / "a" / "0.0").write_bytes(frame)
+    for i in range(1, 64):
+        if how == "hard_link":
+            os.link(root / "a" / "0.0", root / "a" / f"{i}.0")
+        else:
+            os.symlink("0.0", root / "a" / f"{i}.0")
+    refusing = ["load_pytree", "load_pytree:tensorstore", "open", "validate:deep", "cli:convert"]
+    _assert_refusals(_run(root, EVERYTHING + ANSWER_ONLY), refusing + ["cli:diff"], "PATH-008")

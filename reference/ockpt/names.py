@@ -100,3 +100,5 @@ OWN_TMP_SUFFIX = TMP_MARKER + "-ockpt-"
 OWN_TMP_NAME = re.compile(r"(?P<name>.+)\.orbax-checkpoint-tmp-ockpt-[0-9a-f]{12}")
 ZARR2_METADATA = ".zarray"
 ZARR3_METADATA = "zarr.json"
+#: the documents of a zarr array directory (every other file of it is a chunk or shard)
+ZARR_DOCUMENTS = frozenset({ZARR2_METADATA, ZARR3_METADATA, ".zattrs", ".zgroup"})

@@ -98,6 +98,7 @@ _ALL: dict[str, Rule] = {
         ("LAYOUT-004", "warning", "the step directories of one root should share one name format"),
         ("PATH-004", "error", "no file may be reached through a symbolic link leading out"),
         ("PATH-005", "error", "a file a reader opens must be a regular file (no FIFO, loop, ...)"),
+        ("PATH-008", "error", "no two chunk files of a checkpoint may be one file (links)"),
         (
             "LAYOUT-005",
             "error",

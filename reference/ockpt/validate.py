@@ -641,13 +641,6 @@ class _ItemCheck:
                 ref = entry.value
                 if isinstance(ref, bytes):
                     continue
-                try:
-                    store.db.claim(key, ref)  # OCDBT-024: no two keys' values share bytes
-                except OcdbtError as e:
-                    shared += 1
-                    if shared <= _MAX_PER_ARRAY:
-                        v.error(e, file=_join(db_path, ref.file_id.path.decode("utf-8", "replace")))
-                    ok = False
                 what = store.db.reference_fault(ref)
                 if what is not None:
                     v.report(
@@ -657,6 +650,14 @@ class _ItemCheck:
                         file=_join(db_path, ref.file_id.path.decode("utf-8", "replace")),
                         pointer=f"@{ref.offset}",
                     )
+                    ok = False
+                    continue
+                try:
+                    store.db.claim(key, ref)  # OCDBT-024: no two keys' values share bytes
+                except OcdbtError as e:
+                    shared += 1
+                    if shared <= _MAX_PER_ARRAY:
+                        v.error(e, file=_join(db_path, ref.file_id.path.decode("utf-8", "replace")))
                     ok = False
         except OckptError as e:
             v.error(e, file=_join(db_path, MANIFEST_FILE))

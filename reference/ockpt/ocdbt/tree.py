@@ -21,7 +21,7 @@ from ..store import Store, as_store
 from ..store.byterange import ByteRange
 from ..store.datafile import DataFile
 from . import format as fmt
-from .claims import ValueClaims
+from ..store.claims import ValueClaims
 from .format import (
     BtreeGenerationReference,
     BtreeNode,
@@ -675,13 +675,17 @@ class Database:
         """Record that `key`'s value, about to be read (here or by another reader of these
         files), is the stored range `ref`; OCDBT-024 where another key's value holds bytes of
         it, so no stored value is decoded for two keys (`claims`)."""
-        holder = self._claims.claim(key, ref)
+        if not ref.length:
+            return  # an empty value shares no byte
+        opened = self._open(ref.file_id, pointer=repr(key), origin="value")
+        file = opened.identity if opened.identity is not None else ref.file_id.path
+        holder = self._claims.claim(key, file, ref.offset, ref.offset + ref.length)
         if holder is not None:
             other, start, end = holder
             raise OcdbtError(
                 f"the value of key {key!r} shares stored bytes with the value of key "
-                f"{other!r} ([{start}, {end}) of the data file): no two keys may point at "
-                "the same bytes",
+                f"{other!r} ([{start}, {end}) of the data file, or of a file linked to it): no "
+                "two keys may point at the same bytes",
                 rule="OCDBT-024",
                 file=self._file_display(ref),
                 pointer=f"@{ref.offset}",

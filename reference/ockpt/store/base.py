@@ -16,7 +16,7 @@ from __future__ import annotations
 import abc
 import copy
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -193,6 +193,12 @@ class Store(abc.ABC):
     def open_range(self, key: str) -> Any:
         """`key` as a `ByteRange` on a descriptor of its own (streamed reads), None where
         the store has no descriptors or there is no such key."""
+        return None
+
+    def identity(self, key: str) -> Hashable | None:
+        """What the value `key` is, the same for every name of it (a local file's device and
+        inode, whether reached through a hard link or a link inside the directory); None when
+        there is no such key or every key is a value of its own (objects)."""
         return None
 
     def tensorstore_spec(self) -> dict[str, Any] | None:
@@ -398,6 +404,7 @@ class RangedFile:
         self.store = store
         self.key = key
         self.display = store.file(key)
+        self.identity = None  # an object has one name
         self.size: int | None = store.size(key) if store.capabilities.sizes_known else None
         if self.size is None and not store.exists(key):
             raise FileNotFoundError(self.display)

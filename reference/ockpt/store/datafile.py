@@ -9,6 +9,7 @@ the end of the value comes back short, and the caller names the fault.
 from __future__ import annotations
 
 import os
+from collections.abc import Hashable
 from typing import Protocol
 
 from .byterange import ByteRange
@@ -17,11 +18,13 @@ __all__ = ["DataFile", "LocalFile"]
 
 
 class DataFile(Protocol):
-    """An open data file: its `display` name and `size` (None where a store tells no size
-    without a read: object stores)."""
+    """An open data file: its `display` name, `size` (None where a store tells no size
+    without a read: object stores) and `identity`: what the file is, the same for every name
+    of it (a local file's device and inode; None where each name is an object of its own)."""
 
     display: str
     size: int | None
+    identity: Hashable | None
 
     def pread(self, length: int, offset: int) -> bytes:
         """Up to `length` bytes at `offset`; fewer (or none) where the file ends earlier."""
@@ -45,7 +48,9 @@ class LocalFile:
 
     def __init__(self, fd: int, display: str) -> None:
         self.fd = fd
-        self.size: int | None = os.fstat(self.fd).st_size
+        st = os.fstat(fd)
+        self.size: int | None = st.st_size
+        self.identity: Hashable | None = (st.st_dev, st.st_ino)
         self.display = display
 
     def pread(self, length: int, offset: int) -> bytes:

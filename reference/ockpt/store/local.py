@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import FormatError
@@ -148,6 +148,17 @@ class LocalStore(Store):
         except (FileNotFoundError, NotADirectoryError):
             return None
         return ByteRange(fd, 0, os.fstat(fd).st_size, self.file(key))
+
+    def identity(self, key: str) -> Hashable | None:
+        try:
+            fd = files.open_inside(self.path, key, file=self.file(key))
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        try:
+            st = os.fstat(fd)
+        finally:
+            os.close(fd)
+        return (st.st_dev, st.st_ino)
 
     def os_path(self) -> str:
         return self.path

@@ -45,6 +45,7 @@ from ...ocdbt.tree import Database
 from ...paths import array_prefix
 from ...store import Store, as_store
 from ...store.byterange import ByteRange
+from ...store.claims import ChunkFiles
 from ...zarr import ArrayMetadata, open_metadata, read_region
 from ...zarr.v3 import ArrayV3Metadata
 from ..contract import ImmediateFuture, ReadRequest, array_file
@@ -166,6 +167,7 @@ class DirectoryStore(KeyValueStore):
         self.store = store if display is None else store.with_display(display)
         self.display = self.store.display  # how errors name it
         self.skip = skip
+        self.chunk_files = ChunkFiles()  # the chunk files read, by what they are (PATH-008)
 
     @staticmethod
     def _valid(key: str) -> bool:
@@ -176,6 +178,11 @@ class DirectoryStore(KeyValueStore):
             and not ("\\" in key or "\0" in key)
         )
 
+    def _claim(self, key: str) -> None:
+        """Before the zarr key `key` is read: no other key's chunk file is the same file."""
+        if self.skip is None or not self.skip(key):
+            self.chunk_files.claim(self.store, key)
+
     def _directory(self, error: FormatError, key: str) -> bool:
         """Whether `error` refused a directory standing where the value `key` would be."""
         return error.rule == "PATH-005" and self.store.child(key).is_directory() is True
@@ -184,6 +191,7 @@ class DirectoryStore(KeyValueStore):
         if not self._valid(key):
             return None
         try:
+            self._claim(key)
             return self.store.get(key, limit=limits_in_force().max_chunk_bytes, rule="ZARR-003")
         except FormatError as e:
             if self._directory(e, key):
@@ -196,6 +204,7 @@ class DirectoryStore(KeyValueStore):
         if not self._valid(key):
             return None
         try:
+            self._claim(key)
             return self.store.open_range(key)
         except FormatError as e:
             if self._directory(e, key):

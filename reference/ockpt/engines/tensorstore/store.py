@@ -45,6 +45,7 @@ from ...ocdbt.tree import Database
 from ...paths import array_prefix
 from ...store import Store, deadline
 from ...store import url as store_url
+from ...store.claims import ChunkFiles
 from ...zarr._common import check_extent
 from ..contract import (
     DEFAULT_MAX_IN_FLIGHT,
@@ -310,6 +311,7 @@ class ArrayStore:
         self._root_database = fmt.storage is Storage.OCDBT and fmt.has_root_manifest
         self._stage: Stage | None = None
         self._databases: dict[str, Database] = {}  # ockpt's decoder of each, by directory
+        self._chunk_files = ChunkFiles()  # per leaf: the chunk files of the arrays opened
 
     def metadata_store(self, count: int) -> Any:
         """The python engine's store for the zarr metadata of `count` arrays of an item's root
@@ -406,6 +408,9 @@ class ArrayStore:
                 out[n] = self._wrap(n, version, store)  # refuses what breaks the limits
                 if self._root_database:
                     self._claim(self.location, n)
+                elif self._per_leaf:  # claim the chunk files before tensorstore reads them
+                    for key in self.location.list(n + "/"):
+                        self._chunk_files.claim(self.location, key)
             pending = still
         for n in pending:
             self._raise_open(n, errors[n])
