@@ -362,3 +362,109 @@ def test_c_reader_through_the_command_adapter(c_reader, tmp_path):
     na = [r for r in result.results if r.status == "n/a" and r.group == "fixtures"]
     assert all(r.reason for r in na)
     assert _tree_hash(copy) == before, "the reader changed its input"
+
+
+# -- building it: a private cache, never a program someone else put there ---------------------
+
+SHARDED_DB = FIXTURES / "orbax-0.12.8" / "sharded" / "checkpoint"
+
+
+@pytest.fixture
+def private_tmp(tmp_path, monkeypatch):
+    """The build module with the system's temporary directory moved under `tmp_path`."""
+    import tempfile
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    monkeypatch.setattr(tempfile, "gettempdir", lambda: str(tmp))
+    monkeypatch.delenv("OCKPT_C_SANITIZE", raising=False)
+    return _c_build(), tmp
+
+
+def _lists_like_ockpt(exe: Path) -> None:
+    out = subprocess.run([exe, "--list", str(SHARDED_DB)], capture_output=True, check=True)
+    with Database(SHARDED_DB) as ref:
+        assert [line.split(b"\t")[0] for line in out.stdout.splitlines()] == ref.list()
+
+
+def test_c_reader_build_cache_is_private(private_tmp):
+    import os
+    import stat
+
+    build, tmp = private_tmp
+    try:
+        exe = build.build()
+    except build.Unavailable as e:
+        pytest.skip(f"example C reader not built: {e}")
+    cache = build.cache_dir()
+    assert exe.parent == cache and cache.parent == tmp
+    st = os.lstat(cache)
+    assert stat.S_ISDIR(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o700
+    assert st.st_uid == os.getuid() == os.lstat(exe).st_uid
+    assert not os.lstat(exe).st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    built = os.lstat(exe).st_mtime_ns
+    assert build.build() == exe and os.lstat(exe).st_mtime_ns == built  # reused, not rebuilt
+    _lists_like_ockpt(exe)
+
+
+def _plant(directory: Path, marker: Path, digest: str, mode: int = 0o755) -> None:
+    """A program where a cached build lies, with the stamp of the current source: run, it
+    would only leave `marker` behind."""
+    program = directory / "ockpt_c_reader"
+    program.write_text(f"#!/bin/sh\ntouch {shlex.quote(str(marker))}\n")
+    program.chmod(mode)
+    (directory / "SOURCE_SHA256").write_text(digest + "\n")
+
+
+@pytest.mark.parametrize("planted", ["open_directory", "symlink", "writable_program"])
+def test_c_reader_build_never_runs_a_planted_program(private_tmp, tmp_path, planted):
+    """``$TMPDIR`` is shared: a directory at the cache's path that others may write to, a
+    symbolic link there, or a program there that others may write to is not trusted; the
+    reader is built afresh and the planted program never runs."""
+    import os
+    import stat
+
+    build, tmp = private_tmp
+    cache = build.cache_dir()
+    digest = cache.name.rsplit("-", 1)[1]
+    marker = tmp_path / "planted-program-ran"
+    if planted == "open_directory":
+        cache.mkdir()
+        cache.chmod(0o777)
+        _plant(cache, marker, digest)
+    elif planted == "symlink":
+        elsewhere = tmp_path / "elsewhere"
+        elsewhere.mkdir(mode=0o700)
+        _plant(elsewhere, marker, digest)
+        cache.symlink_to(elsewhere)
+    else:
+        cache.mkdir(mode=0o700)
+        _plant(cache, marker, digest, mode=0o777)
+    try:
+        exe = build.build()
+    except build.Unavailable as e:
+        pytest.skip(f"example C reader not built: {e}")
+    assert exe.read_bytes()[:4] == b"\x7fELF"
+    _lists_like_ockpt(exe)
+    assert not marker.exists(), "the planted program ran"
+    if planted == "writable_program":
+        assert exe.parent == cache  # our private directory: rebuilt in place
+    else:
+        assert exe.parent.parent == tmp and exe.parent != cache  # a fresh private directory
+        assert stat.S_IMODE(os.lstat(exe.parent).st_mode) == 0o700
+    if planted == "symlink":
+        assert (tmp_path / "elsewhere" / "ockpt_c_reader").read_text().startswith("#!/bin/sh")
+    assert not marker.exists()
+
+
+def test_c_reader_sanitizer_build_unavailable(tmp_path, monkeypatch):
+    """A compiler that cannot build with the sanitizers: `Unavailable`, saying so."""
+    build = _c_build()
+    fake = tmp_path / "cc"
+    fake.write_text('#!/bin/sh\necho "error: unsupported option -fsanitize" >&2\nexit 1\n')
+    fake.chmod(0o755)
+    monkeypatch.setattr(build, "_compilers", lambda: [str(fake)])
+    with pytest.raises(build.Unavailable, match="fsanitize"):
+        build.build(tmp_path / "out", sanitize=True)
+    assert build.cache_dir(sanitize=True) != build.cache_dir(sanitize=False)
