@@ -171,3 +171,37 @@ def assert_nodes_equal_dump(path: Path) -> dict[str, int]:
         assert mine == theirs, loc
         kinds[kind] += 1
     return kinds
+
+
+def rewrite_array(item: Path, prefix: bytes, zarray: dict, values: dict[bytes, object]) -> None:
+    """Replace the array under `prefix` (``b"mixed.0/"``) of the real Orbax item `item` (one
+    root OCDBT database and its per-process ones) by `zarray` and `values` (chunk key ->
+    bytes, or an `IndirectDataReference` into a data file the caller writes), in one new root
+    database written by ockpt's writer; the old data files, `array_metadatas` and `_sharding`
+    (which would disagree) are removed."""
+    import json
+    import shutil
+
+    from ockpt.ocdbt import Database
+    from ockpt.ocdbt.write import DatabaseWriter
+    from ockpt.store import as_store
+
+    with Database(item) as db:
+        kept = [(k, db.read_value(e, key=k)) for k, e in db.entries() if not k.startswith(prefix)]
+    for name in ("manifest.ocdbt", "d", "ocdbt.process_0", "array_metadatas", "_sharding"):
+        path = item / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
+    store = as_store(item)
+    writer = DatabaseWriter("", open_file=store.writer)
+    for key, value in kept:
+        writer.put_entry(key, value)
+    writer.put_entry(prefix + b".zarray", json.dumps(zarray).encode())
+    for key, value in values.items():
+        if isinstance(value, bytes):
+            writer.put(prefix + key, [value])
+        else:
+            writer.put_entry(prefix + key, value)
+    writer.commit()

@@ -367,7 +367,9 @@ def test_path_004_a_link_planted_after_the_check_is_not_followed(tmp_path, monke
     (outside / "_METADATA").write_bytes(b'{"secret": 1}')
     key = "_METADATA" if planted == "file" else f"d/{sorted(os.listdir(item / 'd'))[0]}"
     name = key.split("/")[0]
-    _plant_after_check(monkeypatch, item, name, outside / "_METADATA" if planted == "file" else outside)
+    _plant_after_check(
+        monkeypatch, item, name, outside / "_METADATA" if planted == "file" else outside
+    )
     store = as_store(item)
     for read in (store.get, store.size, store.open_file, store.open_range):
         with pytest.raises(FormatError) as e:

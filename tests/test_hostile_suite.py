@@ -244,21 +244,13 @@ def _shared_value_bomb(root: Path, chunks: int, chunk_bytes: int, *, linked: boo
     each key names a data file of its own, every one a hard link to the one file."""
     import zstandard
 
-    from ockpt.ocdbt import Database
     from ockpt.ocdbt.format import DataFileId, IndirectDataReference
-    from ockpt.ocdbt.write import DatabaseWriter, data_file_name
-    from ockpt.store import as_store
+    from ockpt.ocdbt.write import data_file_name
+    from ocdbt_support import rewrite_array
 
-    with Database(root) as db:
-        entries = [(k, db.read_value(e, key=k)) for k, e in db.entries()]
-    for name in ("manifest.ocdbt", "d", "ocdbt.process_0", "array_metadatas", "_sharding"):
-        shutil.rmtree(root / name) if (root / name).is_dir() else (root / name).unlink()
-    store = as_store(root)
     frame = zstandard.ZstdCompressor().compress(bytes(chunk_bytes))
-    name = data_file_name()
-    store.set(name.decode(), frame)
-    shared = IndirectDataReference(DataFileId(b"", name), 0, len(frame))
-    writer = DatabaseWriter("", open_file=store.writer)
+    names = [data_file_name() for _ in range(chunks if linked else 1)]
+    refs = [IndirectDataReference(DataFileId(b"", n), 0, len(frame)) for n in names]
     items = chunk_bytes // 4
     meta = {
         "chunks": [items],
@@ -271,17 +263,10 @@ def _shared_value_bomb(root: Path, chunks: int, chunk_bytes: int, *, linked: boo
         "shape": [chunks * items],
         "zarr_format": 2,
     }
-    for key, value in entries:
-        if not key.startswith(b"mixed.0/"):
-            writer.put_entry(key, value)
-    writer.put_entry(b"mixed.0/.zarray", json.dumps(meta).encode())
-    for i in range(chunks):
-        if linked and i:
-            other = data_file_name()
-            os.link(root / name.decode(), root / other.decode())
-            shared = IndirectDataReference(DataFileId(b"", other), 0, len(frame))
-        writer.put_entry(b"mixed.0/%d" % i, shared)
-    writer.commit()
+    rewrite_array(root, b"mixed.0/", meta, {b"%d" % i: refs[i % len(refs)] for i in range(chunks)})
+    (root / names[0].decode()).write_bytes(frame)
+    for other in names[1:]:
+        os.link(root / names[0].decode(), root / other.decode())
     assert sum(f.stat().st_size for f in root.rglob("*") if f.is_file()) < 64 << 10
 
 
@@ -330,3 +315,25 @@ def test_a_chunk_file_shared_by_many_keys_is_decoded_once(tmp_path, how):
             os.symlink("0.0", root / "a" / f"{i}.0")
     refusing = ["load_pytree", "load_pytree:tensorstore", "open", "validate:deep", "cli:convert"]
     _assert_refusals(_run(root, EVERYTHING + ANSWER_ONLY), refusing + ["cli:diff"], "PATH-008")
+
+
+def test_a_grid_of_2_24_chunks_none_stored(tmp_path):
+    """The chunk-grid bomb within the limits (issue 36 item 5): a leaf declares 2^24 chunks
+    (the most a grid may have) and stores none, the rest of the fill value being allowed. Every
+    entry point answers within the bounds: work follows the chunks stored, and no plan holds an
+    entry per chunk (the python engine ran out of memory; tensorstore took minutes and 16 GB)."""
+    root = tmp_path / "item"
+    shutil.copytree(PER_LEAF / "checkpoint", root)
+    _declare(root, 1 << 24, 1)
+    (root / "a" / "0.0").unlink()
+    metadata = json.loads((root / "_METADATA").read_text())
+    metadata["store_array_data_equal_to_fill_value"] = False
+    (root / "_METADATA").write_text(json.dumps(metadata))
+    results = _run(root, EVERYTHING + ANSWER_ONLY)
+    for entry, got in results.items():
+        where = f"{entry}: {got}"
+        assert got["outcome"] not in ("escaped", "killed"), where
+        assert got["seconds"] < SECONDS and got["peak_mb"] < PEAK_MB, where
+    for entry in (*API, *VALIDATE):
+        if entry in results:
+            assert results[entry]["outcome"] == "ok", f"{entry}: {results[entry]}"

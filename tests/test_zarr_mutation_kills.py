@@ -955,16 +955,16 @@ def test_open_metadata_parses_each_document_once_per_class():
 
 
 # --------------------------------------------------------------------------------------------
-# array: _check_box, chunks_for_region, overlap, missing_chunk
+# array: check_box, chunks_for_region, overlap, missing_chunk
 
 
 def test_regions_must_lie_within_the_shape():
     """A region has one (start, stop) per dimension with 0 <= start <= stop <= size; None is
-    the whole array. Kills _check_box 1-21 (15, 18, 19 are equivalent)."""
+    the whole array. Kills check_box 1-21 (15, 18, 19 are equivalent)."""
     m = ArrayV2Metadata.from_dict(_v2())  # shape (5, 7)
-    assert array._check_box(m, None, "f") == [(0, 5), (0, 7)]
-    assert array._check_box(m, [[0, 5], (7, 7)], "f") == [(0, 5), (7, 7)]
-    assert array._check_box(m, [(5, 5), (0, 0)], "f") == [(5, 5), (0, 0)]
+    assert array.check_box(m, None, "f") == [(0, 5), (0, 7)]
+    assert array.check_box(m, [[0, 5], (7, 7)], "f") == [(0, 5), (7, 7)]
+    assert array.check_box(m, [(5, 5), (0, 0)], "f") == [(5, 5), (0, 0)]
     for box in (
         [(0, 5)],
         [(0, 5), (0, 7), (0, 1)],
@@ -974,7 +974,7 @@ def test_regions_must_lie_within_the_shape():
         [(0, 5), (0, 8)],
         [(0, 5), (8, 8)],
     ):
-        err = _raises(lambda box=box: array._check_box(m, box, "f"), ValueError)
+        err = _raises(lambda box=box: array.check_box(m, box, "f"), ValueError)
         assert str(err) == f"f: region {[tuple(b) for b in box]} is not within shape [5, 7]"
 
 
@@ -983,14 +983,14 @@ def test_chunks_for_region_are_the_overlapped_chunks_in_c_order():
     none. Kills chunks_for_region 1-25 (20, 23, 24 are
     equivalent)."""
     m = ArrayV2Metadata.from_dict(_v2())  # shape (5, 7), chunks (2, 3)
-    assert chunks_for_region(m) == [(i, j) for i in range(3) for j in range(3)]
-    assert chunks_for_region(m, [(1, 4), (3, 4)]) == [(0, 1), (1, 1)]
-    assert chunks_for_region(m, [(2, 3), (5, 7)]) == [(1, 1), (1, 2)]
-    assert chunks_for_region(m, [(4, 5), (6, 7)]) == [(2, 2)]
-    assert chunks_for_region(m, [(1, 1), (0, 7)]) == []
-    assert chunks_for_region(m, [(0, 5), (3, 3)]) == []
+    assert list(chunks_for_region(m)) == [(i, j) for i in range(3) for j in range(3)]
+    assert list(chunks_for_region(m, [(1, 4), (3, 4)])) == [(0, 1), (1, 1)]
+    assert list(chunks_for_region(m, [(2, 3), (5, 7)])) == [(1, 1), (1, 2)]
+    assert list(chunks_for_region(m, [(4, 5), (6, 7)])) == [(2, 2)]
+    assert list(chunks_for_region(m, [(1, 1), (0, 7)])) == []
+    assert list(chunks_for_region(m, [(0, 5), (3, 3)])) == []
     m0 = ArrayV2Metadata.from_dict(_v2(shape=[], chunks=[]))
-    assert chunks_for_region(m0) == [()]
+    assert list(chunks_for_region(m0)) == [()]
     err = _raises(lambda: chunks_for_region(m, [(0, 9), (0, 7)]), ValueError)
     assert str(err) == "None: region [(0, 9), (0, 7)] is not within shape [5, 7]"
 

@@ -10,6 +10,7 @@ releases themselves (fixtures/_cases_0_5.py, fixtures/_cases_0_10.py).
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import _record
@@ -148,13 +149,13 @@ def test_python_backend_opens_no_file_of_a_zero_size_array_but_its_metadata(case
     """No chunk read: every file the python backend opens under a zero-size leaf's directory is
     its metadata document."""
     opened: list[str] = []
-    real = kv_files.open_regular
+    real = kv_files.open_inside
 
-    def spy(path, *args, **kwargs):
-        opened.append(str(path))
-        return real(path, *args, **kwargs)
+    def spy(root, name, *args, **kwargs):
+        opened.append(os.path.join(root, name))
+        return real(root, name, *args, **kwargs)
 
-    monkeypatch.setattr(kv_files, "open_regular", spy)
+    monkeypatch.setattr(kv_files, "open_inside", spy)
     ockpt.load_pytree(case / "checkpoint", backend="python")
     root = (case / "checkpoint").resolve()
     under = [

@@ -226,7 +226,9 @@ def _cmd_convert(args: argparse.Namespace) -> int:
         f"{name}: a typed PRNG key ({impl}), written as its uint32 key data"
         for name, impl in result.random_keys
     ]
-    notes += [f"widened {n}: {dtype} stored as {stored} (exact)" for n, dtype, stored in result.widened]
+    notes += [
+        f"widened {n}: {dtype} stored as {stored} (exact)" for n, dtype, stored in result.widened
+    ]
     if result.metadata_strings:
         names = ", ".join(result.metadata_strings)
         notes.append(f"string leaves in the safetensors __metadata__: {names}")

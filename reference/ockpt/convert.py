@@ -84,7 +84,7 @@ import numpy as np
 from . import dtypes
 from .convert_rules import Rules
 from .documents._json import parse_json
-from .errors import OckptError, UnsupportedError, WriteConflictError
+from .errors import MemoryLimitError, OckptError, UnsupportedError, WriteConflictError
 from .limits import current as limits_in_force
 from .paths import leaf_name, nest, select_paths
 from .sources import (
@@ -658,7 +658,14 @@ def _write_pt(source: Source, targets: list[_Target], out: _Output, name: str, *
                     f.write(_bytes_of(block))
                     bar.update(block.nbytes)
             # File-backed (mmap) storage: torch.save reads it from page cache, not a copy.
-            flat = torch.from_file(file, shared=True, size=count, dtype=tdtype)
+            try:
+                flat = torch.from_file(file, shared=True, size=count, dtype=tdtype)
+            except RuntimeError as e:  # no address space for the map (a process limit)
+                raise MemoryLimitError(
+                    f"cannot map the {count * target.dtype.itemsize} bytes of leaf "
+                    f"{target.name!r} to write them to the .pt file: {e}",
+                    file=name,
+                ) from None
             state[target.name] = flat.reshape(target.shape)
         output = out.open(name, copy=True)  # torch.save may reuse its buffers
         torch.save(state, output)

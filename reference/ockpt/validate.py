@@ -23,7 +23,6 @@ import itertools
 import json
 import math
 import os
-import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -835,12 +834,14 @@ class _ItemCheck:
                 self.v.report("ARRM-002", f"leaf {name!r}: {e.message}", file=file, pointer=name)
 
     def grid_index(self, meta: Any, key: str, grid: tuple[int, ...]) -> tuple[int, ...] | None:
-        """`_grid_index`, kept per zarr metadata object and key: the arrays of a model share a
+        """`zarr.grid_index`, kept per zarr metadata object and key: the arrays of a model share a
         few zarr documents (one object each, `zarr.open_metadata`) and their chunk keys."""
         hit = self._grid_memo.get((id(meta), key))
         if hit is not None and hit[0] is meta:
             return hit[1]
-        index = _grid_index(meta, key, grid)
+        from .zarr import grid_index
+
+        index = grid_index(meta, key, grid)
         self._grid_memo[(id(meta), key)] = (meta, index)
         return index
 
@@ -1033,18 +1034,6 @@ class _ItemCheck:
             except OckptError as e:
                 message = getattr(e, "message", str(e))
                 self.v.add(_finding("STR-002", message, file=doc.file, pointer="/" + name))
-
-
-def _grid_index(meta: Any, key: str, grid: tuple[int, ...]) -> tuple[int, ...] | None:
-    """The grid index of the chunk key `key` of `meta`'s grid, or None for a key that names
-    no chunk (not the canonical key of an index, or outside the grid)."""
-    parts = re.findall(r"[0-9]+", key) if grid else []
-    if any(len(p) > 19 for p in parts):  # no grid index of this reader has more digits
-        return None
-    index = tuple(int(p) for p in parts)
-    if len(index) != len(grid) or any(not 0 <= i < g for i, g in zip(index, grid, strict=True)):
-        return None
-    return index if meta.chunk_key(index) == key else None
 
 
 def _key_prefix(param_name: str, *, per_leaf: bool) -> str:

@@ -326,9 +326,7 @@ def load_adapter(spec: str, *, repo: Path | None = None) -> Adapter:
     if spec in ALIASES:
         found = find_repo_file(ALIASES[spec], *([repo] if repo else []))
         if found is None:
-            raise FileNotFoundError(
-                f"adapter {spec!r}: {ALIASES[spec]} not found {_WHERE}"
-            )
+            raise FileNotFoundError(f"adapter {spec!r}: {ALIASES[spec]} not found {_WHERE}")
         spec = str(found)
     target, attr = spec, None
     head, sep, tail = spec.rpartition(":")

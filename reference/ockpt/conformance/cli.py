@@ -66,7 +66,9 @@ def add_parser(subparsers: object) -> None:
     )
     e.add_argument("dir", help="output directory (must not exist or be empty)")
     e.add_argument(
-        "--fixtures", dest="export_fixtures", help="golden fixtures (default: those of the ockpt checkout this package runs from)"
+        "--fixtures",
+        dest="export_fixtures",
+        help="golden fixtures (default: those of the ockpt checkout this package runs from)",
     )
     e.add_argument(
         "--group",

@@ -19,9 +19,9 @@ from ..limits import current as limits_in_force
 from ..names import MANIFEST_FILE
 from ..store import Store, as_store
 from ..store.byterange import ByteRange
+from ..store.claims import ValueClaims
 from ..store.datafile import DataFile
 from . import format as fmt
-from ..store.claims import ValueClaims
 from .format import (
     BtreeGenerationReference,
     BtreeNode,

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import bisect
 import threading
-
 from collections.abc import Hashable
 
 from ..errors import FormatError
@@ -76,7 +75,9 @@ class ValueClaims:
         self._files: dict[Hashable, _Ranges] = {}
         self._lock = threading.Lock()
 
-    def claim(self, key: bytes, file: Hashable, start: int, end: int) -> tuple[bytes, int, int] | None:
+    def claim(
+        self, key: bytes, file: Hashable, start: int, end: int
+    ) -> tuple[bytes, int, int] | None:
         """Record that `key`'s value is bytes ``[start, end)`` of `file`; the (key, start, end)
         of another key's value whose stored bytes overlap it instead, where one does (nothing
         is recorded then). A key read again with the same range is no conflict; an empty value

@@ -4,7 +4,7 @@
 `out` from the chunks (and inner chunks of shards) that the region overlaps.
 """
 
-from .array import ArrayMetadata, chunks_for_region, open_metadata, read_region
+from .array import ArrayMetadata, chunks_for_region, grid_index, open_metadata, read_region
 from .shard_index import EMPTY, ShardIndex, ShardingCodec
 from .v2 import ArrayV2Metadata
 from .v3 import ArrayV3Metadata
@@ -19,4 +19,5 @@ __all__ = [
     "open_metadata",
     "read_region",
     "chunks_for_region",
+    "grid_index",
 ]

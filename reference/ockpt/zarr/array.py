@@ -9,7 +9,8 @@ from `_METADATA.store_array_data_equal_to_fill_value`).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Sequence
+import re
+from collections.abc import Callable, Iterator, Sequence
 from typing import Literal, Union
 
 import numpy as np
@@ -67,7 +68,9 @@ _PARSED: dict[tuple[type, bytes, Limits], ArrayMetadata] = {}
 _PARSED_KEEP = 4096
 
 
-def _check_box(meta: ArrayMetadata, box: Box | None, file: object) -> list[tuple[int, int]]:
+def check_box(meta: ArrayMetadata, box: Box | None, file: object) -> list[tuple[int, int]]:
+    """`box` as a list of (start, stop), the whole array when None; ValueError naming `file`
+    when it is not within the shape."""
     if box is None:
         return [(0, n) for n in meta.shape]
     box = [tuple(b) for b in box]  # type: ignore[misc]
@@ -78,13 +81,27 @@ def _check_box(meta: ArrayMetadata, box: Box | None, file: object) -> list[tuple
     return box  # type: ignore[return-value]
 
 
-def chunks_for_region(meta: ArrayMetadata, box: Box | None = None) -> list[tuple[int, ...]]:
-    """The grid indices of the (outer) chunks a region overlaps, in C order."""
-    box = _check_box(meta, box, None)
+def chunks_for_region(meta: ArrayMetadata, box: Box | None = None) -> Iterator[tuple[int, ...]]:
+    """The grid indices of the (outer) chunks a region overlaps, in C order, made as they are
+    consumed (a grid may hold 2^24 chunks)."""
+    box = check_box(meta, box, None)
     if any(a == b for a, b in box):
-        return []
+        return iter(())
     ranges = [range(a // c, -(-b // c)) for (a, b), c in zip(box, meta.chunk_shape, strict=False)]
-    return list(itertools.product(*ranges))
+    return itertools.product(*ranges)
+
+
+def grid_index(meta: ArrayMetadata, key: str, grid: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The grid index of the chunk key `key` (relative to the array) of `meta`'s grid `grid`,
+    or None for a key that names no chunk (not the canonical key of an index, or outside the
+    grid)."""
+    parts = re.findall(r"[0-9]+", key) if grid else []
+    if any(len(p) > 19 for p in parts):  # no grid index of this reader has more digits
+        return None
+    index = tuple(int(p) for p in parts)
+    if len(index) != len(grid) or any(not 0 <= i < g for i, g in zip(index, grid, strict=True)):
+        return None
+    return index if meta.chunk_key(index) == key else None
 
 
 def overlap(box, lo, size):
@@ -117,7 +134,7 @@ def read_region(
     file: object = None,
 ) -> np.ndarray:
     """Fill `out` (shape = the region's shape) with the region `box` ((start, stop) per dim)."""
-    box = _check_box(meta, box, file)
+    box = check_box(meta, box, file)
     want = tuple(b - a for a, b in box)
     if tuple(out.shape) != want:
         raise ValueError(f"{file}: out has shape {out.shape}, region has shape {want}")

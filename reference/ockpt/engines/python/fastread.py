@@ -32,12 +32,13 @@ import zstandard
 
 from ... import dtypes
 from ...bytecodecs import zstd_frame_size
+from ...errors import FormatError
 from ...store.byterange import ByteRange
-from ...zarr.array import missing_chunk, overlap, read_region
+from ...zarr.array import grid_index, missing_chunk, overlap, read_region
 from ...zarr.codecs import BytesCodec, ZstdCodec
 from ...zarr.v3 import ArrayV3Metadata
 
-__all__ = ["read_regions", "workers"]
+__all__ = ["follows_stored_chunks", "read_regions", "workers"]
 
 _lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
@@ -126,23 +127,117 @@ class _Group:
             if all(a == 0 and b == n for (a, b), n in zip(box, chunk, strict=True)):
                 yield (0,) * len(chunk), [(0, box, tuple(slice(0, n) for n in chunk))]
                 return
+        boxes = [tuple(tuple(b) for b in r.box) for r in self.requests]
+        count = sum(_count(box, unit) for box in boxes)
+        if count > _PLAN_UNITS and unit == chunk:
+            stored = self._stored_chunks()
+            if stored is not None and len(stored) < count:
+                yield from self._sparse_tasks(boxes, stored, count)
+                return
+        if len(boxes) == 1 or count > _PLAN_UNITS:
+            # one request, or too many units to plan at once: each streamed from the grid
+            # (a unit two requests share is read for each)
+            for n, box in enumerate(boxes):
+                for index, dest in _units(n, box, unit):
+                    yield _chunk_of(index, unit, chunk), [dest]
+            return
         by_unit: dict[tuple[int, ...], list[tuple[int, tuple, tuple]]] = {}
-        for n, r in enumerate(self.requests):
-            box = tuple(tuple(b) for b in r.box)
-            if any(a >= b for a, b in box):
-                continue
-            ranges = [range(a // c, -(-b // c)) for (a, b), c in zip(box, unit, strict=True)]
-            for index in itertools.product(*ranges):
-                lo = tuple(i * c for i, c in zip(index, unit, strict=True))
-                sub = tuple(
-                    (max(a, low), min(b, low + c))
-                    for (a, b), low, c in zip(box, lo, unit, strict=True)
-                )
-                target = tuple(slice(s - a, e - a) for (s, e), (a, _) in zip(sub, box, strict=True))
-                by_unit.setdefault(index, []).append((n, sub, target))
+        for n, box in enumerate(boxes):  # several requests: a unit they share is read once
+            for index, dest in _units(n, box, unit):
+                by_unit.setdefault(index, []).append(dest)
         for index, dests in by_unit.items():
-            lo = tuple(i * c for i, c in zip(index, unit, strict=True))
-            yield tuple(low // c for low, c in zip(lo, chunk, strict=True)), dests
+            yield _chunk_of(index, unit, chunk), dests
+
+    def _stored_chunks(self) -> set[tuple[int, ...]] | None:
+        """The grid indices of the chunks stored for the array (one listing of its keys); None
+        where it cannot be listed within the limits (the grid is then followed)."""
+        array = self.array
+        meta = array.metadata
+        grid = tuple(
+            -(-s // c) if c else 0 for s, c in zip(meta.shape, meta.chunk_shape, strict=True)
+        )
+        try:
+            keys = array._store.list(array._prefix)
+        except FormatError:  # more files than a listing holds (LIMIT-005)
+            return None
+        start = len(array._prefix)
+        return {i for k in keys if (i := grid_index(meta, k[start:], grid)) is not None}
+
+    def _sparse_tasks(
+        self, boxes: list[tuple[tuple[int, int], ...]], stored: set, count: int
+    ) -> Iterator[tuple[tuple[int, ...], list[tuple[int, tuple, tuple]]]]:
+        """The tasks of a grid of which fewer chunks are stored than the requests cover (a
+        few KiB may declare 2^24 chunks): work follows the chunks stored, not the grid. The
+        rest is the fill value, set in one pass; where every chunk must be stored, the first
+        one missing is read instead (and refused)."""
+        chunk = tuple(self.array.metadata.chunk_shape)
+        tasks = []
+        for index in sorted(stored):
+            dests = [d for n, box in enumerate(boxes) if (d := _dest(n, box, index, chunk))]
+            if dests:
+                tasks.append((index, dests))
+        if sum(len(dests) for _, dests in tasks) < count:  # some chunk of a request is missing
+            if self.array._missing == "error":
+                for n, box in enumerate(boxes):
+                    for index, dest in _units(n, box, chunk):
+                        if index not in stored:
+                            yield index, [dest]  # read, and refused as missing
+                            return
+            fill = self.array.metadata.fill
+            for out in self.outs:
+                _assign(out, (...,), np.broadcast_to(fill, out.shape))
+        yield from tasks
+
+
+#: above this many units (chunks, or inner chunks of a large shard) a group's requests are not
+#: planned together: the plan would hold an entry for each (spec/limits.md: a grid may have
+#: 2^24 chunks), and a grid of fewer chunks stored than that follows the chunks stored
+_PLAN_UNITS = 1 << 16
+
+
+def follows_stored_chunks(meta: Any, box: Any) -> bool:
+    """Whether a read of `box` touches more chunks than a plan holds (`_PLAN_UNITS`), so that
+    it follows the chunks stored where fewer are (`_Group.tasks`)."""
+    return _count(tuple(tuple(b) for b in box), tuple(meta.chunk_shape)) > _PLAN_UNITS
+
+
+def _count(box: tuple[tuple[int, int], ...], unit: tuple[int, ...]) -> int:
+    """How many units of the grid `unit` the box `box` touches."""
+    if any(a >= b for a, b in box):
+        return 0
+    return math.prod(-(-b // c) - a // c for (a, b), c in zip(box, unit, strict=True))
+
+
+def _dest(
+    n: int, box: tuple[tuple[int, int], ...], index: tuple[int, ...], unit: tuple[int, ...]
+) -> tuple[int, tuple, tuple] | None:
+    """(request number `n`, part of `box` in the unit `index`, target slices); None where the
+    box does not touch the unit."""
+    lo = tuple(i * c for i, c in zip(index, unit, strict=True))
+    sub = tuple(
+        (max(a, low), min(b, low + c)) for (a, b), low, c in zip(box, lo, unit, strict=True)
+    )
+    if any(a >= b for a, b in sub):
+        return None
+    target = tuple(slice(s - a, e - a) for (s, e), (a, _) in zip(sub, box, strict=True))
+    return n, sub, target
+
+
+def _units(
+    n: int, box: tuple[tuple[int, int], ...], unit: tuple[int, ...]
+) -> Iterator[tuple[tuple[int, ...], tuple[int, tuple, tuple]]]:
+    """(unit grid index, `_dest`) for each unit the box `box` touches, in grid order, made
+    as they are consumed."""
+    if any(a >= b for a, b in box):
+        return
+    ranges = [range(a // c, -(-b // c)) for (a, b), c in zip(box, unit, strict=True)]
+    for index in itertools.product(*ranges):
+        yield index, _dest(n, box, index, unit)  # type: ignore[misc]
+
+
+def _chunk_of(index: tuple[int, ...], unit: tuple[int, ...], chunk: tuple[int, ...]) -> tuple:
+    """The chunk (or shard) grid index of the unit `index`."""
+    return tuple(i * u // c for i, u, c in zip(index, unit, chunk, strict=True))
 
 
 def _large_shard(meta: Any, stored: np.dtype) -> bool:

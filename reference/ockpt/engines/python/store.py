@@ -47,6 +47,7 @@ from ...store import Store, as_store
 from ...store.byterange import ByteRange
 from ...store.claims import ChunkFiles
 from ...zarr import ArrayMetadata, open_metadata, read_region
+from ...zarr.array import check_box
 from ...zarr.v3 import ArrayV3Metadata
 from ..contract import ImmediateFuture, ReadRequest, array_file
 from . import fastread
@@ -376,9 +377,13 @@ class StoredArray:
         del batch  # the python engine reads when asked for the result
 
         def run() -> np.ndarray:
-            b = [(0, n) for n in self.shape] if box is None else [tuple(x) for x in box]
-            out = np.empty(tuple(e - s for s, e in b), dtype=self.dtype)
-            self.read_into(out, b)
+            b = check_box(self.metadata, box, self.file)
+            if fastread.follows_stored_chunks(self.metadata, b):  # a grid too large to walk
+                request = ReadRequest(self, tuple(b))  # type: ignore[arg-type]
+                ((_, out),) = fastread.read_regions([request], max_in_flight=fastread.workers())
+            else:  # each chunk decoded whole, in this thread
+                out = np.empty(tuple(e - s for s, e in b), dtype=self.dtype)
+                self.read_into(out, b)
             if dtype is not None and np.dtype(dtype) != self.dtype:
                 return dtypes.astype(out, np.dtype(dtype))
             return out

@@ -37,7 +37,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from ... import dtypes
-from ...errors import MissingDataError, OckptError, UnsupportedError, ZarrFormatError
+from ...errors import (
+    FormatError,
+    MissingDataError,
+    OckptError,
+    UnsupportedError,
+    ZarrFormatError,
+)
 from ...layout import ItemFormat, Storage
 from ...limits import check_allocation
 from ...names import ZARR2_METADATA, ZARR3_METADATA
@@ -47,6 +53,7 @@ from ...store import Store, deadline
 from ...store import url as store_url
 from ...store.claims import ChunkFiles
 from ...zarr._common import check_extent
+from ...zarr.array import missing_chunk
 from ..contract import (
     DEFAULT_MAX_IN_FLIGHT,
     TILE_BYTES,
@@ -64,6 +71,8 @@ __all__ = ["ArrayStore", "StoredArray", "read_tiled", "chunk_reads"]
 
 #: `ArrayStore.open_many` keeps at most this many tensorstore opens in flight.
 _OPEN_IN_FLIGHT = 256
+#: An array whose grid has more cells than this, and fewer stored, is read by stored cell.
+_SPARSE_GRID = 1 << 16
 #: Opening at least this many arrays of a local OCDBT database at once reads those of at most
 #: `_STAGE_ARRAY_BYTES` stored through a `Stage` (`stage`), unless the database holds more
 #: than `_STAGE_KEYS_PER_ARRAY` keys per array opened (arrays of many chunks: its keys are not
@@ -116,6 +125,10 @@ class StoredArray:
     #: the grid being that of the chunk keys (zarr v3: shards, not inner chunks).
     _chunk_stores: dict[tuple[int, ...], ts.TensorStore] | None = field(default=None, repr=False)
     _key_grid: tuple[int, ...] | None = field(default=None, repr=False)
+    #: A sparse grid (`_sparse`): the cells not stored are the fill value, or an error (LOAD-041)
+    #: where every chunk must be stored.
+    _fill: Any = field(default=None, repr=False)
+    _strict: bool = field(default=False, repr=False)
     #: For an array read through a `Stage` (`stage`) (`_store` then reads the stage's copy).
     _staged: StagedArray | None = field(default=None, repr=False)
 
@@ -186,9 +199,23 @@ class StoredArray:
         return view.read(batch=batch)
 
     def _read_split(self, box: Sequence[tuple[int, int]], dtype: np.dtype | None) -> np.ndarray:
-        out = np.zeros(tuple(b - a for a, b in box), dtype=dtype or self.dtype)
+        """Read `box` cell by stored cell (`_chunk_stores`); the rest is the fill value."""
+        out = np.empty(tuple(b - a for a, b in box), dtype=dtype or self.dtype)
+        fill = 0 if self._fill is None else self._fill
+        out[...] = dtypes.astype(np.asarray(fill, dtype=self.dtype), out.dtype)
         assert self._chunk_stores is not None
         cell = self._key_grid or self.chunk_shape
+        if self._strict:
+            touched = sum(
+                all(
+                    g * c < b and a < (g + 1) * c
+                    for g, c, (a, b) in zip(grid, cell, box, strict=True)
+                )
+                for grid in self._chunk_stores
+            )
+            cells = math.prod(-(-b // c) - a // c for (a, b), c in zip(box, cell, strict=True))
+            if touched < cells and all(a < b for a, b in box):
+                raise missing_chunk(f"{self.file}: a chunk of region {[list(b) for b in box]}")
         for grid, store in self._chunk_stores.items():
             lo = [g * c for g, c in zip(grid, cell, strict=True)]
             parts = []
@@ -406,6 +433,7 @@ class ArrayStore:
                     still.append(n)
                     continue
                 out[n] = self._wrap(n, version, store)  # refuses what breaks the limits
+                self._follow_stored_chunks(out[n], version, store)
                 if self._root_database:
                     self._claim(self.location, n)
                 elif self._per_leaf:  # claim the chunk files before tensorstore reads them
@@ -527,6 +555,42 @@ class ArrayStore:
         # the limits ockpt's own decoder applies (ZARR-005), before tensorstore reads a chunk
         check_extent(shape, chunk_shape, dtype, file=file, pointer="")
         return StoredArray(param_name, file, version, shape, dtype, chunk_shape, store)
+
+    def _follow_stored_chunks(self, array: StoredArray, version: int, store: Any) -> None:
+        """Read an array whose grid has more than `_SPARSE_GRID` cells, and fewer stored, cell
+        by stored cell (`StoredArray._read_split`): tensorstore itself visits every cell of
+        the grid (2^24 cells declared in a few KiB took it minutes and 16 GB). The stored
+        cells come from one listing of the array's keys."""
+        write = store.chunk_layout.write_chunk.shape
+        cell = tuple(int(c) for c in write) if write is not None else array.chunk_shape
+        if not array.shape or 0 in cell:
+            return
+        cells = math.prod(-(-n // c) for n, c in zip(array.shape, cell, strict=True))
+        if cells <= _SPARSE_GRID:
+            return
+        prefix = array_prefix(array.param_name)
+        if self._root_database:
+            db = self._database(self.location)
+            keys = [
+                k.decode("utf-8", "replace")
+                for k in db.list(prefix.encode("utf-8", "surrogateescape"))
+            ]
+        elif self._per_leaf:
+            prefix = array.param_name + "/"
+            try:
+                keys = self.location.list(prefix)
+            except FormatError:  # more files than a listing holds (LIMIT-005): the grid
+                return
+        else:
+            return
+        metadata = store.spec().to_json()["metadata"]
+        stored = {g for k in keys if (g := _chunk_grid_index(k[len(prefix) :], version, metadata))}
+        if len(stored) >= cells:
+            return
+        array._chunk_stores = dict.fromkeys(stored, store)
+        array._key_grid = cell
+        array._fill = store.fill_value
+        array._strict = self.missing_chunks_are_errors
 
     def _open_split(self, param_name: str) -> StoredArray:
         """An array whose chunks are spread over `ocdbt.process_<N>/` databases."""
