@@ -627,19 +627,36 @@ def test_pt_temporary_file_is_removed_when_torch_save_fails(tmp_path, monkeypatc
     assert os.listdir(tmp_path) == []
 
 
-def test_a_link_planted_at_a_temporary_name_is_not_followed(tmp_path):
-    """Issue 36 item 1: a symbolic link planted where the output's temporary file goes
-    (``<out>.ockpt-tmp``) is refused (ELOOP), not written through: the file it points to is
-    left as it was, and no output appears."""
+@pytest.mark.parametrize(
+    ("dst", "planted", "kw"),
+    [
+        ("m.safetensors", "m.safetensors", {}),
+        ("m.npz", "m.npz", {"skip_unsupported": True}),
+        ("m.pt", "m.pt", {"skip_unsupported": True}),
+        ("hf", "hf/model.safetensors", {"dst_format": "hf"}),
+        ("hf", "hf/config.json", {"dst_format": "hf", "config": "CONFIG"}),
+    ],
+    ids=["safetensors", "npz", "pt", "hf", "hf-config"],
+)
+def test_a_link_planted_at_a_temporary_name_is_not_followed(tmp_path, dst, planted, kw):
+    """Issue 36 item 1: a symbolic link planted where an output's temporary file goes
+    (``<file>.ockpt-tmp``), for every output format and the config a `hf` folder copies in, is
+    refused (ELOOP), not written through: the file it points to is left as it was, no output
+    appears and no temporary file is left behind."""
     outside = tmp_path / "outside"
     outside.write_bytes(b"keep me")
     out = tmp_path / "out"
-    out.mkdir()
-    (out / "m.safetensors.ockpt-tmp").symlink_to(outside)
+    (out / planted).parent.mkdir(parents=True, exist_ok=True)
+    (out / f"{planted}.ockpt-tmp").symlink_to(outside)
+    if kw.get("config"):
+        (tmp_path / "config.json").write_text('{"model_type": "x"}')
+        kw = {**kw, "config": str(tmp_path / "config.json")}
     with pytest.raises(OSError):
-        convert(str(CASES / "nested" / "checkpoint"), str(out / "m.safetensors"), progress=False)
+        convert(str(CASES / "nested" / "checkpoint"), str(out / dst), progress=False, **kw)
     assert outside.read_bytes() == b"keep me"
-    assert not (out / "m.safetensors").exists()
+    assert not (out / planted).exists()
+    left = [p.name for p in out.rglob("*") if not p.is_dir() and not p.is_symlink()]
+    assert left == [], left  # nothing written, at most the planted link itself
 
 
 def test_a_tensor_named_as_the_safetensors_metadata_is_refused_before_writing(tmp_path):
