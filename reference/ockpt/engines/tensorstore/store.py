@@ -193,7 +193,7 @@ class StoredArray:
             if cast is None:  # numpy / ml_dtypes convert it exactly as the spec says
                 future = view.read(batch=batch)
                 return ImmediateFuture(
-                    lambda: dtypes.astype(np.asarray(future.result()), np.dtype(dtype))
+                    lambda: dtypes.astype(np.asarray(_wait(future, self, box)), np.dtype(dtype))
                 )
             view = cast
         return view.read(batch=batch)
@@ -229,7 +229,8 @@ class StoredArray:
                 target = tuple(
                     slice(s - a, e - a) for (s, e), (a, _) in zip(parts, box, strict=True)
                 )
-                out[target] = dtypes.astype(np.asarray(view.read().result()), out.dtype)
+                part = _wait(view.read(), self, parts)
+                out[target] = dtypes.astype(np.asarray(part), out.dtype)
         return out
 
 
@@ -427,7 +428,7 @@ class ArrayStore:
             still = []
             for n, fut in _bounded(pending, start, _OPEN_IN_FLIGHT):
                 try:
-                    store = fut.result()
+                    store = deadline.wait(fut, self.file(n))
                 except ValueError as e:  # not this zarr version, or no array: try the next
                     errors[n] = e
                     still.append(n)
@@ -504,7 +505,7 @@ class ArrayStore:
             try:
                 if fut is None:
                     continue
-                shown = self._wrap(first, version, fut.result())
+                shown = self._wrap(first, version, deadline.wait(fut, self.file(first)))
             except ValueError:
                 continue
             finally:
@@ -602,9 +603,10 @@ class ArrayStore:
         for base in bases:
             for version in versions:
                 try:
-                    meta_store = ts.open(
+                    opening = ts.open(
                         self.spec(param_name, version, base), read=True, context=self.context
-                    ).result()
+                    )
+                    meta_store = deadline.wait(opening, base.display)
                     break
                 except ValueError as e:
                     last = e
@@ -617,15 +619,17 @@ class ArrayStore:
         metadata = meta_store.spec().to_json()["metadata"]
         chunk_stores: dict[tuple[int, ...], ts.TensorStore] = {}
         for base in bases:
-            database = ts.KvStore.open(
+            opening = ts.KvStore.open(
                 {
                     "driver": "ocdbt",
                     "base": base.tensorstore_spec(),
                     "path": array_prefix(param_name),
                 },
                 context=self.context,
-            ).result()
-            keys = [k.decode("utf-8", "replace") for k in database.list().result()]
+            )
+            database = deadline.wait(opening, base.display)
+            listed = deadline.wait(database.list(), base.display)
+            keys = [k.decode("utf-8", "replace") for k in listed]
             if array.shape == ():
                 grids = [()] if any(_is_chunk_key(k) for k in keys) else []
             else:
@@ -634,7 +638,8 @@ class ArrayStore:
                 continue
             self._claim(base, param_name)
             spec = {**self.spec(param_name, version, base), "metadata": metadata}
-            store = ts.open(spec, read=True, context=self.context, assume_metadata=True).result()
+            opening = ts.open(spec, read=True, context=self.context, assume_metadata=True)
+            store = deadline.wait(opening, base.display)
             for g in grids:
                 chunk_stores[g] = store
         array._chunk_stores = chunk_stores
