@@ -17,3 +17,14 @@ ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures"
 if str(ROOT / "reference") not in sys.path:
     sys.path.insert(0, str(ROOT / "reference"))
+
+
+def c_build():
+    """The example C reader's build module (`conformance/examples/c_reader/build.py`)."""
+    import importlib.util
+
+    path = ROOT / "conformance" / "examples" / "c_reader" / "build.py"
+    spec = importlib.util.spec_from_file_location("c_reader_build", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -11,7 +11,6 @@ for ``--list`` (conformance/README.md, "Command readers").
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import random
@@ -45,7 +44,7 @@ from ockpt.ocdbt.format import (
     encode_varint,
 )
 
-from .conftest import FIXTURES, ROOT
+from .conftest import FIXTURES, c_build
 
 #: a sanitizer report ends the program with these exit statuses (not the reader's 1, 2 or 3)
 SANITIZER_ENV = {
@@ -76,17 +75,9 @@ MAGICS = (0x0CDB3A2A, 0x0CDB1234, 0x0CDB20DE)  # manifest, version tree node, B+
 BTREE_MAGIC = 0x0CDB20DE
 
 
-def _c_build():
-    path = ROOT / "conformance" / "examples" / "c_reader" / "build.py"
-    spec = importlib.util.spec_from_file_location("c_reader_build_hostile", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def build_module():
-    return _c_build()
+    return c_build()
 
 
 @pytest.fixture(scope="module")

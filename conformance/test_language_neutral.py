@@ -4,7 +4,6 @@ ockpt run through it (scored like the Python adapter), and the example C reader.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import shlex
 import shutil
@@ -37,7 +36,7 @@ from ockpt.conformance.leaves import tree_from_records, write_records
 from ockpt.dtypes import SUPPORTED
 from ockpt.ocdbt import Database
 
-from .conftest import FIXTURES, ROOT
+from .conftest import FIXTURES, c_build
 
 PY = shlex.quote(sys.executable)
 #: ockpt as a command reader (python backend), with its capabilities file
@@ -311,17 +310,9 @@ def test_cmd_reader_command_line_matches_the_module(tmp_path):
 # -- the example C reader ---------------------------------------------------------------------
 
 
-def _c_build():
-    path = ROOT / "conformance" / "examples" / "c_reader" / "build.py"
-    spec = importlib.util.spec_from_file_location("c_reader_build", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def c_reader(tmp_path_factory):
-    build = _c_build()
+    build = c_build()
     try:
         exe = build.build(tmp_path_factory.mktemp("c_reader"))
     except build.Unavailable as e:
@@ -379,7 +370,7 @@ def private_tmp(tmp_path, monkeypatch):
     monkeypatch.setenv("TMPDIR", str(tmp))
     monkeypatch.setattr(tempfile, "gettempdir", lambda: str(tmp))
     monkeypatch.delenv("OCKPT_C_SANITIZE", raising=False)
-    return _c_build(), tmp
+    return c_build(), tmp
 
 
 def _lists_like_ockpt(exe: Path) -> None:
@@ -460,7 +451,7 @@ def test_c_reader_build_never_runs_a_planted_program(private_tmp, tmp_path, plan
 
 def test_c_reader_sanitizer_build_unavailable(tmp_path, monkeypatch):
     """A compiler that cannot build with the sanitizers: `Unavailable`, saying so."""
-    build = _c_build()
+    build = c_build()
     fake = tmp_path / "cc"
     fake.write_text('#!/bin/sh\necho "error: unsupported option -fsanitize" >&2\nexit 1\n')
     fake.chmod(0o755)

@@ -244,9 +244,9 @@ def _shared_value_bomb(root: Path, chunks: int, chunk_bytes: int, *, linked: boo
     each key names a data file of its own, every one a hard link to the one file."""
     import zstandard
 
+    from ocdbt_support import rewrite_array
     from ockpt.ocdbt.format import DataFileId, IndirectDataReference
     from ockpt.ocdbt.write import data_file_name
-    from ocdbt_support import rewrite_array
 
     frame = zstandard.ZstdCompressor().compress(bytes(chunk_bytes))
     names = [data_file_name() for _ in range(chunks if linked else 1)]
