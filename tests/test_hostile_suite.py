@@ -337,3 +337,21 @@ def test_a_grid_of_2_24_chunks_none_stored(tmp_path):
     for entry in (*API, *VALIDATE):
         if entry in results:
             assert results[entry]["outcome"] == "ok", f"{entry}: {results[entry]}"
+
+
+def test_a_manager_root_of_100_000_steps(tmp_path):
+    """A manager root with 100,000 step directories (issue 32 item 6): every entry point
+    answers within the bounds, the latest step being the one real checkpoint."""
+    root = tmp_path / "root"
+    root.mkdir()
+    for step in range(100_000):
+        (root / str(step)).mkdir()
+    shutil.copytree(FIXTURES / "orbax-0.12.8" / "manager" / "checkpoint" / "0", root / "100000")
+    # the entry points that list a manager root's steps (each lists all 100,000)
+    entries = ["load_pytree", "pytree_metadata", "validate", "cli:inspect", "cli:validate"]
+    results = _run(root, entries + ANSWER_ONLY)
+    for entry, got in results.items():
+        where = f"{entry}: {str(got)[:600]}"
+        assert got["outcome"] not in ("escaped", "killed"), where
+        assert got["seconds"] < SECONDS and got["peak_mb"] < PEAK_MB, where
+    assert results["cli:ls"]["exit"] == 0 and "100000" in results["cli:ls"]["output"]
