@@ -51,7 +51,8 @@ def test_special_files_are_refused_at_once(tmp_path, kind):
         for read in (
             lambda: files.read_file(str(target), limit=1 << 20, rule="JSON-003"),
             lambda: files.read_inside(str(tmp_path), "doc", limit=1 << 20, rule="JSON-003"),
-            lambda: files.open_range(str(target)),
+            lambda: files.open_inside(str(tmp_path), "doc"),
+            lambda: as_store(tmp_path).open_range("doc"),
             lambda: as_store(tmp_path).get("doc"),
             lambda: files.size_inside(str(tmp_path), "doc"),
         ):

@@ -62,6 +62,7 @@ class Bytes:
         self.short = short
         self.shrink_to = len(data) if shrink_to is None else shrink_to
         self.display = display
+        self.identity = None  # each one a file of its own
         self.reads: list[tuple[int, int]] = []
         self.closed = False
 

@@ -71,11 +71,11 @@ class _Counted:
         self._opens = opens
         self._waited = False
 
-    def result(self):
+    def result(self, timeout=None):
         if not self._waited:
             self._waited = True
             self._opens.outstanding -= 1
-        return self._future.result()
+        return self._future.result(timeout=timeout)
 
 
 def _tree(n: int, *, big: int = 0) -> dict:

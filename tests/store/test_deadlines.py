@@ -26,12 +26,16 @@ def _answer(conn: socket.socket, mode: str, stop: threading.Event) -> None:
             conn.settimeout(0.5)
             while not stop.is_set():  # the request, however slowly the client sends it
                 try:
-                    if conn.recv(1 << 16):
+                    request = conn.recv(1 << 16)
+                    if request:
                         break
                 except TimeoutError:
                     continue
                 return  # the client closed
-            if mode == "drip":
+            if request.startswith(b"HEAD "):  # no body follows: its bytes would read as the
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n")  # next reply
+                stop.wait()  # and the client waits for the next request's answer
+            elif mode == "drip":
                 conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\n\r\n")
                 while not stop.wait(2):
                     conn.sendall(b"x")

@@ -234,27 +234,32 @@ def _refuse_link(dir_fd: int, name: str, shown: str) -> NoReturn:
     raise _link_planted(name, shown)
 
 
-def _child_fd(dir_fd: int, name: str, flags: int, shown: str) -> int:
+def _os_error(e: OSError, shown: str) -> OSError:
+    """`e` naming the whole path `shown`, not the component a relative call was given (the
+    same subclass: FileNotFoundError, PermissionError, ...)."""
+    return OSError(e.errno, e.strerror, shown)
+
+
+def _child_fd(dir_fd: int, name: str, shown: str, *, directory: bool) -> int:
     """`name` opened relative to the directory `dir_fd`, following no link: a link there now
-    (it was none when the path was resolved) is PATH-004."""
+    (it was none when the path was resolved) is PATH-004; a file (`directory` False) that is
+    not a regular one is PATH-005 and never opened, so no device is touched."""
     try:
         st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except OSError as e:
-        if e.errno in (errno.ENOENT, errno.ENOTDIR):
-            raise
-        raise _not_regular(f"an unreadable entry ({e.strerror})", shown) from None
+        raise _os_error(e, shown) from None
     if stat.S_ISLNK(st.st_mode):
         _refuse_link(dir_fd, name, shown)
-    if not flags & _DIR_FLAGS and not stat.S_ISREG(st.st_mode):
-        raise _not_regular(_what(st.st_mode), shown)  # never opened: no device is touched
+    if not directory and not stat.S_ISREG(st.st_mode):
+        raise _not_regular(_what(st.st_mode), shown)
     try:
-        return os.open(name, flags | _NOFOLLOW, dir_fd=dir_fd)
+        return os.open(name, (_DIR_FLAGS if directory else _OPEN_FLAGS) | _NOFOLLOW, dir_fd=dir_fd)
     except OSError as e:
         if e.errno == errno.ELOOP:
             _refuse_link(dir_fd, name, shown)
         if e.errno in (errno.ENXIO, errno.EISDIR):
             raise _not_regular("not a regular file", shown) from None
-        raise
+        raise _os_error(e, shown) from None
 
 
 def open_inside(root: str, name: str, *, file: str | None = None) -> int:
@@ -271,13 +276,16 @@ def open_inside(root: str, name: str, *, file: str | None = None) -> int:
     parts = [p for p in os.path.relpath(full, real_root).split(os.sep) if p not in ("", ".")]
     if not parts:
         raise _not_regular("a directory", shown)
-    dir_fd = os.open(real_root, _DIR_FLAGS)
+    try:
+        dir_fd = os.open(real_root, _DIR_FLAGS)
+    except OSError as e:
+        raise _os_error(e, shown) from None
     try:
         for part in parts[:-1]:
-            child = _child_fd(dir_fd, part, _DIR_FLAGS, shown)
+            child = _child_fd(dir_fd, part, shown, directory=True)
             os.close(dir_fd)
             dir_fd = child
-        fd = _child_fd(dir_fd, parts[-1], _OPEN_FLAGS, shown)
+        fd = _child_fd(dir_fd, parts[-1], shown, directory=False)
     finally:
         os.close(dir_fd)
     return _opened_regular(fd, shown)
