@@ -8,7 +8,9 @@ is opened here, and only here:
   without blocking and refused before any read);
 * a name is resolved inside its checkpoint directory: ``..``, absolute names and NUL are
   refused (PATH-003), and so is a symbolic link whose target lies outside (PATH-004), before
-  anything is opened, so no byte of an outside file is read or echoed;
+  anything is opened, so no byte of an outside file is read or echoed; the file is then opened
+  one component at a time without following links (`open_inside`), so a link planted after the
+  check is refused too;
 * reads are bounded by the caller's limit (from the limits table) before anything is
   allocated for them;
 * listings are bounded in entries.
@@ -49,7 +51,7 @@ _OPEN_FLAGS = (
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
 #: whether files can be opened relative to a directory descriptor without following links
-_OPENS_RELATIVE = bool(_NOFOLLOW and _DIR_FLAGS != os.O_RDONLY) and {os.open, os.stat} <= set(
+_OPENS_RELATIVE = bool(_NOFOLLOW and hasattr(os, "O_DIRECTORY")) and {os.open, os.stat} <= set(
     os.supports_dir_fd
 )
 _KINDS = (
