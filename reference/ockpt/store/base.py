@@ -94,8 +94,9 @@ def is_url(path: str) -> bool:
 
 
 def check_key(key: str, *, file: str | None = None) -> str:
-    """`key` itself when it is a relative name of plain components (PATH-003): no absolute
-    path, no ``.``/``..`` or empty component, no backslash, no NUL."""
+    """`key` itself when it cannot leave the store (PATH-003, `paths.unsafe_path`): no absolute
+    path, no ``..`` segment, no NUL (empty and ``.`` segments add nothing, as in Orbax's
+    names)."""
     check_relative(key, file=file)
     return key
 
