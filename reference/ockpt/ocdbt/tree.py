@@ -691,12 +691,15 @@ class Database:
                 pointer=f"@{ref.offset}",
             )
 
-    def claim_values(self, prefix: bytes, *, generation: int | None = None) -> None:
+    def claim_values(self, prefix: bytes, *, generation: int | None = None) -> list[bytes]:
         """`claim` the out-of-line value of every key starting with `prefix`, for a reader
-        that reads them without this class (tensorstore)."""
+        that reads them without this class (tensorstore); the keys, sorted."""
+        keys = []
         for key, entry in self.entries(prefix, key_successor(prefix), generation=generation):
             if not isinstance(entry.value, bytes):
                 self.claim(key, entry.value)
+            keys.append(key)
+        return keys
 
     def read_value(self, entry: LeafNodeEntry, *, key: bytes | None = None) -> bytes:
         """The value of a leaf entry (of `key`: claimed first, `claim`)."""

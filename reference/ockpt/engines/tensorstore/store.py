@@ -38,7 +38,6 @@ import numpy as np
 
 from ... import dtypes
 from ...errors import (
-    FormatError,
     MissingDataError,
     OckptError,
     UnsupportedError,
@@ -369,12 +368,22 @@ class ArrayStore:
             db = self._databases[base.display] = Database(base)
         return db
 
-    def _claim(self, base: Store, param_name: str) -> None:
+    def _claim(self, base: Store, param_name: str) -> list[str]:
         """Claim the stored bytes of the values tensorstore will read for `param_name` from
         the database at `base` (`Database.claim`: OCDBT-024 where two keys share bytes), so
-        no stored value is decoded for two keys."""
+        no stored value is decoded for two keys; the array's keys, below its prefix."""
         prefix = array_prefix(param_name).encode("utf-8", "surrogateescape")
-        self._database(base).claim_values(prefix)
+        keys = self._database(base).claim_values(prefix)
+        return [k[len(prefix) :].decode("utf-8", "replace") for k in keys]
+
+    def _claim_files(self, param_name: str) -> list[str]:
+        """Per leaf: claim the chunk files of `param_name` before tensorstore reads them
+        (`ChunkFiles`: PATH-008); the files of its directory, below it."""
+        prefix = param_name + "/"
+        keys = self.location.list(prefix)
+        for key in keys:
+            self._chunk_files.claim(self.location, key)
+        return [k[len(prefix) :] for k in keys]
 
     def _kvstore_spec(self, param_name: str, base: Store | None = None) -> dict[str, Any]:
         if self._per_leaf:
@@ -434,12 +443,11 @@ class ArrayStore:
                     still.append(n)
                     continue
                 out[n] = self._wrap(n, version, store)  # refuses what breaks the limits
-                self._follow_stored_chunks(out[n], version, store)
                 if self._root_database:
-                    self._claim(self.location, n)
-                elif self._per_leaf:  # claim the chunk files before tensorstore reads them
-                    for key in self.location.list(n + "/"):
-                        self._chunk_files.claim(self.location, key)
+                    keys = self._claim(self.location, n)
+                else:  # per leaf (per-process databases are opened by `_open_split`)
+                    keys = self._claim_files(n)
+                self._follow_stored_chunks(out[n], version, store, keys)
             pending = still
         for n in pending:
             self._raise_open(n, errors[n])
@@ -557,11 +565,13 @@ class ArrayStore:
         check_extent(shape, chunk_shape, dtype, file=file, pointer="")
         return StoredArray(param_name, file, version, shape, dtype, chunk_shape, store)
 
-    def _follow_stored_chunks(self, array: StoredArray, version: int, store: Any) -> None:
+    def _follow_stored_chunks(
+        self, array: StoredArray, version: int, store: Any, keys: list[str]
+    ) -> None:
         """Read an array whose grid has more than `_SPARSE_GRID` cells, and fewer stored, cell
         by stored cell (`StoredArray._read_split`): tensorstore itself visits every cell of
-        the grid (2^24 cells declared in a few KiB took it minutes and 16 GB). The stored
-        cells come from one listing of the array's keys."""
+        the grid (2^24 cells declared in a few KiB took it minutes and 16 GB). `keys`: the
+        array's keys (below its prefix), as claimed."""
         write = store.chunk_layout.write_chunk.shape
         cell = tuple(int(c) for c in write) if write is not None else array.chunk_shape
         if not array.shape or 0 in cell:
@@ -569,23 +579,8 @@ class ArrayStore:
         cells = math.prod(-(-n // c) for n, c in zip(array.shape, cell, strict=True))
         if cells <= _SPARSE_GRID:
             return
-        prefix = array_prefix(array.param_name)
-        if self._root_database:
-            db = self._database(self.location)
-            keys = [
-                k.decode("utf-8", "replace")
-                for k in db.list(prefix.encode("utf-8", "surrogateescape"))
-            ]
-        elif self._per_leaf:
-            prefix = array.param_name + "/"
-            try:
-                keys = self.location.list(prefix)
-            except FormatError:  # more files than a listing holds (LIMIT-005): the grid
-                return
-        else:
-            return
         metadata = store.spec().to_json()["metadata"]
-        stored = {g for k in keys if (g := _chunk_grid_index(k[len(prefix) :], version, metadata))}
+        stored = {g for k in keys if (g := _chunk_grid_index(k, version, metadata))}
         if len(stored) >= cells:
             return
         array._chunk_stores = dict.fromkeys(stored, store)
