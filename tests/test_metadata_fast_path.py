@@ -256,3 +256,44 @@ def test_plain_document_reads_the_usual_shapes(monkeypatch):
     monkeypatch.setattr(metadata, "_PARSED", {})
     monkeypatch.setattr(metadata, "_plain_document", lambda data, shared: None)
     assert MetadataDocument.from_bytes(_PLAIN.encode()) == doc and len(calls) == 3
+
+
+def _generic_bytes(doc: MetadataDocument) -> bytes:
+    """The bytes `Document.to_bytes` gives: `to_json` encoded by `json.dumps`."""
+    return json.dumps(doc.to_json(), allow_nan=False).encode()
+
+
+@pytest.mark.parametrize("path", _FILES, ids=lambda p: str(p.relative_to(FIXTURES)))
+def test_to_bytes_equals_json_dumps(path):
+    """`MetadataDocument.to_bytes` writes each entry from fragments: the bytes `json.dumps`
+    writes for `to_json`, for every Orbax fixture."""
+    doc = MetadataDocument.from_bytes(path.read_bytes())
+    assert doc.to_bytes() == _generic_bytes(doc)
+
+
+def test_to_bytes_equals_json_dumps_for_unusual_documents():
+    """Escapes, non-ASCII keys, sequence keys, write shapes, entry and value extras, shared
+    and distinct objects, no flags or extras, and an empty tree all encode as `json.dumps`."""
+    keys = ['a"b', "\\", "é\u2028", "\ud800", "", "x y"]
+    tree = {}
+    for i, text in enumerate(keys):
+        path = [
+            {"key": text, "key_type": 2},
+            {"key": "0", "key_type": 1},
+        ]
+        value = {"value_type": "jax.Array", "skip_deserialize": False, "write_shape": [i, 2]}
+        if i % 2:
+            value = {"value_type": "scalar", "odd": [1.5, None]}
+        entry = {"key_metadata": path, "value_metadata": value}
+        if i == 3:
+            entry["more"] = {"k": "\u00ff"}
+        tree[repr((text, "0"))] = entry
+    docs = [
+        {"tree_metadata": tree, "use_ocdbt": True, "custom_metadata": {"é": 1}, "z": [1]},
+        {"tree_metadata": tree},
+        {"tree_metadata": {}},
+        {"tree_metadata": {}, "use_zarr3": False},
+    ]
+    for obj in docs:
+        doc = MetadataDocument.from_json(obj)
+        assert doc.to_bytes() == _generic_bytes(doc) == json.dumps(obj).encode()

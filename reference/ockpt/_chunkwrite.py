@@ -101,7 +101,7 @@ def _encoder(level: int | None) -> Callable[[np.ndarray], Any]:
 
 def _v2_jobs(a: Any, encode: Callable[[np.ndarray], Any]) -> Iterator[Job]:
     """(key, raw bytes, encoding) of every zarr v2 chunk of every piece of `a`."""
-    chunk = tuple(int(c) for c in a.chunk_shape)
+    chunk = tuple([int(c) for c in a.chunk_shape])
     nbytes = math.prod(chunk) * a.dtype.itemsize
     for piece in a.pieces:
         value = piece.value
@@ -190,8 +190,11 @@ def write_chunks(
     """Encode every chunk (zarr v3: shard) of `arrays` (`_zarr_write.ArrayWrite`) and hand
     each to `sink` in order, as soon as it and those before it are encoded."""
     cells = _v2_jobs if zarr_version == 2 else _v3_jobs
+    encoders = {level: _encoder(level) for level in {compression_level, None}}
     jobs = (  # lazy: a chunk that is not contiguous in its piece is copied when encoded
-        job for a in arrays for job in cells(a, _encoder(compression_level if a.compress else None))
+        job
+        for a in arrays
+        for job in cells(a, encoders[compression_level if a.compress else None])
     )
     window = encode_window()
     with ThreadPoolExecutor(workers(), thread_name_prefix="ockpt-encode") as pool:

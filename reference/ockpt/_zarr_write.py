@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _chunkwrite, dtypes
+from . import _chunkwrite, _gc, dtypes
 from .names import MANIFEST_FILE, ZARR2_METADATA, ZARR3_METADATA
 from .ocdbt import write as write_ocdbt
 from .ocdbt.tree import Database
@@ -304,7 +304,10 @@ def write_arrays(
         _chunkwrite.write_chunks(
             sink, arrays, zarr_version=zarr_version, compression_level=compression_level
         )
-        return None if database is None else database.commit()
+        if database is None:
+            return None
+        with _gc.paused():  # the B+tree: an entry per key, no large writes
+            return database.commit()
     finally:
         if database is not None:
             database.close()  # after a failure: its last data file

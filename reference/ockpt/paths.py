@@ -204,6 +204,8 @@ def find_collisions(names: Iterable[str]) -> list[tuple[str, str]]:
             out.append((name, name))
         seen[name] = name
     for name in ordered:
+        if "/" not in name:  # most names: no prefix to look up
+            continue
         parts = name.split("/")
         for i in range(1, len(parts)):
             prefix = "/".join(parts[:i])
@@ -212,17 +214,29 @@ def find_collisions(names: Iterable[str]) -> list[tuple[str, str]]:
     return out
 
 
-def check_param_names(paths: Iterable[KeyPath], *, string_leaves: Iterable[KeyPath] = ()) -> None:
-    """Refuse key paths whose names collide or whose string pointers are invalid."""
-    by_name: dict[str, list[KeyPath]] = {}
-    for path in paths:
-        by_name.setdefault(param_name(path), []).append(path)
-    for name, group in by_name.items():
-        if len(group) > 1:
-            shown = " and ".join(repr(_texts(p)) for p in group[:2])
-            raise FormatError(
-                f"key paths {shown} share the param name {name!r}", rule="PATH-001", pointer=name
-            )
+def check_param_names(
+    paths: Sequence[KeyPath],
+    *,
+    string_leaves: Iterable[KeyPath] = (),
+    names: Sequence[str] | None = None,
+) -> None:
+    """Refuse key paths whose names collide or whose string pointers are invalid. `names`:
+    the param names of `paths`, where the caller has made them already."""
+    if names is None:
+        names = [param_name(path) for path in paths]
+    by_name = dict(zip(names, paths, strict=True))
+    if len(by_name) < len(paths):
+        groups: dict[str, list[KeyPath]] = {}
+        for name, path in zip(names, paths, strict=True):
+            groups.setdefault(name, []).append(path)
+        for name, group in groups.items():
+            if len(group) > 1:
+                shown = " and ".join(repr(_texts(p)) for p in group[:2])
+                raise FormatError(
+                    f"key paths {shown} share the param name {name!r}",
+                    rule="PATH-001",
+                    pointer=name,
+                )
     for a, b in find_collisions(by_name):
         if a != b:
             raise FormatError(
@@ -590,6 +604,14 @@ def flatten(tree: Any) -> Iterator[tuple[KeyPath, Any]]:
     JAX's tree utilities visit them.
     """
     stack: list[tuple[KeyPath, Any]] = [((), tree)]
+    made: dict[tuple[str, KeyType], KeyEntry] = {}  # one entry per key (immutable): shared
+
+    def key_entry(text: str, kind: KeyType) -> KeyEntry:
+        found = made.get((text, kind))
+        if found is None:
+            found = made[(text, kind)] = KeyEntry(text, kind)
+        return found
+
     while stack:
         path, node = stack.pop()
         children: list[tuple[KeyEntry, Any]]
@@ -610,17 +632,17 @@ def flatten(tree: Any) -> Iterator[tuple[KeyPath, Any]]:
                         pointer=param_name(_texts(path) + (text,)),
                     )
                 keyed[text] = node[k]
-            children = [(KeyEntry(t, KeyType.DICT), keyed[t]) for t in _sorted_keys(node)]
+            children = [(key_entry(t, KeyType.DICT), keyed[t]) for t in _sorted_keys(node)]
         elif _is_namedtuple(node):
             if not node:
                 yield path, EmptyNode.NAMED_TUPLE
                 continue
-            children = [(KeyEntry(f, KeyType.DICT), getattr(node, f)) for f in node._fields]
+            children = [(key_entry(f, KeyType.DICT), getattr(node, f)) for f in node._fields]
         elif isinstance(node, (list, tuple)):
             if not node:
                 yield path, EmptyNode.LIST if isinstance(node, list) else EmptyNode.TUPLE
                 continue
-            children = [(KeyEntry(str(i), KeyType.SEQUENCE), v) for i, v in enumerate(node)]
+            children = [(key_entry(str(i), KeyType.SEQUENCE), v) for i, v in enumerate(node)]
         else:
             yield path, node
             continue

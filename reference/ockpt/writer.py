@@ -32,7 +32,6 @@ it.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import importlib.util
 import json
 import math
@@ -47,7 +46,7 @@ from typing import Any, Literal
 import numpy as np
 import zstandard
 
-from . import _jax, _zarr_write, dtypes, random_keys, write_limits
+from . import _gc, _jax, _zarr_write, dtypes, random_keys, write_limits
 from ._zarr_write import Piece
 from .documents import (
     ArrayMetadata,
@@ -246,14 +245,11 @@ class ShardedArray:
 @dataclass(frozen=True)
 class _Leaf:
     path: KeyPath
+    name: str  # the param name of `path`, made once
     kind: Literal["jax", "numpy", "scalar", "string", "empty"]
     value: Any = None
     empty: EmptyNode | None = None
     key_impl: str | None = None  # a typed PRNG key array: `value` is its key data (WRITE-006)
-
-    @functools.cached_property
-    def name(self) -> str:
-        return param_name(self.path)
 
 
 def _jax_array_type() -> type | None:
@@ -291,8 +287,8 @@ def _custom_children(node: Any) -> list[tuple[KeyEntry, Any]] | None:
 def _walk(tree: Any, prefix: KeyPath = ()) -> Iterator[tuple[KeyPath, Any]]:
     """`paths.flatten`, expanding custom pytree nodes registered with jax (by their keys)."""
     for path, leaf in flatten(tree):
-        if isinstance(leaf, EmptyNode):
-            yield prefix + path, leaf
+        if type(leaf) is np.ndarray or isinstance(leaf, EmptyNode):  # never a custom node
+            yield prefix + path if prefix else path, leaf
             continue
         children = _custom_children(leaf)
         if children is None:
@@ -315,10 +311,14 @@ def _refuse(path: KeyPath, message: str, rule: str = "WRITE-001", **kw: Any) -> 
 
 
 def _classify(path: KeyPath, value: Any) -> _Leaf:
+    name = ".".join([e.key for e in path])  # `param_name`, for a key path
+    if type(value) is np.ndarray:  # the usual leaf first
+        _check_array(path, value.shape, value.dtype)
+        return _Leaf(path, name, "numpy", value)
     if isinstance(value, EmptyNode):
-        return _Leaf(path, "empty", empty=value)
+        return _Leaf(path, name, "empty", empty=value)
     if isinstance(value, str):
-        return _Leaf(path, "string", value)
+        return _Leaf(path, name, "string", value)
     if isinstance(value, RandomKey):  # a key loaded without jax goes back as the key it was
         if importlib.util.find_spec("jax") is None:
             raise UnsupportedError(
@@ -329,31 +329,31 @@ def _classify(path: KeyPath, value: Any) -> _Leaf:
         value = value.to_jax()
     if isinstance(value, ShardedArray):
         _check_array(path, value.shape, value.dtype)
-        return _Leaf(path, "jax", value)
+        return _Leaf(path, name, "jax", value)
     jax_array = _jax_array_type()
     if jax_array is not None and isinstance(value, jax_array):
         key = _jax.key_parts(value)
         if key is not None:  # stored as its key data, the implementation recorded (WRITE-006)
             impl, data = key
             random_keys.key_data_shape(impl, leaf=param_name(path))
-            return _Leaf(path, "jax", data, key_impl=impl)
+            return _Leaf(path, name, "jax", data, key_impl=impl)
         _check_array(path, value.shape, value.dtype)
-        return _Leaf(path, "jax", value)
+        return _Leaf(path, name, "jax", value)
     if isinstance(value, np.ndarray):
         _check_array(path, value.shape, value.dtype)
-        return _Leaf(path, "numpy", value)
+        return _Leaf(path, name, "numpy", value)
     if isinstance(value, bool):
-        return _Leaf(path, "scalar", np.asarray(value, dtype=np.bool_))
+        return _Leaf(path, name, "scalar", np.asarray(value, dtype=np.bool_))
     if isinstance(value, int):
         if not _INT64[0] <= value <= _INT64[1]:
             raise _refuse(path, "Python int outside the int64 range", rule="WRITE-002", got=value)
-        return _Leaf(path, "scalar", np.asarray(value, dtype=np.int64))
+        return _Leaf(path, name, "scalar", np.asarray(value, dtype=np.int64))
     if isinstance(value, float):
-        return _Leaf(path, "scalar", np.asarray(value, dtype=np.float64))
+        return _Leaf(path, name, "scalar", np.asarray(value, dtype=np.float64))
     if isinstance(value, np.generic):
         arr = np.asarray(value)
         _check_array(path, arr.shape, arr.dtype)
-        return _Leaf(path, "scalar", arr)
+        return _Leaf(path, name, "scalar", arr)
     raise _refuse(
         path,
         f"unsupported leaf type {type(value).__module__}.{type(value).__qualname__} (a checkpoint "
@@ -361,7 +361,15 @@ def _classify(path: KeyPath, value: Any) -> _Leaf:
     )
 
 
+#: dtypes `_check_array` found writable (most trees hold a few, over many leaves).
+_WRITABLE: set[np.dtype] = set()
+
+
 def _check_array(path: KeyPath, shape: tuple[int, ...], dtype: Any) -> None:
+    if isinstance(dtype, np.dtype) and dtype in _WRITABLE:
+        if not shape or math.prod(shape):
+            return
+        raise _refuse(path, f"zero-size array of shape {tuple(shape)}", rule="WRITE-003")
     try:
         name = dtypes.dtype_name(np.dtype(dtype))
     except (TypeError, ValueError):
@@ -374,6 +382,8 @@ def _check_array(path: KeyPath, shape: tuple[int, ...], dtype: Any) -> None:
         raise _refuse(path, "big-endian arrays are not supported", got=str(dtype))
     if math.prod(shape) == 0 and len(shape) > 0:
         raise _refuse(path, f"zero-size array of shape {tuple(shape)}", rule="WRITE-003")
+    if isinstance(dtype, np.dtype):
+        _WRITABLE.add(dtype)
 
 
 _BAD_SEGMENTS = ("", ".", "..")
@@ -387,6 +397,7 @@ def _check_names(leaves: list[_Leaf], *, use_ocdbt: bool) -> None:
     check_param_names(
         [leaf.path for leaf in stored],
         string_leaves=[leaf.path for leaf in stored if leaf.kind == "string"],
+        names=[leaf.name for leaf in stored],
     )
     for leaf in stored:
         name = leaf.name
@@ -395,7 +406,11 @@ def _check_names(leaves: list[_Leaf], *, use_ocdbt: bool) -> None:
             continue
         if name == "" and use_ocdbt:
             continue  # a bare leaf: keys `zarr.json`, `c/0` at the database root
-        if any(seg in _BAD_SEGMENTS for seg in name.split("/")) or "\0" in name:
+        if "\0" in name or (
+            any(seg in _BAD_SEGMENTS for seg in name.split("/"))
+            if "/" in name
+            else name in _BAD_SEGMENTS
+        ):
             raise FormatError(
                 f"param name {name!r} has an empty, '.' or '..' path segment, or a NUL",
                 rule="WRITE-004",
@@ -467,7 +482,8 @@ def _plan(tree: Any, opts: _Options, job: Job, *, copy: bool) -> _ItemPlan:
     planning, the compression="auto" vote, so that no process is left in a collective that a
     failed one never reaches."""
     try:
-        plan = _plan_leaves(tree, opts, job, copy=copy)
+        with _gc.paused():
+            plan = _plan_leaves(tree, opts, job, copy=copy)
     except BaseException:
         job.agree(False, "planning")
         raise
@@ -481,6 +497,7 @@ def _plan_leaves(tree: Any, opts: _Options, job: Job, *, copy: bool) -> _ItemPla
     leaves = [_classify(path, value) for path, value in _walk(tree)]
     _check_names(leaves, use_ocdbt=opts.use_ocdbt)
     plan = _ItemPlan(leaves, [])
+    grids: dict[tuple[tuple[int, ...], int], tuple[tuple[int, ...], tuple[int, ...]]] = {}
     for leaf in leaves:
         if leaf.kind in ("numpy", "scalar"):
             value = np.asarray(leaf.value)
@@ -490,14 +507,19 @@ def _plan_leaves(tree: Any, opts: _Options, job: Job, *, copy: bool) -> _ItemPla
                 else value.dtype
             )
             shape = tuple(value.shape)
-            chunk = _zarr_write.chunk_shape_for(shape, dtype.itemsize, opts.chunk_byte_size)
+            grid = grids.get((shape, dtype.itemsize))  # (chunk, shard): a few shapes, many leaves
+            if grid is None:
+                chunk = _zarr_write.chunk_shape_for(shape, dtype.itemsize, opts.chunk_byte_size)
+                shard = _zarr_write.shard_shape_for(shape, chunk, opts.chunk_byte_size)
+                grid = grids[(shape, dtype.itemsize)] = (chunk, shard)
             pieces: tuple[Piece, ...] = ()
             if job.primary:
                 host = value.astype(dtype, copy=copy) if dtype != value.dtype or copy else value
-                pieces = (Piece((0,) * len(shape), np.require(host, requirements="C")),)
-            shard = _zarr_write.shard_shape_for(shape, chunk, opts.chunk_byte_size)
+                if type(host) is not np.ndarray or not host.flags.c_contiguous:
+                    host = np.require(host, requirements="C")
+                pieces = (Piece((0,) * len(shape), host),)
             plan.arrays.append(
-                _zarr_write.ArrayWrite(leaf.name, shape, dtype, chunk, shard, pieces, job.primary)
+                _zarr_write.ArrayWrite(leaf.name, shape, dtype, *grid, pieces, job.primary)
             )
         elif isinstance(leaf.value, ShardedArray):
             plan.arrays.append(_plan_sharded(leaf, opts, job, plan, copy=copy))
@@ -634,6 +656,13 @@ def _full_index(index: tuple[Any, ...], ndim: int) -> tuple[slice, ...]:
 # Documents (pure: they return bytes)
 
 
+#: The value metadata of a leaf kind that records nothing per leaf: one object each.
+_KIND_VALUES = {
+    kind: ValueMetadata(value_type=value_type, skip_deserialize=False)
+    for kind, value_type in (("numpy", "np.ndarray"), ("scalar", "scalar"), ("string", "string"))
+}
+
+
 def _value_metadata(leaf: _Leaf, plan: _ItemPlan) -> ValueMetadata:
     if leaf.kind == "empty":
         assert leaf.empty is not None
@@ -643,8 +672,7 @@ def _value_metadata(leaf: _Leaf, plan: _ItemPlan) -> ValueMetadata:
         return ValueMetadata(
             value_type="jax.Array", skip_deserialize=False, write_shape=write_shape
         )
-    value_type = {"numpy": "np.ndarray", "scalar": "scalar", "string": "string"}[leaf.kind]
-    return ValueMetadata(value_type=value_type, skip_deserialize=False)
+    return _KIND_VALUES[leaf.kind]
 
 
 def _metadata_document(plan: _ItemPlan, opts: _Options) -> MetadataDocument:
@@ -781,10 +809,12 @@ def _finish_item(
 ) -> None:
     """The primary's part after every process wrote: merge the databases (its own from
     `entries`, the others' from their files), write documents."""
-    if opts.use_ocdbt and plan.arrays:
-        known = {} if entries is None else {job.index: entries}
-        _zarr_write.merge_databases(item, range(job.count), known=known)
-    for name, data in _item_documents(plan, opts).items():
+    with _gc.paused():  # a node entry per key, an object per leaf: no large writes here
+        if opts.use_ocdbt and plan.arrays:
+            known = {} if entries is None else {job.index: entries}
+            _zarr_write.merge_databases(item, range(job.count), known=known)
+        documents = _item_documents(plan, opts)
+    for name, data in documents.items():
         item.set(name, data)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import json
 import os
 import re
 from collections.abc import Mapping
@@ -400,6 +401,9 @@ def _too_many(file: str, got: int | str) -> DocumentError:
     )
 
 
+#: A string as `json.dumps` writes it (ASCII, escaped): the C encoder the module itself uses.
+_JSON_STRING = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
+
 _PARSED: dict[tuple[bytes, Limits], MetadataDocument] = {}  # (blake2b-256, limits) -> document
 _PARSED_KEEP = 4
 
@@ -498,8 +502,48 @@ class MetadataDocument(Document):
         limit = limits_in_force().max_json_bytes
         return cls.from_bytes(read_file(file, limit=limit, rule="JSON-003"), file=file)
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"tree_metadata": {e.tree_key: e.to_json() for e in self.entries}}
+    def to_bytes(self) -> bytes:
+        """`Document.to_bytes`, each entry's JSON written from fragments kept per key entry
+        and value metadata (the same bytes: `json.dumps`' escapes and separators) rather than
+        a dict per entry encoded: a tree of 100,000 leaves repeats a few of each."""
+        if "tree_metadata" in self.extra:
+            return super().to_bytes()
+        rest = self.to_json(entries=False)
+        del rest["tree_metadata"]
+        keys: dict[int, str] = {}  # by the id of the key entry (each alive in `entries`)
+        values: dict[int, str] = {}  # by the id of the value metadata
+        quote = _JSON_STRING
+        names: list[str] = []
+        parts: list[str] = []
+        for e in self.entries:
+            if e.extra:
+                names.append(e.tree_key)
+                parts.append(f"{quote(e.tree_key)}: {json.dumps(e.to_json(), allow_nan=False)}")
+                continue
+            path = []
+            for k in e.path:
+                text = keys.get(id(k))
+                if text is None:
+                    text = keys[id(k)] = f'{{"key": {quote(k.key)}, "key_type": {int(k.key_type)}}}'
+                path.append(text)
+            value = values.get(id(e.value))
+            if value is None:
+                value = values[id(e.value)] = json.dumps(e.value.to_json(), allow_nan=False)
+            name = repr(tuple([k.key for k in e.path]))  # `tree_key`, the list faster
+            names.append(name)
+            parts.append(
+                f'{quote(name)}: {{"key_metadata": [{", ".join(path)}], "value_metadata": {value}}}'
+            )
+        if len(set(names)) < len(names):  # one member per tree key, as in `to_json`
+            return super().to_bytes()
+        tail = json.dumps(rest, allow_nan=False)[1:] if rest else "}"
+        joiner = ", " if rest else ""
+        return f'{{"tree_metadata": {{{", ".join(parts)}}}{joiner}{tail}'.encode()
+
+    def to_json(self, *, entries: bool = True) -> dict[str, Any]:
+        """The document as JSON; without `entries`, ``tree_metadata`` is left empty."""
+        tree = {e.tree_key: e.to_json() for e in self.entries} if entries else {}
+        out: dict[str, Any] = {"tree_metadata": tree}
         for name in self._FLAGS:
             value = getattr(self, name)
             if value is not ABSENT:
