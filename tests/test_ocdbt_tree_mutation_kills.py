@@ -1107,7 +1107,7 @@ def test_read_range_checks_the_file_size(tmp_path):
         "(expected 'offset + length <= 49', got '20 + 30') [OCDBT-022]"
     )
     assert db.reference_fault(ref) == "ends at byte 49"
-    assert db.value_range(b"b") is None
+    assert str(_error(lambda: db.value_range(b"b"))) == str(err)  # streamed or mapped: refused
     err2 = _error(lambda: db.get_into(b"b", bytearray_buffer()))
     assert str(err2) == str(err)
 
@@ -1287,8 +1287,8 @@ def test_reference_fault_of_an_object_store_file(tmp_path):
 
 def test_value_range_of_out_of_line_values_only(tmp_path):
     """`value_range(key)`: the data file's byte range of an out-of-line value; None for an
-    absent key, an inline value, a file of unknown size or a reference past the end. Kills the
-    mutants of `value_range`."""
+    absent key, an inline value or a file of unknown size; OCDBT-022 for a reference past the
+    end (a mapping of it would fault). Kills the mutants of `value_range`."""
     build_database(tmp_path / "db", {b"a": b"v" * 20, b"b": bytes(range(30)), b"c": b"in"})
     db = Database(tmp_path / "db")
     with db.value_range(b"b") as r:
@@ -1300,7 +1300,10 @@ def test_value_range_of_out_of_line_values_only(tmp_path):
     db._files[b"d/values"] = Bytes(data)
     assert db.value_range(b"b") == ("range", 20, 30)
     db._files[b"d/values"] = Bytes(data, size=49)
-    assert db.value_range(b"b") is None and db.value_range(b"a") == ("range", 0, 20)
+    assert db.value_range(b"a") == ("range", 0, 20)
+    assert _error(lambda: db.value_range(b"b")).rule == "OCDBT-022"
+    db._files[b"d/values"] = Bytes(data, size=50)  # ending exactly at the end
+    assert db.value_range(b"b") == ("range", 20, 30)
     db._files[b"d/values"] = Bytes(data, size=None)
     assert db.value_range(b"a") is None
     (tmp_path / "db" / "d" / "values").unlink()

@@ -243,16 +243,17 @@ def test_duplicate_keys_name_the_key(tmp_path):
 
 
 def test_values_go_to_data_files_cut_at_data_file_bytes(tmp_path):
-    """With 100-byte data files: a 50-byte value starts a file; a value of exactly 100 bytes
-    gets a file of its own (the open one stays open); 40 and 10 more bytes fill the first
-    file to exactly 100 bytes, which closes it, so the next value starts a new file at
-    offset 0. Every reference has an empty base path and a ``d/<hex>``
-    name, and the bytes are where the references say. Kills DatabaseWriter.put 10 (a value of
-    exactly data_file_bytes appended to the open file), 49 (a file reaching exactly
-    data_file_bytes left open) and 16, 35 (base path b"XXXX")."""
+    """With 256-byte data files: a 64-byte value starts a file; a value of exactly 256 bytes
+    gets a file of its own (the open one stays open); 100 bytes follow at offset 64, then 64
+    bytes at the next 64-byte boundary, 192 (WRITE-017: 28 zero bytes between), which fills
+    the first file to exactly 256 bytes and closes it, so the next value starts a new file at
+    offset 0. Every reference has an empty base path and a ``d/<hex>`` name, and the bytes are
+    where the references say. Kills DatabaseWriter.put 10 (a value of exactly
+    data_file_bytes appended to the open file), 49 (a file reaching exactly data_file_bytes
+    left open) and 16, 35 (base path b"XXXX")."""
     config = new_config(max_inline_value_bytes=4, compression=None)
-    writer = _writer(tmp_path, config=config, data_file_bytes=100)
-    values = {b"a": b"A" * 50, b"b": b"B" * 100, b"c": b"C" * 40, b"d": b"D" * 10, b"e": b"E" * 5}
+    writer = _writer(tmp_path, config=config, data_file_bytes=256)
+    values = {b"a": b"A" * 64, b"b": b"B" * 256, b"c": b"C" * 100, b"d": b"D" * 64, b"e": b"E" * 5}
     for key, value in values.items():
         writer.put(key, [value])
     refs = dict(writer.commit(commit_time=1))
@@ -262,10 +263,12 @@ def test_values_go_to_data_files_cut_at_data_file_bytes(tmp_path):
         data = (tmp_path / ref.file_id.path.decode()).read_bytes()
         assert data[ref.offset : ref.offset + ref.length] == values[key]
     a, b, c, d, e = (refs[k] for k in (b"a", b"b", b"c", b"d", b"e"))
-    assert (b.offset, b.length) == (0, 100)
+    assert (b.offset, b.length) == (0, 256)
     assert len({a.file_id, b.file_id, e.file_id}) == 3
     assert a.file_id == c.file_id == d.file_id
-    assert [(x.offset, x.length) for x in (a, c, d, e)] == [(0, 50), (50, 40), (90, 10), (0, 5)]
+    assert [(x.offset, x.length) for x in (a, c, d, e)] == [(0, 64), (64, 100), (192, 64), (0, 5)]
+    first = (tmp_path / a.file_id.path.decode()).read_bytes()
+    assert len(first) == 256 and first[164:192] == bytes(28)
 
 
 @pytest.mark.parametrize("level", [None, 1, 19])

@@ -729,9 +729,9 @@ class Database:
 
     def value_range(self, key: str | bytes, *, generation: int | None = None) -> ByteRange | None:
         """The out-of-line value of `key` as a `ByteRange` of its data file (on a file
-        descriptor of its own), for streaming a large value; None when the key is absent,
-        its value is inline, or the reference does not lie within the file (`get` names
-        that fault)."""
+        descriptor of its own), for streaming a large value or mapping it; None when the key
+        is absent, its value is inline or its file is no local file. A reference that does
+        not lie within its file is refused (OCDBT-022)."""
         k = _as_key(key)
         entry = self._find(k, generation)
         if entry is None or isinstance(entry.value, bytes):
@@ -739,9 +739,17 @@ class Database:
         ref = entry.value
         self.claim(k, ref)
         f = self._open(ref.file_id, pointer=repr(k), origin="value")
-        if f.size is None or ref.offset + ref.length > f.size:
+        if f.size is None:
             return None
+        if ref.offset + ref.length > f.size:
+            raise _past_end(ref, f)
         return f.byte_range(ref.offset, ref.length)
+
+    def inline_value(self, key: str | bytes, *, generation: int | None = None) -> bytes | None:
+        """The value of `key` when its node holds it inline; None when the key is absent or
+        its value is out of line."""
+        entry = self._find(_as_key(key), generation)
+        return entry.value if entry is not None and isinstance(entry.value, bytes) else None
 
     def contains(self, key: str | bytes, *, generation: int | None = None) -> bool:
         """Whether the database holds `key` (its value is not read)."""

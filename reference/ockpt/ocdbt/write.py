@@ -2,10 +2,10 @@
 
 `DatabaseWriter` takes key/value pairs and commits them as one new database with a single
 generation: values up to `Config.max_inline_value_bytes` inline in the B+tree leaves, larger
-ones appended as they come to data files ``d/<32 hex>`` of about `data_file_bytes` each (a
-larger value gets a file of its own), each closed when full; then the B+tree nodes in one more
-data file, then ``manifest.ocdbt`` last, so a database is readable only once everything it
-refers to is written. `merge` writes a database whose B+tree refers to values of other
+ones appended as they come, each at a 64-byte-aligned offset, to data files ``d/<32 hex>`` of
+about `data_file_bytes` each (a larger value gets a file of its own), each closed when full;
+then the B+tree nodes in one more data file, then ``manifest.ocdbt`` last, so a database is
+readable only once everything it refers to is written. `merge` writes a database whose B+tree refers to values of other
 databases under the same directory (Orbax's root database over ``ocdbt.process_<N>/``), copying
 references, not values.
 
@@ -71,6 +71,11 @@ ORBAX_CONFIG = dict(
 
 #: Data files of out-of-line values are cut at about this size.
 DATA_FILE_BYTES = 64 << 20
+
+#: Every out-of-line value starts at a multiple of this offset in its data file (zero bytes,
+#: referenced by no key, fill the gap): a raw value mapped from the file is then a numpy array
+#: aligned for any element type and for SIMD loads (spec/writing.md §3.3, WRITE-017).
+VALUE_ALIGNMENT = 64
 
 #: The fixed bytes an entry adds to a node besides its key and inline value (varints of its
 #: lengths, kind, file id, offset; an interior entry's statistics), for the size estimate.
@@ -240,6 +245,10 @@ class DatabaseWriter:
             file_id = DataFileId(b"", data_file_name())
             self._file = (file_id, self._open(file_id))
         file_id, file = self._file
+        pad = -self._size % VALUE_ALIGNMENT
+        if pad:
+            file.append([bytes(pad)])
+            self._size += pad
         file.append(parts)
         self._entries[key] = IndirectDataReference(file_id, self._size, length)
         self._size += length

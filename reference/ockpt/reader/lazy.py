@@ -9,16 +9,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .. import _jax, engines, random_keys
-from ..errors import LeafNameError, MissingDataError, OckptError
+from ..errors import LeafNameError, MissingDataError, OckptError, TargetError
 from ..layout import Resolved
 from ..limits import LIMITS, Limits, check_allocation
 from ..paths import leaf_name, param_name, resolve_name
+from ..store.mapping import FileMaps, MapRefused
 
 if TYPE_CHECKING:
     import tensorstore as ts
 from ..saved_tree import EMPTY_VALUES, Empty, SavedLeaf, entries, node_at
 from .item import OpenedItem, in_its_limits
-from .load import CastPolicy, load_item
+from .load import CastPolicy, MmapPolicy, load_item
 from .metadata import metadata_tree
 
 __all__ = ["Checkpoint", "Subtree", "LazyArray", "open"]
@@ -114,10 +115,12 @@ class LazyArray:
         inline: Any = None,
         random_key_impl: str | None = None,
         limits: Limits = LIMITS,
+        maps: FileMaps | None = None,
     ):
         self.limits = limits  # those of the checkpoint: every read is held to them
         self._leaf = leaf
         self._array = array
+        self._maps = maps if maps is not None else FileMaps()  # the checkpoint's, shared
         self._inline = None if array is not None else np.asarray(inline)
         self.random_key_impl = random_key_impl
 
@@ -186,9 +189,13 @@ class LazyArray:
             data = data[post]
         return data[()] if data.ndim == 0 else data
 
-    def read(self) -> Any:
-        """The whole leaf (a numpy scalar for a saved scalar; a typed key for a key, LOAD-025)."""
-        value = self[...]
+    def read(self, *, mmap: MmapPolicy = False) -> Any:
+        """The whole leaf (a numpy scalar for a saved scalar; a typed key for a key, LOAD-025).
+        With `mmap`, a leaf stored raw as one value of a local file is a read-only array over
+        the file's pages (no copy); others are read, or with ``"require"`` refused (LOAD-034)."""
+        value = self._mapped(mmap) if mmap else None
+        if value is None:
+            value = self[...]
         if self.random_key_impl is not None:
             assert self._array is not None  # keys are arrays of the store
             random_keys.key_shape(
@@ -201,6 +208,26 @@ class LazyArray:
             key = random_keys.RandomKey(self.random_key_impl, np.asarray(value))
             return key.to_jax() if _jax.jax_loaded() else key
         return value if self.value_type != "scalar" else np.asarray(value)[()]
+
+    def _mapped(self, mmap: MmapPolicy) -> np.ndarray | None:
+        """The whole leaf mapped from its file, or None to read it (`read`)."""
+        if self._array is None:
+            why = "it is kept in the checkpoint's msgpack file"
+        elif not hasattr(self._array, "map"):
+            why = "the tensorstore engine reads through tensorstore (use backend='python')"
+        else:
+            try:
+                return self._array.map(self._maps)  # type: ignore[no-any-return]
+            except MapRefused as e:
+                why = str(e)
+        if mmap == "require":
+            raise TargetError(
+                f"cannot map the leaf into memory: {why}",
+                rule="LOAD-034",
+                file=self._array.file if self._array is not None else None,
+                leaf=self.param_name,
+            )
+        return None
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         data = np.asarray(self[...])
@@ -330,6 +357,7 @@ class Subtree:
         cast: CastPolicy = "exact",
         pad_or_truncate: bool = False,
         max_in_flight: int = engines.DEFAULT_MAX_IN_FLIGHT,
+        mmap: MmapPolicy = False,
     ) -> Any:
         """`load_pytree` of the subtree (same options; a target has the subtree's
         structure)."""
@@ -341,6 +369,7 @@ class Subtree:
             pad_or_truncate=pad_or_truncate,
             max_in_flight=max_in_flight,
             at=self._texts,
+            mmap=mmap,
         )
 
     def __repr__(self) -> str:
@@ -360,6 +389,7 @@ class Checkpoint(Subtree):
     def __init__(self, item: OpenedItem) -> None:
         self._item = item
         self._metadata: Any = None
+        self._maps = FileMaps()  # the files its leaves are mapped from (`LazyArray.read`)
         super().__init__(self, (), item.tree)
 
     @property
@@ -396,7 +426,9 @@ class Checkpoint(Subtree):
         name = node.param_name
         impl = self._item.random_key_impls().get(name)
         array = self._item.arrays([name])[name]
-        return LazyArray(node, array, random_key_impl=impl, limits=self._item.limits)
+        return LazyArray(
+            node, array, random_key_impl=impl, limits=self._item.limits, maps=self._maps
+        )
 
     def close(self) -> None:
         """Release every descriptor and database the checkpoint holds (`with ockpt.open(...)`

@@ -16,16 +16,20 @@ from .. import _jax, dtypes, engines, random_keys
 from ..errors import TargetError
 from ..limits import Allocations, Limits, applied
 from ..paths import EmptyNode, KeyType, param_name
+from ..store.mapping import FileMaps, MapRefused
 
 if TYPE_CHECKING:
     import tensorstore as ts
 from ..saved_tree import EMPTY_VALUES, Empty, Node, SavedLeaf, leaves, node_at, ordered
 from .item import OpenedItem
 
-__all__ = ["CastPolicy", "CAST_POLICIES", "load_pytree", "load_item"]
+__all__ = ["CastPolicy", "CAST_POLICIES", "MmapPolicy", "load_pytree", "load_item"]
 
 CastPolicy = Literal["exact", "checked", "lossy"]
 CAST_POLICIES = ("exact", "checked", "lossy")
+#: False: read every leaf; True: map the leaves that can be (spec loading §6.1), read the rest;
+#: "require": map every array leaf or refuse the load, naming the first that cannot be.
+MmapPolicy = bool | Literal["require"]
 
 # ---------------------------------------------------------------------------------------------
 # Matching a target.
@@ -327,12 +331,15 @@ class _Loader:
         cast: str,
         pad_or_truncate: bool,
         max_in_flight: int,
+        mmap: MmapPolicy = False,
     ) -> None:
         self.item = item
         self.jobs = jobs
         self.cast = cast
         self.pad = pad_or_truncate
         self.max_in_flight = max_in_flight
+        self.mmap = mmap
+        self.maps = FileMaps() if mmap else None
         self.results: dict[int, Any] = {}
         self.allocations = Allocations()  # every output, small ones together (LIMIT-006)
 
@@ -390,6 +397,9 @@ class _Loader:
                     file=array.file,
                     leaf=job.leaf.param_name,
                 )
+            if self.maps is not None and (view := self._mapped(job, array)) is not None:
+                self.results[index] = _final(job, view)
+                continue
             read_dtype = job.dtype if self.cast == "exact" or job.dtype == array.dtype else None
             assert job.shape is not None and job.dtype is not None
             by_box: dict[Any, list[Any] | None] = {_box_of(job.shape): None}
@@ -407,6 +417,32 @@ class _Loader:
             )
             for box, devices in by_box.items():
                 yield self._request(array, box, read_dtype, (index, box, devices))
+
+    def _mapped(self, job: _Job, array: Any) -> np.ndarray | None:
+        """The leaf as a read-only view of its file's pages (LOAD-034), or None to read it;
+        with ``mmap="require"`` a leaf that cannot be mapped is refused, saying why."""
+        assert self.maps is not None
+        if job.want == "jax":
+            why = "the target is a device array"
+        elif job.dtype != array.dtype:
+            why = f"the target asks for {job.dtype}, the checkpoint holds {array.dtype}"
+        elif job.shape != array.shape:
+            why = f"the target's shape {list(job.shape or ())} is not the stored one"
+        elif not hasattr(array, "map"):
+            why = "the tensorstore engine reads through tensorstore (use backend='python')"
+        else:
+            try:
+                return array.map(self.maps)  # type: ignore[no-any-return]
+            except MapRefused as e:
+                why = str(e)
+        if self.mmap == "require":
+            raise TargetError(
+                f"cannot map the leaf into memory: {why}",
+                rule="LOAD-034",
+                file=array.file,
+                leaf=job.leaf.param_name,
+            )
+        return None
 
     def _request(self, array, box, dtype, tag) -> engines.ReadRequest:  # type: ignore[no-untyped-def]
         return engines.ReadRequest(array, _clip(box, array.shape), dtype, tag)
@@ -516,11 +552,14 @@ def load_item(
     pad_or_truncate: bool,
     max_in_flight: int,
     at: tuple[str, ...] = (),
+    mmap: MmapPolicy = False,
 ) -> Any:
     """Load the item, or only its subtree at the key texts `at` (the caller checks it exists),
     held to the limits the item was opened with."""
     if cast not in CAST_POLICIES:
         raise ValueError(f"cast must be one of {CAST_POLICIES}, got {cast!r}")
+    if not (isinstance(mmap, bool) or mmap == "require"):
+        raise ValueError(f"mmap must be False, True or 'require', got {mmap!r}")
     with applied(item.limits):
         planner = _Planner(item, partial=partial)
         saved = node_at(item.tree, at)
@@ -535,6 +574,7 @@ def load_item(
             cast=cast,
             pad_or_truncate=pad_or_truncate,
             max_in_flight=max_in_flight,
+            mmap=mmap,
         ).run()
         return build(results)
 
@@ -552,6 +592,7 @@ def load_pytree(
     context: ts.Context | None = None,
     backend: str = "auto",
     limits: Limits | None = None,
+    mmap: MmapPolicy = False,
 ) -> Any:
     """Load a pytree checkpoint.
 
@@ -579,7 +620,10 @@ def load_pytree(
     `backend` is ``"python"`` (ockpt's own OCDBT and zarr decoders; a URL's objects are
     read by ranged requests), ``"tensorstore"``, or ``"auto"`` (the default: python for a
     local directory, tensorstore for a URL); `limits` replaces the default
-    `ockpt.limits.LIMITS` on what the checkpoint's files may declare.
+    `ockpt.limits.LIMITS` on what the checkpoint's files may declare. `mmap=True` gives
+    every leaf stored raw as one value of a local file as a read-only numpy array over the
+    file's pages (no copy; the file must not change while it is in use) and reads the others;
+    ``mmap="require"`` refuses the load where a leaf cannot be mapped (spec loading §6.1).
     """
     opened = OpenedItem(path, step=step, item=item, context=context, backend=backend, limits=limits)
     with opened as handle:
@@ -590,4 +634,5 @@ def load_pytree(
             cast=cast,
             pad_or_truncate=pad_or_truncate,
             max_in_flight=max_in_flight,
+            mmap=mmap,
         )

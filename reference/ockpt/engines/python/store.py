@@ -46,11 +46,12 @@ from ...paths import array_prefix
 from ...store import Store, as_store
 from ...store.byterange import ByteRange
 from ...store.claims import ChunkFiles
+from ...store.mapping import FileMaps
 from ...zarr import ArrayMetadata, open_metadata, read_region
 from ...zarr.array import check_box
 from ...zarr.v3 import ArrayV3Metadata
 from ..contract import ImmediateFuture, ReadRequest, array_file
-from . import fastread
+from . import fastread, mapped
 
 __all__ = [
     "ArrayStore",
@@ -86,6 +87,10 @@ class KeyValueStore:
         """The value of `key` as a range of a file, for streaming; None where not possible."""
         return None
 
+    def inline_value(self, key: str) -> bytes | None:
+        """The value of `key` where an OCDBT node holds it inline (already in memory)."""
+        return None
+
     def close(self) -> None:
         pass
 
@@ -112,6 +117,9 @@ class OcdbtStore(KeyValueStore):
 
     def value_range(self, key: str) -> ByteRange | None:
         return self.db.value_range(key, generation=self.generation)
+
+    def inline_value(self, key: str) -> bytes | None:
+        return self.db.inline_value(key, generation=self.generation)
 
     def list(self, prefix: str = "") -> list[str]:
         return [
@@ -142,6 +150,10 @@ class MultiOcdbtStore(KeyValueStore):
     def value_range(self, key: str) -> ByteRange | None:
         owner = self._owner(key)
         return None if owner is None else owner.value_range(key)
+
+    def inline_value(self, key: str) -> bytes | None:
+        owner = self._owner(key)
+        return None if owner is None else owner.inline_value(key)
 
     def list(self, prefix: str = "") -> list[str]:
         keys: set[str] = set()
@@ -353,6 +365,11 @@ class StoredArray:
             missing=self._missing,  # type: ignore[arg-type]
             file=self.file,
         )
+
+    def map(self, maps: FileMaps) -> np.ndarray:
+        """The whole array as a read-only view of its file's pages (`mapped.map_array`);
+        `MapRefused` where it is not one raw value in a local file."""
+        return mapped.map_array(self, maps)
 
     def view(self, index: Any) -> _View:
         """A lazy view of numpy basic indexing (ints, slices, Ellipsis); no bytes read."""

@@ -1,0 +1,323 @@
+"""Zero-copy loads (spec loading §6.1, LOAD-034) and the aligned writer (WRITE-017, OCDBT-025).
+
+ockpt's writer starts every out-of-line value at a 64-byte-aligned offset of its data file;
+real Orbax 0.12.8 and tensorstore read the padded files unchanged. ``mmap=True`` gives each
+raw leaf stored as one value as a read-only array over the file's pages: the tests prove the
+arrays *are* the file (a byte rewritten in the file shows in the array), that the leaves that
+cannot be mapped are read or, with ``"require"``, refused naming the leaf and the reason, and
+that mapping keeps the hostile-input rules (OCDBT-022, OCDBT-024)."""
+
+from __future__ import annotations
+
+import mmap
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import ockpt
+from ockpt.errors import FormatError, TargetError
+from ockpt.ocdbt import Database
+from ockpt.ocdbt.format import DataFileId, IndirectDataReference
+from ockpt.ocdbt.write import VALUE_ALIGNMENT, DatabaseWriter
+from ockpt.store import as_store
+
+
+def _tree() -> dict[str, np.ndarray]:
+    """Leaves whose sizes would leave the next value misaligned without padding."""
+    rng = np.random.default_rng(3)
+    return {
+        "f32": rng.standard_normal(1001).astype(np.float32),  # 4004 bytes
+        "i8": rng.integers(-100, 100, 2049).astype(np.int8),  # 2049 bytes
+        "f64": rng.standard_normal((37, 29)).astype(np.float64),
+        "i32": rng.integers(0, 1 << 30, (3, 5, 71)).astype(np.int32),
+        "bool": (rng.standard_normal(1777) > 0),  # 1777 bytes
+        "small": np.arange(5, dtype=np.int16),  # inline in a node
+    }
+
+
+def _references(item: Path) -> list[tuple[bytes, IndirectDataReference]]:
+    with Database(item) as db:
+        return [
+            (k, e.value) for k, e in db.entries() if isinstance(e.value, IndirectDataReference)
+        ]
+
+
+def _file_of(item: Path, ref: IndirectDataReference) -> Path:
+    return item / (ref.file_id.base_path + ref.file_id.relative_path).decode()
+
+
+def _backing_map(array: np.ndarray) -> mmap.mmap | None:
+    """The memory map an array's memory belongs to, if any (its chain of bases)."""
+    base = array
+    while base is not None:
+        if isinstance(base, mmap.mmap):
+            return base
+        base = base.obj if isinstance(base, memoryview) else getattr(base, "base", None)
+    return None
+
+
+def _save(path: Path, tree: dict, **kw) -> Path:
+    ockpt.save_pytree(path, tree, layout="item", compression=None, **kw)
+    return path
+
+
+# ------------------------------------------------------------------------------ the writer
+
+
+@pytest.mark.parametrize("zarr_version", [2, 3])
+def test_write_017_every_value_starts_at_a_64_byte_offset_and_the_gaps_are_zero(
+    tmp_path, zarr_version
+):
+    item = _save(tmp_path / "ckpt", _tree(), zarr_version=zarr_version)
+    refs = _references(item)
+    assert len(refs) == 5  # every leaf but "small" is out of line
+    by_file: dict[Path, list[IndirectDataReference]] = {}
+    for _, ref in refs:
+        assert ref.offset % VALUE_ALIGNMENT == 0, ref
+        by_file.setdefault(_file_of(item, ref), []).append(ref)
+    assert len(by_file) == 1  # small values share one data file: the padding is between them
+    for file, file_refs in by_file.items():
+        data = file.read_bytes()
+        covered = np.zeros(len(data), bool)
+        for ref in file_refs:
+            covered[ref.offset : ref.offset + ref.length] = True
+        gaps = np.frombuffer(data, np.uint8)[~covered]
+        assert gaps.size > 0 and not gaps.any()  # padding there is, and it is zeros
+
+
+@pytest.mark.parametrize("zarr_version", [2, 3])
+def test_ocdbt_025_orbax_and_tensorstore_read_the_padded_data_files(tmp_path, zarr_version):
+    """Real Orbax 0.12.8 restores the aligned output exactly; tensorstore's OCDBT and zarr
+    drivers (the tensorstore engine) and the validator accept the padding."""
+    ocp = pytest.importorskip("orbax.checkpoint")
+    tree = _tree()
+    item = _save(tmp_path / "ckpt", tree, zarr_version=zarr_version)
+    restored = ocp.PyTreeCheckpointer().restore(
+        item,
+        args=ocp.args.PyTreeRestore(
+            item=tree, restore_args={k: ocp.RestoreArgs(restore_type=np.ndarray) for k in tree}
+        ),
+    )
+    pytest.importorskip("tensorstore")
+    through_tensorstore = ockpt.load_pytree(item, backend="tensorstore")
+    for name, want in tree.items():
+        for got in (restored[name], through_tensorstore[name]):
+            assert got.dtype == want.dtype and np.array_equal(got, want), name
+    assert ockpt.validate(item, deep=True).ok
+
+
+# ------------------------------------------------------------------------------ mapping
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(zarr_version=3),
+        dict(zarr_version=2),
+        dict(zarr_version=3, use_ocdbt=False),
+        dict(zarr_version=2, use_ocdbt=False),
+    ],
+    ids=["ocdbt-zarr3", "ocdbt-zarr2", "per-leaf-zarr3", "per-leaf-zarr2"],
+)
+def test_load_034_raw_leaves_are_read_only_views_of_the_file(tmp_path, options):
+    tree = _tree()
+    item = _save(tmp_path / "ckpt", tree, **options)
+    got = ockpt.load_pytree(item, mmap="require")
+    for name, want in tree.items():
+        assert got[name].dtype == want.dtype and np.array_equal(got[name], want), name
+        assert not got[name].flags.writeable, name
+        if name != "small":
+            assert _backing_map(got[name]) is not None, name
+            assert got[name].ctypes.data % VALUE_ALIGNMENT == 0, name
+    with pytest.raises(ValueError, match="read-only"):
+        got["f32"][0] = 1
+
+
+def test_load_034_a_mapped_leaf_is_the_file_not_a_copy(tmp_path):
+    """A byte rewritten in the data file after the load shows in the loaded array."""
+    tree = _tree()
+    item = _save(tmp_path / "ckpt", tree, zarr_version=2)
+    got = ockpt.load_pytree(item, mmap=True)
+    (key, ref) = next((k, r) for k, r in _references(item) if k.startswith(b"f32/"))
+    fd = os.open(_file_of(item, ref), os.O_WRONLY)
+    try:
+        os.pwrite(fd, np.float32(12345.5).tobytes(), ref.offset + 4 * 10)
+    finally:
+        os.close(fd)
+    assert got["f32"][10] == np.float32(12345.5)
+    assert np.array_equal(np.delete(got["f32"], 10), np.delete(tree["f32"], 10))
+
+
+def test_load_034_the_values_of_a_data_file_share_one_mapping(tmp_path):
+    """2,000 leaves of one data file cost one mapping, not 2,000 (the process's map count
+    is bounded, 65,530 by default on Linux)."""
+    tree = {f"w{i:04d}": np.full(300, i, np.float32) for i in range(2000)}
+    item = _save(tmp_path / "ckpt", tree, zarr_version=2)
+    files = {_file_of(item, ref) for _, ref in _references(item)}
+    got = ockpt.load_pytree(item, mmap="require")
+    maps = {id(_backing_map(v)) for v in got.values()}
+    assert len(maps) == len(files) == 1
+    assert all(np.array_equal(got[k], v) for k, v in tree.items())
+
+
+def test_load_034_what_cannot_be_mapped_is_read_or_refused(tmp_path):
+    """mmap=True maps the raw one-value leaves and reads the rest (compressed, chunked, cast,
+    padded, device targets); "require" refuses each, naming the leaf and the reason."""
+    rng = np.random.default_rng(0)
+    tree = {
+        "raw": rng.standard_normal(1000).astype(np.float32),
+        "zstd": np.zeros(1000, np.float32),
+        "chunked": rng.standard_normal((64, 64)).astype(np.float32),
+    }
+    item = tmp_path / "ckpt"
+    ockpt.save_pytree(
+        item,
+        tree,
+        layout="item",
+        zarr_version=2,
+        compression="auto",  # zeros compress: zstd; random floats stay raw
+        chunk_byte_size=4096,  # "chunked" (16 KiB) in four chunks, the others in one
+    )
+    got = ockpt.load_pytree(item, mmap=True)
+    assert _backing_map(got["raw"]) is not None
+    assert _backing_map(got["zstd"]) is None and got["zstd"].flags.writeable
+    assert _backing_map(got["chunked"]) is None
+    for name, want in tree.items():
+        assert np.array_equal(got[name], want), name
+
+    def refusal(**kw):
+        with pytest.raises(TargetError) as e:
+            ockpt.load_pytree(item, mmap="require", **kw)
+        assert e.value.rule == "LOAD-034"
+        return e.value
+
+    err = refusal(target={"raw": tree["raw"], "zstd": tree["zstd"]}, partial=True)
+    assert err.leaf == "zstd" and "stored encoded (zstd)" in str(err)
+    err = refusal(target={"raw": tree["raw"], "chunked": tree["chunked"]}, partial=True)
+    assert err.leaf == "chunked" and "chunks of" in str(err)
+    err = refusal(target={"raw": tree["raw"].astype(np.float64)}, partial=True)
+    assert err.leaf == "raw" and "float64" in str(err)
+    err = refusal(target={"raw": np.zeros(1200, np.float32)}, partial=True, pad_or_truncate=True)
+    assert err.leaf == "raw" and "shape" in str(err)
+    # a cast target with mmap=True is read and cast, as without mmap
+    cast = ockpt.load_pytree(
+        item, {"raw": tree["raw"].astype(np.float64)}, partial=True, mmap=True
+    )
+    assert cast["raw"].dtype == np.float64 and np.array_equal(cast["raw"], tree["raw"])
+    with pytest.raises(ValueError, match="mmap must be"):
+        ockpt.load_pytree(item, mmap="yes")
+
+
+def test_load_034_open_reads_one_leaf_mapped(tmp_path):
+    tree = _tree()
+    item = _save(tmp_path / "ckpt", tree, zarr_version=3)
+    with ockpt.open(item) as ckpt:
+        for name, want in tree.items():
+            got = ckpt[name].read(mmap="require")
+            assert np.array_equal(got, want) and not got.flags.writeable
+        shared = {id(_backing_map(ckpt[n].read(mmap=True))) for n in ("f32", "i8", "f64")}
+        assert len(shared) == 1  # the checkpoint's leaves share the file's one mapping
+    zstd = tmp_path / "zstd"
+    ockpt.save_pytree(zstd, tree, layout="item")
+    with ockpt.open(zstd) as ckpt:
+        assert np.array_equal(ckpt["f32"].read(mmap=True), tree["f32"])  # read instead
+        with pytest.raises(TargetError, match="stored encoded") as e:
+            ckpt["f32"].read(mmap="require")
+        assert e.value.rule == "LOAD-034" and e.value.leaf == "f32"
+
+
+def test_load_034_the_tensorstore_engine_reads_instead_of_mapping(tmp_path):
+    pytest.importorskip("tensorstore")
+    tree = _tree()
+    item = _save(tmp_path / "ckpt", tree, zarr_version=2)
+    got = ockpt.load_pytree(item, mmap=True, backend="tensorstore")
+    assert all(np.array_equal(got[k], v) for k, v in tree.items())
+    with pytest.raises(TargetError, match="backend='python'"):
+        ockpt.load_pytree(item, mmap="require", backend="tensorstore")
+
+
+def test_load_034_orbax_raw_checkpoints_map_where_their_offsets_allow(tmp_path):
+    """Orbax 0.12.8 without compression writes values back to back: a value whose offset is a
+    multiple of its element size is mapped, any other is read (and named by "require")."""
+    ocp = pytest.importorskip("orbax.checkpoint")
+    tree = {
+        "a_odd": np.arange(7, dtype=np.int8) + np.zeros((300, 7), np.int8),  # 2100 bytes
+        "b_f64": np.linspace(0, 1, 1000),
+        "c_f32": np.linspace(0, 1, 2000, dtype=np.float32),
+    }
+    item = tmp_path / "orbax"
+    handler = ocp.PyTreeCheckpointHandler(use_compression=False)
+    ocp.Checkpointer(handler).save(item, args=ocp.args.PyTreeSave(tree))
+    offsets = {k.split(b"/")[0].decode(): r.offset for k, r in _references(item)}
+    assert offsets  # Orbax stored the values out of line
+    got = ockpt.load_pytree(item, mmap=True)
+    for name, want in tree.items():
+        assert np.array_equal(got[name], want), name
+        itemsize = want.dtype.itemsize
+        assert (_backing_map(got[name]) is not None) == (offsets[name] % itemsize == 0), name
+    misaligned = [n for n in tree if offsets[n] % tree[n].dtype.itemsize]
+    if misaligned:
+        with pytest.raises(TargetError, match="not a multiple of"):
+            ockpt.load_pytree(item, mmap="require")
+    else:
+        ockpt.load_pytree(item, mmap="require")
+
+
+# ------------------------------------------------------------------------------ hostile files
+
+
+def test_ocdbt_022_a_truncated_data_file_is_refused_not_mapped(tmp_path):
+    """A reference past the end of its data file is never mapped (an access of the missing
+    pages would kill the process with SIGBUS): the load names the fault."""
+    tree = _tree()
+    item = _save(tmp_path / "ckpt", tree, zarr_version=2)
+    _, ref = max(_references(item), key=lambda kr: kr[1].offset)
+    os.truncate(_file_of(item, ref), ref.offset + ref.length - 1)
+    for mode in (True, "require"):
+        with pytest.raises(FormatError) as e:
+            ockpt.load_pytree(item, mmap=mode)
+        assert e.value.rule == "OCDBT-022"
+
+
+def _rewrite_root(item: Path, change) -> None:  # type: ignore[no-untyped-def]
+    """Write the root database of `item` anew, each entry's value passed through
+    ``change(key, value)`` (the per-process databases and their data files stay)."""
+    with Database(item) as db:
+        entries = [(k, e.value) for k, e in db.entries()]
+    for name in ("manifest.ocdbt", "d"):
+        path = item / name
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    writer = DatabaseWriter("", open_file=as_store(item).writer)
+    for key, value in entries:
+        writer.put_entry(key, change(key, value))
+    writer.commit()
+
+
+def test_load_034_a_value_at_an_offset_its_elements_cannot_start_at_is_read(tmp_path):
+    """A raw float32 value one byte into its data file (OCDBT-025 allows any offset) is read,
+    not mapped as an unaligned array; "require" names the offset."""
+    tree = {"x": np.arange(1024, dtype=np.float32)}
+    item = _save(tmp_path / "ckpt", tree, zarr_version=2)
+    (_, ref) = _references(item)[0]
+    moved = ref.file_id.base_path + b"d/" + b"f" * 32
+    (item / moved.decode()).write_bytes(b"\x07" + tree["x"].tobytes() + b"\x07")
+    new = IndirectDataReference(DataFileId(ref.file_id.base_path, b"d/" + b"f" * 32), 1, 4096)
+    _rewrite_root(item, lambda key, value: new if key == b"x/0" else value)
+    got = ockpt.load_pytree(item, mmap=True)
+    assert np.array_equal(got["x"], tree["x"]) and _backing_map(got["x"]) is None
+    with pytest.raises(TargetError, match="starts at offset 1, not a multiple of 4"):
+        ockpt.load_pytree(item, mmap="require")
+
+
+def test_ocdbt_024_two_leaves_mapped_from_the_same_bytes_are_refused(tmp_path):
+    """A database whose two keys name one byte range is refused by the mapping as by a read."""
+    tree = {"x": np.arange(1024, dtype=np.float32), "y": np.ones(1024, np.float32)}
+    item = _save(tmp_path / "ckpt", tree, zarr_version=2)
+    x_ref = dict(_references(item))[b"x/0"]
+    _rewrite_root(item, lambda key, value: x_ref if key == b"y/0" else value)
+    with pytest.raises(FormatError) as e:
+        ockpt.load_pytree(item, mmap="require")
+    assert e.value.rule == "OCDBT-024"
