@@ -502,6 +502,132 @@ def op_big_load(a: dict) -> dict:
     return {**r, "bytes": got["w"].nbytes, "checksum": _checksum(got["w"])}
 
 
+# ---------------------------------------------------------------------------------------------
+# operations: a checkpoint of many GiB (scale.py)
+
+
+def _source(a: dict):  # type: ignore[no-untyped-def]
+    """The values of every leaf of the big checkpoint: one leaf of random float32 in a file
+    (written once), mapped, so that a save of many GiB holds no more than one leaf's pages."""
+    import numpy as np
+
+    rows = int(a["leaf_mib"] * 2**20) // 4096
+    path = Path(a["source"])
+    if not path.exists() or path.stat().st_size != rows * 4096:
+        m = np.memmap(path.with_suffix(".tmp"), dtype=np.float32, mode="w+", shape=(rows, 1024))
+        rng = np.random.default_rng(0)
+        for i in range(0, rows, 4096):
+            m[i : i + 4096] = rng.standard_normal(m[i : i + 4096].shape, dtype=np.float32)
+        m.flush()
+        del m
+        os.replace(path.with_suffix(".tmp"), path)
+    return np.memmap(path, dtype=np.float32, mode="r", shape=(rows, 1024))
+
+
+def big_names(leaves: int) -> list[str]:
+    return [f"layer{i:03d}" for i in range(leaves)]
+
+
+def op_big_tree_save(a: dict) -> dict:
+    """`leaves` leaves of `leaf_mib` MiB each (every one the same values), saved by ockpt as
+    an item directory, each leaf one chunk (as Orbax writes an unsharded array) stored raw
+    (`compression="auto"` keeps random floats raw)."""
+    src = _source(a)
+    import ockpt
+
+    tree = dict.fromkeys(big_names(a["leaves"]), src)
+    opts = {"layout": "item", "compression": "auto", "chunk_byte_size": 1 << 62}
+    _, r = _timed(lambda: ockpt.save_pytree(a["path"], tree, **opts))
+    return {**r, "bytes": src.nbytes * len(tree), "disk_bytes": _du(a["path"])}
+
+
+def _evict(path: str) -> None:
+    """Drop the checkpoint's files from the page cache (``POSIX_FADV_DONTNEED``: clean pages
+    go; no privilege needed), so that the next read comes from the disk: a cold read."""
+    for dirpath, _, files in os.walk(path):
+        for f in files:
+            fd = os.open(os.path.join(dirpath, f), os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+
+
+def _sparse_sum(x) -> float:  # type: ignore[no-untyped-def]
+    """A checksum reading one row in 997 (a page or two of each 4 MiB)."""
+    return float(x.reshape(x.shape[0], -1)[::997].astype("float64").sum())
+
+
+def op_big_read_one(a: dict) -> dict:
+    """Open the checkpoint and read one leaf (`mmap`: mapped, the pages read when touched),
+    cold (`cold`: its files out of the page cache first) or warm; then, outside the timed
+    part, a checksum of one row in 997 and a sum of every byte, each timed on its own."""
+    if a["cold"]:
+        _evict(a["path"])
+    import ockpt
+
+    def run():  # type: ignore[no-untyped-def]
+        with ockpt.open(a["path"]) as ckpt:
+            return ckpt[a["name"]].read(mmap=a["mmap"])
+
+    x, r = _timed(run)
+    t = time.perf_counter()
+    check = _sparse_sum(x)
+    sparse = time.perf_counter() - t
+    t = time.perf_counter()
+    total = float(x.sum(dtype="float64"))
+    return {
+        **r,
+        "bytes": int(x.nbytes),
+        "mapped": not x.flags.writeable,
+        "checksum": check,
+        "sparse_seconds": sparse,
+        "sum": total,
+        "touch_seconds": time.perf_counter() - t,
+    }
+
+
+def op_big_subset(a: dict) -> dict:
+    """A partial load of the first `subset` leaves into numpy (a target of zero-memory
+    broadcast arrays gives each leaf's shape and dtype)."""
+    import numpy as np
+
+    import ockpt
+
+    with ockpt.open(a["path"]) as ckpt:
+        shapes = {n: ckpt[n].shape for n in big_names(a["leaves"])[: a["subset"]]}
+    target = {n: np.broadcast_to(np.float32(0), s) for n, s in shapes.items()}
+    out, r = _timed(lambda: ockpt.load_pytree(a["path"], target, partial=True))
+    return {**r, "bytes": _nbytes(out), "checksum": sum(_sparse_sum(v) for v in out.values())}
+
+
+def op_big_convert(a: dict) -> dict:
+    """``ockpt convert PATH OUT --to hf --max-shard-size 2GiB`` in this process; the output is
+    removed after it is measured."""
+    import shutil
+
+    from ockpt.cli import main as cli
+
+    out = a["out"]
+    shutil.rmtree(out, ignore_errors=True)
+    argv = ["convert", a["path"], out, "--to", "hf", "--max-shard-size", "2GiB", "--no-progress"]
+    code, r = _timed(lambda: cli(argv))
+    written = _du(out)
+    shutil.rmtree(out, ignore_errors=True)
+    if code:
+        raise SystemExit(f"convert failed with status {code}")
+    return {**r, "bytes": written}
+
+
+def op_big_validate(a: dict) -> dict:
+    import ockpt
+
+    report, r = _timed(lambda: ockpt.validate(a["path"], deep=True))
+    if not report.ok:
+        raise SystemExit(f"validate --deep found problems: {report.findings[:3]}")
+    return {**r, "bytes": _du(a["path"])}
+
+
 def main() -> None:
     op, args = sys.argv[1], json.loads(sys.argv[2])
     result = globals()[f"op_{op}"](args)

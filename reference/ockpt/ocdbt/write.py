@@ -5,9 +5,9 @@ generation: values up to `Config.max_inline_value_bytes` inline in the B+tree le
 ones appended as they come, each at a 64-byte-aligned offset, to data files ``d/<32 hex>`` of
 about `data_file_bytes` each (a larger value gets a file of its own), each closed when full;
 then the B+tree nodes in one more data file, then ``manifest.ocdbt`` last, so a database is
-readable only once everything it refers to is written. `merge` writes a database whose B+tree refers to values of other
-databases under the same directory (Orbax's root database over ``ocdbt.process_<N>/``), copying
-references, not values.
+readable only once everything it refers to is written. `merge` writes a database whose B+tree
+refers to values of other databases under the same directory (Orbax's root database over
+``ocdbt.process_<N>/``), copying references, not values.
 
 `build_btree` is pure: it lays entries out in leaves and interior nodes of at most
 `max_decoded_node_bytes` (estimated), key prefixes as §8.1 says, and returns the encoded nodes

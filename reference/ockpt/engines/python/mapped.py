@@ -4,8 +4,9 @@ An array whose one chunk is the whole array (zarr v3: one shard holding one inne
 raw (no compression, native byte order) as an out-of-line value of an OCDBT data file or as a
 per-leaf chunk file, is a byte range of a local file: `map_array` returns a read-only numpy
 array over the file's pages (`store.mapping`), touching no byte of it. A small value that an
-OCDBT node holds inline is viewed in the node's bytes, which the lookup already read. Everything else is
-refused with the reason (`MapRefused`), and the caller reads it instead or says why it cannot.
+OCDBT node holds inline is viewed in the node's bytes, which the lookup already read.
+Everything else is refused with the reason (`MapRefused`), and the caller reads it instead or
+says why it cannot.
 The value is claimed as a read claims it (OCDBT-024, PATH-008) and must hold exactly the
 array's bytes (a value of another length is read, and the read names the fault).
 """
