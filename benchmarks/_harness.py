@@ -16,6 +16,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,9 +63,12 @@ def warm_imports() -> None:
 
 
 def run_op(op: str, args: Mapping, *, timeout: float, profile: str | None = None) -> dict:
-    """Run `_ops.py OP ARGS` in a fresh process. A failure or a timeout is a result too:
-    ``{"error": reason}``, so that one broken operation leaves the rest of the run standing."""
+    """Run `_ops.py OP ARGS` in a fresh process; ``process_wall_seconds`` is the whole
+    process's life as its parent sees it (start, imports, the work, exit). A failure or a
+    timeout is a result too: ``{"error": reason}``, so that one broken operation leaves the
+    rest of the run standing."""
     env = child_env({"OCKPT_BENCH_PROFILE": profile} if profile else None)
+    started = time.perf_counter()
     try:
         proc = subprocess.run(
             [sys.executable, str(OPS), op, json.dumps(dict(args))],
@@ -80,7 +84,9 @@ def run_op(op: str, args: Mapping, *, timeout: float, profile: str | None = None
     if proc.returncode != 0 or not lines:
         tail = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
         return {"error": tail[-1][:300] if tail else f"exit status {proc.returncode}"}
-    return json.loads(lines[-1][len("RESULT ") :])
+    result = json.loads(lines[-1][len("RESULT ") :])
+    result["process_wall_seconds"] = time.perf_counter() - started
+    return result
 
 
 @dataclass(frozen=True)

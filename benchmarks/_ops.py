@@ -281,10 +281,28 @@ def op_ockpt_load(a: dict) -> dict:
     return {**r, "bytes": _nbytes(out), "jax_imported": "jax" in sys.modules}
 
 
+def _write_fsync(directory: Path, nbytes: int = 1 << 30) -> float:
+    """Seconds to write `nbytes` to a new file and fsync it (as ``dd bs=64M conv=fsync``):
+    the disk's ceiling for a save, which must have its bytes on the disk before it commits."""
+    block = os.urandom(64 << 20)
+    path = directory / "ceiling-write.tmp"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        t = time.perf_counter()
+        for _ in range(nbytes // len(block)):
+            os.write(fd, block)
+        os.fsync(fd)
+        return time.perf_counter() - t
+    finally:
+        os.close(fd)
+        path.unlink()
+
+
 def op_ceilings(a: dict) -> dict:
     """The machine's ceilings on the checkpoint's own chunks, in GiB/s of uncompressed data:
-    page-cache read of its data files, zstd decode (into fresh `bytes`, and into a reused
-    buffer) and level-1 encode on all cores and on one, and memcpy."""
+    page-cache read of its data files into one reused buffer and into fresh memory (what a
+    load must fill), zstd decode (into fresh `bytes`, and into a reused buffer) and level-1
+    encode on all cores and on one, memcpy, and write + fsync of 1 GiB (in GiB/s written)."""
     from concurrent.futures import ThreadPoolExecutor
 
     import numpy as np
@@ -307,6 +325,20 @@ def op_ceilings(a: dict) -> dict:
     read_all()  # in the page cache
     t = time.perf_counter()
     out["page_cache_read"] = read_all() / (time.perf_counter() - t) / GIB
+
+    def read_fresh() -> int:
+        """Each file into new memory, as a load's outputs are (the pages are faulted in)."""
+        n, held = 0, []
+        for p in files:
+            fresh = np.empty(p.stat().st_size, np.uint8)
+            with open(p, "rb", buffering=0) as f:
+                n += f.readinto(fresh)
+            held.append(fresh)
+        return n
+
+    t = time.perf_counter()
+    out["page_cache_read_fresh"] = read_fresh() / (time.perf_counter() - t) / GIB
+    out["write_fsync"] = 1 / _write_fsync(Path(a["scratch"]))
     kv = python_engine.open_item_store(item)
     frames = [kv.get(k) for k in kv.list() if not k.endswith((".zarray", "zarr.json"))]
     kv.close()

@@ -68,8 +68,14 @@ REASONS = {
         "contiguous shard buffers."
     ),
     "raw_vs_page_cache": (
-        "the ceiling reads the files into one reused buffer; a load copies every value from "
-        "the page cache into fresh output pages (a page fault and zeroing per page)."
+        "the ceiling reads each data file into fresh memory in one `readinto`; a load "
+        "also opens the checkpoint, walks the B+tree, plans the reads and fills each leaf "
+        "from its chunks; the profile shows the costliest calls."
+    ),
+    "load_numpy_process_vs_orbax": (
+        "a whole process is the load plus the interpreter's start and the imports (ockpt "
+        "and numpy; Orbax also imports jax); on {cores} cores the load itself is bound by "
+        "zstd decoding (see the decode-ceiling goal)."
     ),
     "ts_numpy_vs_orbax": TS_ENGINE,
     "ts_jax_vs_orbax": TS_ENGINE,
@@ -78,13 +84,19 @@ REASONS = {
         "the part of the save outside zstd encoding: gathering the chunks, writing the values "
         "into OCDBT data files and B+tree nodes, and syncing them; the profile shows which."
     ),
-    "save_zstd_vs_encode": (
+    "save_zstd_vs_bound": (
         "as for the ratio to Orbax: the time outside encoding (writing, committing, syncing) "
         "is not hidden behind the encoding on {cores} cores."
     ),
-    "save_auto_vs_orbax": (
-        "without compression the save is bound by copying the values into the data files "
-        "and committing them, not by encoding; the profile shows where the time goes."
+    "save_none_vs_disk": (
+        "the save writes the values through the page cache and fsyncs every file before it "
+        "commits, as the ceiling does; the rest is gathering the chunks from the jax "
+        "shards, the B+tree and the documents, and the commit's renames and directory "
+        "syncs; the profile shows where the time goes."
+    ),
+    "save_auto_vs_disk": (
+        "as for the uncompressed save, plus the trial compression of a sample of each "
+        "array that decides raw or zstd."
     ),
     "auto_size_vs_orbax": (
         '`compression="auto"` stores an array raw when zstd would save little (WRITE-015); a '
@@ -172,7 +184,8 @@ def plan(args: argparse.Namespace, main: Path, meta: Path) -> list[list[Op]]:
     saves = Path(args.dir) / "saves"
     saves.mkdir(parents=True, exist_ok=True)
     auto, raw = saves / "ockpt-auto", saves / "ockpt-none"
-    groups: list[list[Op]] = [[Op("ceilings", "ceilings", {"path": str(main)})]]
+    ceilings = {"path": str(main), "scratch": str(saves)}
+    groups: list[list[Op]] = [[Op("ceilings", "ceilings", ceilings)]]
     for t in ("numpy", "jax", "reshard"):
         a = {**base, "path": str(main), "target": t}
         group = [Op(f"orbax_load_{t}", "orbax_restore", a)]
@@ -217,6 +230,13 @@ def _vs(key: str, orbax: str):  # type: ignore[no-untyped-def]
     return lambda r: rate(r, key) / rate(r, orbax)
 
 
+def _zstd_save_bound(r: h.Round) -> float:
+    """What bounds a zstd save, in GiB/s of uncompressed data: encoding on every core, or
+    writing its compressed bytes to the disk."""
+    disk = need(r, "ceilings", "write_fsync") / need(r, "ceilings", "zstd_ratio")
+    return min(need(r, "ceilings", "zstd_encode_all"), disk)
+
+
 def goals(meta_leaves: int) -> list[Goal]:
     """Issue #19's goals, each computed within a round."""
     m = f"{meta_leaves:,}"
@@ -252,10 +272,24 @@ def goals(meta_leaves: int) -> list[Goal]:
             profile="ockpt_load_auto_numpy",
         ),
         Goal(
+            "load_numpy_process_vs_orbax",
+            "load → numpy (python engine) / Orbax restore → numpy, each a whole fresh process "
+            "(start, imports, the load, as a user runs it)",
+            lambda r: (
+                need(r, "orbax_load_numpy", "process_wall_seconds")
+                / need(r, "ockpt_python_load_numpy", "process_wall_seconds")
+            ),
+            1.5,
+            profile="ockpt_python_load_numpy",
+        ),
+        Goal(
             "raw_vs_page_cache",
-            "load → numpy of an uncompressed checkpoint / page-cache read ceiling",
-            lambda r: rate(r, "ockpt_load_none_numpy") / need(r, "ceilings", "page_cache_read"),
-            0.5,
+            "load → numpy of an uncompressed checkpoint / page-cache read ceiling (into fresh "
+            "memory)",
+            lambda r: (
+                rate(r, "ockpt_load_none_numpy") / need(r, "ceilings", "page_cache_read_fresh")
+            ),
+            0.9,
             profile="ockpt_load_none_numpy",
         ),
     ]
@@ -278,17 +312,25 @@ def goals(meta_leaves: int) -> list[Goal]:
             profile="ockpt_save_zstd1",
         ),
         Goal(
-            "save_zstd_vs_encode",
-            "save zstd 1 / all-core zstd-1 encode ceiling",
-            lambda r: rate(r, "ockpt_save_zstd1") / need(r, "ceilings", "zstd_encode_all"),
-            0.8,
+            "save_zstd_vs_bound",
+            "save zstd 1 / min(all-core zstd-1 encode ceiling, write + fsync ceiling / "
+            "compressed fraction)",
+            lambda r: rate(r, "ockpt_save_zstd1") / _zstd_save_bound(r),
+            0.85,
             profile="ockpt_save_zstd1",
         ),
         Goal(
-            "save_auto_vs_orbax",
-            'save compression="auto" / Orbax save (the same tree)',
-            _vs("ockpt_save_auto", "orbax_save"),
-            3.0,
+            "save_none_vs_disk",
+            "save uncompressed / write + fsync ceiling",
+            lambda r: rate(r, "ockpt_save_none") / need(r, "ceilings", "write_fsync"),
+            0.9,
+            profile="ockpt_save_none",
+        ),
+        Goal(
+            "save_auto_vs_disk",
+            'save compression="auto" / write + fsync ceiling',
+            lambda r: rate(r, "ockpt_save_auto") / need(r, "ceilings", "write_fsync"),
+            0.9,
             profile="ockpt_save_auto",
         ),
         Goal(
@@ -367,7 +409,7 @@ def without_tensorstore(args: argparse.Namespace) -> tuple[bool, str]:
 def operations_table(rounds: list[dict[str, dict]], order: list[str]) -> str:
     head = (
         "| operation | s: median (min-max) | GiB/s | vs Orbax, same work | CPU s | "
-        "peak - base MiB |\n|---|---:|---:|---:|---:|---:|"
+        "whole process s | peak - base MiB |\n|---|---:|---:|---:|---:|---:|---:|"
     )
     rows = []
     for key in order:
@@ -375,19 +417,20 @@ def operations_table(rounds: list[dict[str, dict]], order: list[str]) -> str:
             continue
         s = h.op_stat(rounds, key)
         if s.median is None:
-            rows.append(f"| {LABELS[key]} | {s.error} | | | | |")
+            rows.append(f"| {LABELS[key]} | {s.error} | | | | | |")
             continue
         gibs = h.per_round(rounds, lambda r, k=key: rate(r, k))
         orbax = SAME_WORK.get(key)
         vs = h.per_round(rounds, _vs(key, orbax)) if orbax else h.Stat(None)
         cpu = h.op_stat(rounds, key, "cpu_seconds")
+        whole = h.op_stat(rounds, key, "process_wall_seconds")
         above = h.per_round(
             rounds, lambda r, k=key: (need(r, k, "peak_rss") - need(r, k, "base_rss")) / h.MIB
         )
         rows.append(
             f"| {LABELS[key]} | {h.fmt_stat(s)} | {h.fmt(gibs.median)} | "
             f"{h.fmt(vs.median, '.2f')} | {h.fmt(cpu.median, '.2f')} | "
-            f"{h.fmt(above.median, '.0f')} |"
+            f"{h.fmt(whole.median, '.2f')} | {h.fmt(above.median, '.0f')} |"
         )
     return head + "\n" + "\n".join(rows)
 
@@ -420,7 +463,9 @@ def metadata_table(rounds: list[dict[str, dict]]) -> str:
 def ceilings_text(rounds: list[dict[str, dict]]) -> str:
     parts = []
     for field, label in (
-        ("page_cache_read", "page-cache read of the data files"),
+        ("page_cache_read", "page-cache read of the data files into one reused buffer"),
+        ("page_cache_read_fresh", "page-cache read of the data files into fresh memory"),
+        ("write_fsync", "write + fsync of 1 GiB (GiB/s written)"),
         ("zstd_decode_all", "zstd decode, all cores"),
         ("zstd_decode_one", "zstd decode, one core"),
         ("zstd_decode_reuse_all", "zstd decode into a reused buffer, all cores"),
@@ -483,7 +528,13 @@ def report(
         f"{h.NOISY:.0%} of the median is marked **noisy** (a defect of the measurement to "
         "explain, usually other load on the machine). Seconds are the operation's wall time "
         "(imports, data generation and target construction excluded); GiB/s counts "
-        f"uncompressed array bytes. † {JAX_NOTE}.",
+        f"uncompressed array bytes. † {JAX_NOTE}. `whole process s` is the life of the "
+        "operation's process as the benchmark sees it (interpreter start, imports, building "
+        "the target, the operation, exit): what a user who starts a program, loads once and "
+        "exits waits for. It is the gap between this suite's ratios and a one-load-per-process "
+        "measurement: both run every load in a fresh process, but the ratios of the call "
+        "leave out the imports (ockpt and numpy; Orbax also jax), which such a measurement "
+        "counts, and which the whole-process goal compares.",
         "",
         "## Goals",
         "",
