@@ -40,9 +40,7 @@ def _tree() -> dict[str, np.ndarray]:
 
 def _references(item: Path) -> list[tuple[bytes, IndirectDataReference]]:
     with Database(item) as db:
-        return [
-            (k, e.value) for k, e in db.entries() if isinstance(e.value, IndirectDataReference)
-        ]
+        return [(k, e.value) for k, e in db.entries() if isinstance(e.value, IndirectDataReference)]
 
 
 def _file_of(item: Path, ref: IndirectDataReference) -> Path:
@@ -203,9 +201,7 @@ def test_load_034_what_cannot_be_mapped_is_read_or_refused(tmp_path):
     err = refusal(target={"raw": np.zeros(1200, np.float32)}, partial=True, pad_or_truncate=True)
     assert err.leaf == "raw" and "shape" in str(err)
     # a cast target with mmap=True is read and cast, as without mmap
-    cast = ockpt.load_pytree(
-        item, {"raw": tree["raw"].astype(np.float64)}, partial=True, mmap=True
-    )
+    cast = ockpt.load_pytree(item, {"raw": tree["raw"].astype(np.float64)}, partial=True, mmap=True)
     assert cast["raw"].dtype == np.float64 and np.array_equal(cast["raw"], tree["raw"])
     with pytest.raises(ValueError, match="mmap must be"):
         ockpt.load_pytree(item, mmap="yes")
