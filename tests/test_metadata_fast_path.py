@@ -175,6 +175,16 @@ _VARIANTS = [
     ('"key": "b"', '"key": "\\u0062"', 1),  # an escape
     ("'b'", "'b\\\\x'", 1),  # a backslash in the tree key only: META-003
     ('"key": "b"', '"key": "b}, {x"', 1),  # brackets in a key text
+    (
+        '(\'b\',)": {"key_metadata": [{"key": "b"',
+        '(\'b}, {x\',)": {"key_metadata": [{"key": "b}, {x"',
+        1,
+    ),  # the separator of key entries inside a key text, its tree key alike: still plain
+    (
+        '(\'b\',)": {"key_metadata": [{"key": "b"',
+        '(\'}, {\',)": {"key_metadata": [{"key": "}, {"',
+        1,
+    ),
     ('"key": "b"', '"key": "\u043a"', 1),  # a non-ASCII key, unescaped (META-003)
     ('"key": "b"', '"key": "b\x01"', 1),  # a control character: JSON-001
     ("('c',)", "('b',)", 1),  # a repeated tree key: JSON-002
@@ -239,6 +249,15 @@ def test_plain_document_faults_as_the_full_parser(old, new, count, monkeypatch):
     for data in (text.encode("utf-8", "surrogatepass"), text.encode()[:-3] + b"\xff}"):
         want = _outcome(data, monkeypatch, quick=False)
         assert _outcome(data, monkeypatch, quick=True) == want
+
+
+def test_plain_document_splits_key_texts_with_separators():
+    """A key text holding the ``}, {`` that key entries are split at is read by the per-entry
+    expression instead (`metadata._cached_path` gives up), to the same entry."""
+    text = _PLAIN.replace("('b',)\": {\"key_metadata\": [{\"key\": \"b\"", "('b}, {x',)\": {\"key_metadata\": [{\"key\": \"b}, {x\"", 1)
+    obj = metadata._plain_document(text.encode(), {})
+    assert obj is not None
+    assert [e.key for e in obj["tree_metadata"]["('b}, {x',)"].path] == ["b}, {x"]
 
 
 def test_plain_document_reads_the_usual_shapes(monkeypatch):

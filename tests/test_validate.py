@@ -363,8 +363,8 @@ def test_validate_parses_metadata_once(monkeypatch):
     path = next(p for p in _checkpoints() if (p / "_METADATA").is_file())
     entries = len(json.loads((path / "_METADATA").read_bytes())["tree_metadata"])
     calls = []
-    real = metadata._built_entry  # both quick parsers build each entry through it
-    monkeypatch.setattr(metadata, "_built_entry", lambda *a: calls.append(a[1]) or real(*a))
+    real = metadata._plain_tree_entry  # both quick parsers build each entry through it
+    monkeypatch.setattr(metadata, "_plain_tree_entry", lambda *a: calls.append(a[1]) or real(*a))
     monkeypatch.setattr(metadata, "_PARSED", {})
     assert validate(path).ok
     assert len(calls) == entries

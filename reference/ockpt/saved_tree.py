@@ -102,6 +102,7 @@ def from_metadata(
     `skip_deserialize` marks as inline is then inline (its value unknown)."""
     root = Node(KeyType.DICT)
     result: Any = root
+    parent: tuple[KeyPath, Node] | None = None  # the last entry's parent path and node
     for entry in doc.entries:
         texts = tuple([e.key for e in entry.path])  # a list: faster
         empty = entry.value.empty_node
@@ -116,8 +117,25 @@ def from_metadata(
                 msgpack,
                 inline=msgpack_unreadable and entry.value.skip_deserialize is True,
             )
-        result = _insert(root, entry.path, value)
+        path = entry.path
+        if len(path) > 1 and parent is not None and parent[0] == path[:-1]:
+            node, last = parent[1], path[-1]  # a sibling of the last entry: no walk from the root
+            if not node.children:
+                node.kind = last.key_type
+            node.children[last.key] = value
+            continue
+        result = _insert(root, path, value)
+        if len(path) > 1:
+            parent = (path[:-1], _node_at(root, path[:-1]))
     return result
+
+
+def _node_at(root: Node, path: KeyPath) -> Node:
+    """The node `_insert` has made at `path` (every step a node)."""
+    node = root
+    for entry in path:
+        node = node.children[entry.key]
+    return node
 
 
 def _leaf_of_entry(
@@ -128,7 +146,7 @@ def _leaf_of_entry(
     *,
     inline: bool,
 ) -> SavedLeaf:
-    name = param_name(texts)
+    name = ".".join(texts)  # `param_name`
     shape = None if write_shape is None else tuple(write_shape)
     if msgpack is not None:
         found, value = lookup(msgpack, texts)

@@ -14,8 +14,10 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, ClassVar
 
+from .. import _gc
 from ..errors import DocumentError
 from ..limits import Limits
 from ..limits import current as limits_in_force
@@ -58,6 +60,9 @@ VALUE_TYPES = frozenset(
 
 
 _EMPTY_NODES = {e.value: e for e in EmptyNode}
+
+#: The `extra` of every entry without unknown fields: one read-only empty mapping.
+_NO_EXTRA: Mapping[str, Any] = MappingProxyType({})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -112,13 +117,14 @@ class ValueMetadata:
         return out
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class TreeEntry:
-    """One leaf of the item's tree: its key path and value metadata."""
+    """One leaf of the item's tree: its key path and value metadata (slots: a tree of
+    100,000 leaves keeps 100,000 of them)."""
 
     path: KeyPath
     value: ValueMetadata
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    extra: Mapping[str, Any] = field(default_factory=lambda: _NO_EXTRA)  # one, not a dict each
 
     @property
     def tree_key(self) -> str:
@@ -234,6 +240,17 @@ def _built_entry(
     they are plain (see `_plain_entry`); else None. Shared by both quick parsers, so that they
     build the same entries."""
     limits = limits_in_force()
+    found = _plain_path(pairs, shared, limits)
+    if found is None:
+        return None
+    return _plain_tree_entry(cls, key, *found, value_type, skip, shape, shared, limits)
+
+
+def _plain_path(
+    pairs: list[tuple[Any, Any]], shared: dict[Any, Any], limits: Limits
+) -> tuple[KeyPath, list[str]] | None:
+    """The key path and key texts of the (key, key_type) `pairs` if they are plain (see
+    `_plain_entry`), else None; equal key entries are one object (`shared`)."""
     if not 0 < len(pairs) <= limits.max_depth:
         return None
     path = []
@@ -252,6 +269,24 @@ def _built_entry(
             shared[(text, kind)] = entry
         path.append(entry)
         texts.append(text)
+    return tuple(path), texts
+
+
+def _plain_tree_entry(
+    cls: type[TreeEntry],
+    key: str,
+    path: KeyPath,
+    texts: list[str],
+    value_type: Any,
+    skip: Any,
+    shape: Any,
+    shared: dict[Any, Any],
+    limits: Limits,
+) -> TreeEntry | None:
+    """The entry of tree key `key` with the plain key `path` (`_plain_path`) of the key
+    `texts`, if its value metadata is plain and `key` is the path's tree key; else None."""
+    if not 0 < len(path) <= limits.max_depth:
+        return None
     if type(value_type) is not str:
         return None
     if skip is ABSENT:
@@ -268,7 +303,31 @@ def _built_entry(
     if value is None:
         value = ValueMetadata(value_type=value_type, skip_deserialize=skip, write_shape=shape)
         shared[(value_type, skip, shape)] = value
-    return cls(path=tuple(path), value=value)
+    return cls(path=path, value=value)
+
+
+def _cached_path(
+    key_texts: str, pieces: dict[str, Any], shared: dict[Any, Any], limits: Limits
+) -> tuple[KeyPath, list[str]] | None:
+    """The key path and texts of the `key_metadata` JSON `key_texts` as `_PLAIN_MEMBER`
+    matched it (its key entries without the outer brackets), each key entry's JSON parsed once
+    per document (`pieces`: a tree of 100,000 leaves repeats a few hundred); None where one
+    is not plain, or where a key text holds the separator the JSON is split at."""
+    path = []
+    texts = []
+    for piece in key_texts[1:-1].split("}, {"):
+        found = pieces.get(piece)
+        if found is None:
+            m = _PLAIN_PIECE.fullmatch(piece)
+            if m is None:
+                return None
+            got = _plain_path([(m.group(1), int(m.group(2)))], shared, limits)
+            if got is None:
+                return None
+            found = pieces[piece] = (got[0][0], got[1][0])
+        path.append(found[0])
+        texts.append(found[1])
+    return tuple(path), texts
 
 
 #: A string of a plain entry: no escape and no control character, so its text is its value.
@@ -286,6 +345,8 @@ _PLAIN_MEMBER = re.compile(
     + rf'(?:, "write_shape": (\[(?:{_DIM}(?:, {_DIM})*)?\]))?\}}\}}(, |\}})'
 )
 _PLAIN_KEY = re.compile(r'\{"key": ' + _TEXT + r', "key_type": ([12])\}')
+#: One key entry of `_PLAIN_MEMBER`'s key metadata without its braces.
+_PLAIN_PIECE = re.compile(r'"key": ' + _TEXT + r', "key_type": ([12])')
 _PLAIN_HEAD = '{"tree_metadata": {'
 
 
@@ -309,20 +370,26 @@ def _plain_document(data: bytes, shared: dict[Any, Any]) -> dict[str, Any] | Non
         return None
     tree: dict[str, Any] = {}
     match, keys = _PLAIN_MEMBER.match, _PLAIN_KEY.findall
+    pieces: dict[str, Any] = {}
     pos, close = len(_PLAIN_HEAD), ""
     while close != "}":
         m = match(text, pos)
         if m is None or len(tree) >= limits.max_tree_entries:
             return None
         name, key_texts, value_type, skip, shape, close = m.groups()
-        entry = _built_entry(
+        found = _cached_path(key_texts, pieces, shared, limits)
+        if found is None:  # `_plain_path` of every key entry, found by `_PLAIN_KEY`
+            pairs = [(t, 2 if k == "2" else 1) for t, k in keys(key_texts)]
+            found = _plain_path(pairs, shared, limits)
+        entry = found and _plain_tree_entry(
             TreeEntry,
             name,
-            [(t, 2 if k == "2" else 1) for t, k in keys(key_texts)],
+            *found,
             value_type,
             ABSENT if skip is None else skip == "true",
             None if shape is None else [int(n) for n in shape[1:-1].split(", ") if n],
             shared,
+            limits,
         )
         if entry is None or name in tree:
             return None
@@ -484,13 +551,14 @@ class MetadataDocument(Document):
 
         # counted on the bytes before either parser decodes them (JSON-003)
         over = check_values(data, file=file, streamed=("tree_metadata",))
-        obj = None if over else _plain_document(data, shared)
-        if obj is None:
-            # each tree entry becomes a TreeEntry as it is parsed: the JSON of 100,000 entries
-            # (about 8 times the file's size in dicts) is never held at once
-            tree = {"tree_metadata": entry}
-            obj = parse_json(data, file=file, streamed=tree, over=over)
-        doc = cls.from_json(obj, file=file)
+        with _gc.paused():  # an entry per leaf, all kept
+            obj = None if over else _plain_document(data, shared)
+            if obj is None:
+                # each tree entry becomes a TreeEntry as it is parsed: the JSON of 100,000
+                # entries (about 8 times the file's size in dicts) is never held at once
+                tree = {"tree_metadata": entry}
+                obj = parse_json(data, file=file, streamed=tree, over=over)
+            doc = cls.from_json(obj, file=file)
         while len(_PARSED) >= _PARSED_KEEP:
             _PARSED.pop(next(iter(_PARSED)), None)
         _PARSED[digest] = doc

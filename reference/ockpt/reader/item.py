@@ -7,7 +7,7 @@ import functools
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .. import engines
+from .. import _gc, engines
 from ..documents.array_metadatas import RANDOM_KEY_MARKER
 from ..documents.metadata import MetadataDocument
 from ..documents.sharding import ShardingDocument, ShardingSpec
@@ -49,6 +49,8 @@ def in_its_limits(method: F) -> F:
 
     @functools.wraps(method)
     def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if limits_in_force() is self.limits:  # already inside them (a load, per leaf)
+            return method(self, *args, **kwargs)
         with applied(self.limits):
             return method(self, *args, **kwargs)
 
@@ -74,7 +76,7 @@ class OpenedItem:
         limits: Limits | None = None,
     ) -> None:
         self.limits: Limits = limits_in_force() if limits is None else limits
-        with applied(self.limits):
+        with applied(self.limits), _gc.paused():  # the documents and saved tree: per leaf
             self._open(path, step=step, item=item, context=context, backend=backend)
 
     def _open(

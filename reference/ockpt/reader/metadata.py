@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .. import random_keys
+from .. import _gc, random_keys
 from ..documents.sharding import ShardingSpec
 from ..errors import OckptError, UnsupportedError
 from ..limits import Limits, applied
@@ -64,12 +64,13 @@ def _leaf_metadata(
     open_array: Callable[[str], Any],
     shardings: Mapping[str, ShardingSpec],
     written: Mapping[str, Any],
+    key_impls: Mapping[str, str],
 ) -> LeafMetadata:
     sharding = shardings.get(leaf.param_name)
     ws = getattr(written.get(leaf.param_name), "write_shape", None)
     if leaf.source == "array":
         a = open_array(leaf.param_name)
-        impl = item.random_key_impls().get(leaf.param_name)
+        impl = key_impls.get(leaf.param_name)
         key = None
         if impl is not None:
             try:
@@ -125,7 +126,7 @@ def _quick_store(item: OpenedItem, names: list[str]) -> Any:
 def metadata_tree(item: OpenedItem) -> Any:
     """The saved tree with a `LeafMetadata` per leaf. Arrays are opened one at a time and not
     kept where that costs nothing extra (the python decoder), so memory is the result's."""
-    with applied(item.limits):
+    with applied(item.limits), _gc.paused():  # a `LeafMetadata` per leaf, all kept
         return _metadata_tree(item)
 
 
@@ -147,10 +148,11 @@ def _metadata_tree(item: OpenedItem) -> Any:
 def _build_metadata(item: OpenedItem, open_array: Callable[[str], Any]) -> Any:
     shardings = item.shardings()
     written = item.array_metadatas()
+    key_impls = item.random_key_impls()
 
     def build(node: Any) -> Any:
         if isinstance(node, SavedLeaf):
-            return _leaf_metadata(item, node, open_array, shardings, written)
+            return _leaf_metadata(item, node, open_array, shardings, written, key_impls)
         if isinstance(node, Empty):
             return EMPTY_VALUES[node.node]()
         if node.kind is KeyType.SEQUENCE:
