@@ -316,3 +316,30 @@ def test_to_bytes_equals_json_dumps_for_unusual_documents():
     for obj in docs:
         doc = MetadataDocument.from_json(obj)
         assert doc.to_bytes() == _generic_bytes(doc) == json.dumps(obj).encode()
+
+
+def test_the_last_reader_takes_the_document_out_of_the_cache(tmp_path, monkeypatch):
+    """Detecting a layout parses `_METADATA` and keeps it; the item that then opens takes that
+    same document out (`keep=False`) and holds only its saved tree, so the entries of a large
+    tree live no longer than the tree is being built."""
+    import numpy as np
+
+    import ockpt
+    from ockpt.reader.item import OpenedItem
+
+    monkeypatch.setattr(metadata, "_PARSED", {})
+    data = _PLAIN.encode()
+    doc = MetadataDocument.from_bytes(data)
+    assert len(metadata._PARSED) == 1
+    assert MetadataDocument.from_bytes(data, keep=False) is doc and metadata._PARSED == {}
+    again = MetadataDocument.from_bytes(data, keep=False)
+    assert again == doc and again is not doc and metadata._PARSED == {}
+
+    ockpt.save_pytree(tmp_path / "c", {"a": np.ones(3, np.float32), "b": {"c": 1}}, layout="item")
+    parses = []
+    real = metadata._plain_document
+    monkeypatch.setattr(metadata, "_plain_document", lambda *a: parses.append(1) or real(*a))
+    with OpenedItem(tmp_path / "c", step=None, item=None, context=None) as item:
+        assert sorted(item.leaves) == ["a", "b.c"] and item.has_metadata
+        assert not hasattr(item, "doc")
+    assert len(parses) == 1 and metadata._PARSED == {}

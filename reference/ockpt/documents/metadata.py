@@ -531,14 +531,18 @@ class MetadataDocument(Document):
         return doc
 
     @classmethod
-    def from_bytes(cls, data: bytes, *, file: str = METADATA_FILE) -> MetadataDocument:
+    def from_bytes(
+        cls, data: bytes, *, file: str = METADATA_FILE, keep: bool = True
+    ) -> MetadataDocument:
+        """Parse `_METADATA`. `keep` False: its last reader (an item building its saved tree)
+        takes the document out of the cache of parsed documents, so it lives no longer."""
         # Detecting a layout and then loading it parse the same _METADATA: the last few
         # documents parsed are kept (they are immutable), keyed by a digest of their bytes
         # (not the bytes: a 100,000-leaf _METADATA is 23 MB).
         # Keyed by the limits too: a document read under looser limits is parsed again.
         limits = limits_in_force()
         digest = (hashlib.blake2b(data, digest_size=32).digest(), limits)
-        hit = _PARSED.get(digest)
+        hit = _PARSED.pop(digest, None) if not keep else _PARSED.get(digest)
         if hit is not None and type(hit) is cls:
             return hit
         shared: dict[Any, Any] = {}
@@ -559,6 +563,8 @@ class MetadataDocument(Document):
                 tree = {"tree_metadata": entry}
                 obj = parse_json(data, file=file, streamed=tree, over=over)
             doc = cls.from_json(obj, file=file)
+        if not keep:
+            return doc
         while len(_PARSED) >= _PARSED_KEEP:
             _PARSED.pop(next(iter(_PARSED)), None)
         _PARSED[digest] = doc

@@ -93,14 +93,18 @@ class OpenedItem:
         self.location = loc
         self.files = ItemFiles(loc)
         self.format = fmt
-        self.doc: MetadataDocument | None = None
+        # the document's entries are kept only until the saved tree is built from them (a
+        # tree of 100,000 leaves: 12 MB), so it is taken out of the parse cache (`keep`)
+        doc: MetadataDocument | None = None
         if fmt.has_metadata:
             data = loc.get(METADATA_FILE)
             if data is None:
                 raise MissingDataError(
                     "removed meanwhile", rule="LOAD-050", file=loc.file(METADATA_FILE)
                 )
-            self.doc = MetadataDocument.from_bytes(data, file=loc.file(METADATA_FILE))
+            doc = MetadataDocument.from_bytes(data, file=loc.file(METADATA_FILE), keep=False)
+            del data
+        self.has_metadata = doc is not None
         self.msgpack: Any = None
         if fmt.has_msgpack:
             limit = self.limits.max_msgpack_bytes
@@ -110,20 +114,21 @@ class OpenedItem:
                     "removed meanwhile", rule="LOAD-050", file=loc.file(MSGPACK_FILE)
                 )
             self.msgpack = decode_checkpoint(data, file=loc.file(MSGPACK_FILE))
-        self.metadata_file = loc.file(METADATA_FILE if self.doc is not None else MSGPACK_FILE)
+        self.metadata_file = loc.file(METADATA_FILE if doc is not None else MSGPACK_FILE)
         self._strings: StringsDocument | None = None
         self._strings_loaded = False
         self._string_names: set[str] | None = None
-        self.tree = self._saved_tree()
+        self.tree = self._saved_tree(doc)
         self.leaves = by_param_name(leaves(self.tree), file=self.metadata_file)
         if fmt.storage is not Storage.OCDBT:  # each array is the directory <param name>/
             for name, leaf in self.leaves.items():
                 if leaf.source == "array":
                     check_relative(name, file=self.metadata_file, absolute_ok=True)
         zarr_version = None
-        if self.doc is not None and isinstance(self.doc.use_zarr3, bool):
-            zarr_version = 3 if self.doc.use_zarr3 else 2
-        strict = self.doc is not None and self.doc.store_array_data_equal_to_fill_value is True
+        if doc is not None and isinstance(doc.use_zarr3, bool):
+            zarr_version = 3 if doc.use_zarr3 else 2
+        strict = doc is not None and doc.store_array_data_equal_to_fill_value is True
+        del doc
         # the tensorstore engine refuses a local item with links leading out (PATH-004) or
         # anything but regular files and directories (PATH-005) before tensorstore sees it
         self.store: engines.ArrayStore = engines.open_store(
@@ -138,9 +143,9 @@ class OpenedItem:
 
     # -- the saved tree --------------------------------------------------------------------
 
-    def _saved_tree(self) -> Any:
-        if self.doc is not None:
-            return from_metadata(self.doc, self.msgpack)
+    def _saved_tree(self, doc: MetadataDocument | None) -> Any:
+        if doc is not None:
+            return from_metadata(doc, self.msgpack)
         if self.msgpack is None:
             raise NotACheckpointError(
                 f"neither {METADATA_FILE} nor {MSGPACK_FILE}",
@@ -200,7 +205,7 @@ class OpenedItem:
         """Param name -> PRNG implementation of each typed key array (`array_metadatas`'
         `ext_metadata.random_key_impl`, 0.11.9+); empty for items without `_METADATA`."""
         if self._key_impls is None:
-            found = {} if self.doc is None else self.array_metadatas(marker=RANDOM_KEY_MARKER)
+            found = self.array_metadatas(marker=RANDOM_KEY_MARKER) if self.has_metadata else {}
             self._key_impls = {
                 name: a.random_key_impl
                 for name, a in found.items()
