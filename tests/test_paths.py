@@ -136,6 +136,26 @@ def test_unflatten_inverts_flatten(tree):
             "both key types",
         ),
         ([((KeyEntry("1", S),), 1)], "not 0..n-1"),
+        # siblings (entries after the first under one parent start at the parent)
+        (
+            [((KeyEntry("a", D), KeyEntry("b", D)), 1), ((KeyEntry("a", D), KeyEntry("b", D)), 2)],
+            "appears twice",
+        ),
+        (
+            [((KeyEntry("a", D), KeyEntry("b", D)), 1), ((KeyEntry("a", D), KeyEntry("0", S)), 2)],
+            "both key types",
+        ),
+        (
+            [
+                ((KeyEntry("a", D), KeyEntry("b", D)), 1),
+                ((KeyEntry("a", D), KeyEntry("b", D), KeyEntry("c", D)), 2),
+            ],
+            "both a leaf and a node",
+        ),
+        (
+            [((KeyEntry("a", D), KeyEntry("0", S)), 1), ((KeyEntry("a", D), KeyEntry("2", S)), 2)],
+            "not 0..n-1",
+        ),
         ([((KeyEntry("a", D),), 1), ((KeyEntry("a", D),), 1)], "appears twice"),
         ([((), 1), ((KeyEntry("a", D),), 1)], "root leaf"),
     ],
@@ -144,6 +164,16 @@ def test_unflatten_rejects_inconsistent_trees(entries, message):
     with pytest.raises(DocumentError) as e:
         unflatten(entries)
     assert e.value.rule == "META-006" and message in str(e.value)
+
+
+def test_unflatten_of_siblings_with_equal_but_distinct_keys():
+    """Siblings whose parent keys are equal objects or only equal ones build the same tree."""
+    shared = KeyEntry("a", D)
+    ones = [((shared, KeyEntry(str(i), S)), i) for i in range(3)]
+    fresh = [((KeyEntry("a", D), KeyEntry(str(i), S)), i) for i in range(3)]
+    deep = [((KeyEntry("a", D), KeyEntry("0", S), KeyEntry("x", D)), 9)]
+    assert unflatten(ones) == unflatten(fresh) == {"a": [0, 1, 2]}
+    assert unflatten(deep + [((KeyEntry("a", D), KeyEntry("1", S)), 1)]) == {"a": [{"x": 9}, 1]}
 
 
 def test_sequence_key_must_be_an_index():

@@ -671,6 +671,9 @@ def unflatten(entries: Iterable[tuple[KeyPath, Any]], *, file: str = METADATA_FI
     # tree): no tuple of key texts is built or hashed per level of each path
     kinds: dict[int, KeyType] = {}
     root_leaf = have_any = False
+    # the parent node of the last entry and its path: a sibling of it (most entries) starts
+    # there, where walking from the root would pass the same checks on the same nodes
+    parent: tuple[KeyPath, dict[str, Any]] | None = None
     for path, value in entries:
         if not path:
             if have_any:
@@ -683,7 +686,11 @@ def unflatten(entries: Iterable[tuple[KeyPath, Any]], *, file: str = METADATA_FI
         have_any = True
         node = root
         last = len(path) - 1
-        for depth, entry in enumerate(path):
+        start = 0
+        if last and parent is not None and parent[0] == path[:last]:
+            node, start = parent[1], last
+        for depth in range(start, last + 1):
+            entry = path[depth]
             key_type = entry.key_type
             if kinds.setdefault(id(node), key_type) is not key_type:
                 texts = _texts(path)
@@ -704,6 +711,8 @@ def unflatten(entries: Iterable[tuple[KeyPath, Any]], *, file: str = METADATA_FI
                         pointer=tree_key(texts),
                     )
                 node[entry.key] = _leaf(value)
+                if last:
+                    parent = (path[:last], node)
             elif child is _NO_CHILD:
                 child = node[entry.key] = {}
                 node = child
@@ -744,8 +753,16 @@ def _materialize(
     kind = kinds.get(id(node)) if type(node) is dict else None
     if kind is None:  # a leaf
         return node
+    # a leaf is taken as it is, without a call (`_materialize` returns it unchanged)
     if kind is KeyType.DICT:
-        return {k: _materialize(v, prefix + (k,), kinds, file) for k, v in node.items()}
+        return {
+            k: (
+                _materialize(v, prefix + (k,), kinds, file)
+                if type(v) is dict or isinstance(v, _EmptyMarker)
+                else v
+            )
+            for k, v in node.items()
+        }
     indices = sorted(int(k) for k in node)
     if indices != list(range(len(indices))):
         raise DocumentError(
@@ -754,4 +771,12 @@ def _materialize(
             file=file,
             pointer=tree_key(prefix),
         )
-    return [_materialize(node[str(i)], prefix + (str(i),), kinds, file) for i in indices]
+    values = [node[str(i)] for i in indices]
+    return [
+        (
+            _materialize(v, prefix + (str(i),), kinds, file)
+            if type(v) is dict or isinstance(v, _EmptyMarker)
+            else v
+        )
+        for i, v in enumerate(values)
+    ]
