@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from .. import _jax, dtypes, engines, random_keys
+from .. import _gc, _jax, dtypes, engines, random_keys
 from ..errors import TargetError
 from ..limits import Allocations, Limits, applied
 from ..paths import EmptyNode, KeyType, param_name
@@ -560,7 +560,7 @@ def load_item(
         raise ValueError(f"cast must be one of {CAST_POLICIES}, got {cast!r}")
     if not (isinstance(mmap, bool) or mmap == "require"):
         raise ValueError(f"mmap must be False, True or 'require', got {mmap!r}")
-    with applied(item.limits):
+    with applied(item.limits), _gc.paused():  # a job, a request, an output per leaf
         planner = _Planner(item, partial=partial)
         saved = node_at(item.tree, at)
         if target is None:
