@@ -67,6 +67,12 @@ LABELS = {
     "ockpt_bigckpt_subset": "load a {subset_gib:g} GiB subset ({subset} leaves) → numpy",
     "ockpt_bigckpt_convert": "convert --to hf, 2 GiB shards",
     "ockpt_bigckpt_validate": "validate --deep",
+    "orbax_mp_save": "Orbax save, {orbax_gib:g} GiB from {processes} processes, {orbax_leaves} "
+    "leaves (once; peak RSS: the largest process)",
+    "orbax_mp_read_cold": "its one leaf read into memory, cold (chunked: not mapped)",
+    "orbax_mp_subset": "its {orbax_subset_gib:g} GiB subset ({orbax_subset} leaves) → numpy",
+    "orbax_mp_convert": "its convert --to hf, 2 GiB shards",
+    "orbax_mp_validate": "its validate --deep",
     "ockpt_tree_save": "ockpt save, {leaves:,}-leaf tree",
     "orbax_tree_save": "Orbax save, the same tree",
     "ockpt_tree_load": "ockpt load → numpy ({engine} engine)",
@@ -91,10 +97,36 @@ def _big(args: argparse.Namespace) -> dict:
     }
 
 
+def _orbax_mp(args: argparse.Namespace) -> dict:
+    """The arguments of every operation on the checkpoint Orbax writes from many processes."""
+    import orbax_multiprocess
+
+    leaves = args.orbax_leaves
+    shape = orbax_multiprocess.leaf_shape(args.orbax_gib, leaves, args.processes)
+    leaf_mib = shape[0] * shape[1] * 4 / 2**20
+    names = [orbax_multiprocess.leaf_name(i) for i in range(leaves)]
+    return {
+        "path": str(Path(args.dir) / f"orbax-mp-{args.orbax_gib:g}GiB-{args.processes}"),
+        "gib": args.orbax_gib,
+        "processes": args.processes,
+        "leaves": leaves,
+        "names": names,
+        "name": names[leaves // 2],
+        "leaf_mib": leaf_mib,
+        "subset": max(1, min(leaves, round(1024 / leaf_mib))),
+    }
+
+
 def formats(args: argparse.Namespace) -> dict:
     """The figures the labels, goals and reasons interpolate."""
     big = _big(args)
+    mp = _orbax_mp(args)
     return {
+        "orbax_gib": args.orbax_gib,
+        "processes": args.processes,
+        "orbax_leaves": args.orbax_leaves,
+        "orbax_subset": mp["subset"],
+        "orbax_subset_gib": mp["subset"] * mp["leaf_mib"] / 1024,
         "leaves": args.leaves,
         "million": args.million,
         "gib": args.gib,
@@ -167,6 +199,15 @@ def plan(args: argparse.Namespace) -> list[list[Op]]:
         out = str(work / "bigckpt-hf")
         groups.append([Op("ockpt_bigckpt_convert", "big_convert", {**b, "out": out})])
         groups.append([Op("ockpt_bigckpt_validate", "big_validate", b)])
+    if args.orbax_gib > 0:
+        m = _orbax_mp(args)
+        groups.append([Op("orbax_mp_save", "orbax_mp_save", m, max_rounds=1, timeout=1800)])
+        cold = {**m, "mmap": True, "cold": True}  # mapped where it can be: it cannot
+        groups.append([Op("orbax_mp_read_cold", "big_read_one", cold)])
+        groups.append([Op("orbax_mp_subset", "big_subset", m)])
+        out = str(work / "orbax-mp-hf")
+        groups.append([Op("orbax_mp_convert", "big_convert", {**m, "out": out})])
+        groups.append([Op("orbax_mp_validate", "big_validate", m)])
     return groups
 
 
@@ -290,6 +331,24 @@ def goals(args: argparse.Namespace) -> list[Goal]:
                     profile=f"ockpt_bigckpt_{key}",
                 )
             )
+    if args.orbax_gib > 0:
+        m = _orbax_mp(args)
+        bound = (2**30 + m["leaf_mib"] * 2**20) / MB
+        within = f"{args.orbax_gib:g} GiB checkpoint Orbax wrote from {args.processes} processes"
+        for key, what in (("convert", "convert --to hf"), ("validate", "validate --deep")):
+            out.append(
+                Goal(
+                    f"orbax_mp_{key}_memory",
+                    f"{what} of a {within}: peak RSS above the RSS before the call (bound: "
+                    "1 GiB + the largest leaf)",
+                    lambda r, k=key: above(r, f"orbax_mp_{k}") / MB,
+                    bound,
+                    higher=False,
+                    spec=".0f",
+                    unit=" MB",
+                    profile=f"orbax_mp_{key}",
+                )
+            )
     return out
 
 
@@ -351,6 +410,7 @@ def report(args: argparse.Namespace, rounds: list, checked: list, extra: dict) -
         f"A range wider than {h.NOISY:.0%} of the median is marked **noisy**; MB = 10^6 bytes.",
         "",
         *big_text(args),
+        *orbax_mp_text(args),
         "## Goals",
         "",
         h.goal_table(checked),
@@ -416,6 +476,26 @@ def big_text(args: argparse.Namespace) -> list[str]:
     ]
 
 
+def orbax_mp_text(args: argparse.Namespace) -> list[str]:
+    """What the checkpoint Orbax writes from many processes is, and why not 16 GiB."""
+    if args.orbax_gib <= 0:
+        return []
+    m = _orbax_mp(args)
+    return [
+        f"The multi-process checkpoint: {args.orbax_gib:g} GiB of float32 in {m['leaves']} "
+        f"leaves of {m['leaf_mib']:g} MiB, saved once by real Orbax "
+        f"(`benchmarks/orbax_multiprocess.py`: {args.processes} `jax.distributed` processes "
+        f"on localhost, one CPU device each, every leaf sharded by rows over the "
+        f"{args.processes}: OCDBT with {args.processes} per-process databases, zarr v2, zstd). "
+        "Its leaves are chunked (a chunk per process), so they are read, not mapped. Not "
+        "16 GiB: a process's peak RSS is about 225 MiB plus 1.8 times its share of the data, "
+        f"so {args.processes} processes saving 16 GiB would need about "
+        f"{(args.processes * 225 + 1.8 * 16 * 1024) / 1024:.0f} GiB of this machine's "
+        "24 GiB (see the module's docstring for the measurements).",
+        "",
+    ]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--leaves", type=int, default=100_000, help="leaves of the many-leaf tree")
@@ -425,6 +505,11 @@ def main() -> None:
     ap.add_argument("--gib", type=float, default=4.0, help="size of the big array; 0: none")
     ap.add_argument("--big-gib", type=float, default=16.0, help="checkpoint of many GiB; 0: none")
     ap.add_argument("--big-leaf-mib", type=int, default=256, help="its leaves' size in MiB")
+    ap.add_argument(
+        "--orbax-gib", type=float, default=4.0, help="checkpoint Orbax writes from many processes"
+    )
+    ap.add_argument("--processes", type=int, default=16, help="processes that write it")
+    ap.add_argument("--orbax-leaves", type=int, default=16, help="its leaves")
     ap.add_argument("--rounds", type=int, default=5, help="rounds of ockpt's operations")
     ap.add_argument("--orbax-rounds", type=int, default=1, help="rounds of Orbax's operations")
     ap.add_argument("--orbax-timeout", type=float, default=600, help="seconds per Orbax op")
