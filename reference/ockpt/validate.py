@@ -18,23 +18,33 @@ Reading goes through the pure-Python decoders (`ockpt.ocdbt`, `ockpt.zarr`): no 
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import functools
 import io
 import itertools
 import json
 import math
 import os
-from collections.abc import Callable, Iterable
+import sys
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_for
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import zstandard
 
 from . import random_keys, saved_tree
+from .bytecodecs import zstd_frame_size
 from .checkpointables import load_item, read_json_item
 from .documents.array_metadatas import ArrayMetadatas
 from .documents.metadata import MetadataDocument
 from .documents.sharding import ShardingDocument
 from .documents.strings import StringsDocument
+from .engines.python.fastread import workers
 from .errors import (
     FormatError,
     MemoryLimitError,
@@ -81,19 +91,51 @@ from .paths import array_prefix, find_collisions, printable
 from .rules import RULES
 from .saved_tree import SavedLeaf
 from .schema import check_document
-from .store import Store, as_store
+from .store import ByteRange, Store, as_store
+from .zarr.codecs import BytesCodec, ZstdCodec
 
 __all__ = ["validate", "Report", "Progress"]
 
 #: progress(done, total, what): bytes of the checkpoint's files checked so far, and the bytes
-#: of all its files (known before the first call, never changing); `what` names the work at hand
-#: ("arrays", "chunks", "ocdbt nodes"; "done" last). A deep check's chunk values count as they
-#: are decoded; the last call gives `done == total`.
+#: of all its files (known before the first call, never changing; on an object store, which
+#: lists no sizes, the bytes of the values of its OCDBT databases); `what` names the work at
+#: hand ("arrays", "chunks", "ocdbt nodes"; "done" last). A deep check's chunk values count as
+#: their checks are taken, in order; the last call gives `done == total`.
 Progress = Callable[[int, int, str], None]
 
 #: findings reported per array for one kind of chunk problem before they are summarized
 _MAX_PER_ARRAY = 8
 _ARRAY_TYPES = frozenset({"jax.Array", "np.ndarray", "scalar"})
+
+#: A deep check decodes chunks and walks databases on worker threads (`_executor`), one per
+#: core; False: all on the calling thread, one after another. Either way the report is the same,
+#: finding for finding and in the same order (`_Ordered`).
+PARALLEL = True
+#: tasks handed to the worker threads at once, per worker (running or queued)
+_PER_WORKER = 2
+#: the decoded bytes of the chunks handed out at once (a larger chunk goes out alone)
+_IN_FLIGHT_BYTES = 1 << 30
+#: consecutive chunk checks go out as one task until it holds this many decoded bytes or
+#: `_TASK_CHECKS` checks: a tiny chunk's trip to a worker thread costs more than decoding it
+_TASK_BYTES = 1 << 20
+_TASK_CHECKS = 64
+#: decoded bytes a quick chunk check (`_decodes_quickly`) takes from the zstd decoder at a time,
+#: into a buffer each worker keeps; they are counted and dropped
+_WINDOW = 4 << 20
+
+_pool_lock = threading.Lock()
+_pool: ThreadPoolExecutor | None = None
+_local = threading.local()
+
+
+def _executor() -> ThreadPoolExecutor:
+    """The worker threads of deep checks, one per core the process may run on, made at first
+    use and kept (as the python engine keeps its readers')."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(workers(), thread_name_prefix="ockpt-validate")
+        return _pool
 
 
 # ---------------------------------------------------------------------------------------------
@@ -201,6 +243,241 @@ def _tree_bytes(loc: Store | None, depth: int = 0) -> int:
     return total + sum(_tree_bytes(loc.child(name), depth + 1) for name in listing.dirs)
 
 
+def _value_bytes(layout: Layout) -> int:
+    """The bytes of the values of the OCDBT databases the items under `layout` read their
+    chunks from (latest generation), from the B+trees alone, no value read: the total a
+    progress bar counts towards on a store whose listing has no sizes. A database that cannot
+    be read counts as nothing (the checks report it)."""
+    from .engines.python.store import OcdbtStore
+
+    if layout.kind is Kind.TEMPORARY:
+        return 0
+    if isinstance(layout, PytreeItemLayout):
+        fmt, loc = layout.item, layout.location
+        if fmt.has_root_manifest:
+            databases = [loc]
+        else:
+            databases = [loc.child(f"ocdbt.process_{n}") for n in fmt.ocdbt_processes]
+        total = 0
+        for where in databases:
+            store = OcdbtStore(where)
+            try:
+                for _, entry in store.db.entries():
+                    value = entry.value
+                    total += len(value) if isinstance(value, bytes) else value.length
+            except OckptError:
+                pass
+            finally:
+                store.close()
+        return total
+    if isinstance(layout, ContainerLayout):
+        return sum(_value_bytes(child) for child in layout.checkpointables.values())
+    if isinstance(layout, ManagerRootLayout):
+        return sum(_value_bytes(detect_step(layout, s)) for s in layout.committed_steps())
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# work on the worker threads, taken in order
+
+
+@dataclass
+class _Task:
+    """Checks out on a worker thread, and what the calling thread does with each result."""
+
+    future: Future
+    takes: list[Callable[[Any], None]]
+    nbytes: int
+
+
+def _run_all(works: list[Callable[[], Any]]) -> list[Any]:
+    return [work() for work in works]
+
+
+def _verified(db: Any) -> tuple[list[FormatError], int]:
+    """Every problem of the OCDBT database `db` (`ocdbt.verify`), and the nodes it decoded."""
+    from .ocdbt.verify import DatabaseStats, verify_database
+
+    stats = DatabaseStats()
+    return list(verify_database(db, stats=stats)), stats.nodes
+
+
+class _Ordered:
+    """Checks run on the worker threads whose results are taken on the calling thread in the
+    order the checks were handed out, and the findings made meanwhile kept behind them: the
+    report does not depend on which thread finishes first. At most `_PER_WORKER` tasks per
+    worker, and `_IN_FLIGHT_BYTES` of decoded chunks, are out at once; consecutive checks go
+    out as one task (`_TASK_BYTES`, `_TASK_CHECKS`). Without `PARALLEL` each check runs when
+    handed out."""
+
+    def __init__(self, emit: Callable[[Finding], None]) -> None:
+        self._emit = emit
+        self._pool = _executor() if PARALLEL else None
+        self._limit = _PER_WORKER * workers()
+        self._queue: deque[_Task | Finding] = deque()
+        self._out = 0  # tasks in the queue, and their decoded bytes
+        self._out_bytes = 0
+        self._batch: list[tuple[Callable[[], Any], Callable[[Any], None]]] = []
+        self._batch_bytes = 0
+        self._taking = False  # a task's results are being taken: its findings go out at once
+
+    def finding(self, finding: Finding) -> None:
+        """Report `finding` after the results of every check handed out before it."""
+        if self._taking:
+            self._emit(finding)
+            return
+        self._send()
+        if self._queue:
+            self._queue.append(finding)
+        else:
+            self._emit(finding)
+
+    def submit(
+        self,
+        work: Callable[[], Any],
+        take: Callable[[Any], None],
+        nbytes: int,
+        *,
+        alone: bool = False,
+    ) -> None:
+        """Run `work()` on a worker thread (in a copy of this thread's context: the limits in
+        force) and, on this thread, `take` its result once the checks before it are taken;
+        `nbytes`: the decoded bytes it holds at most; `alone`: a long check, a task of its own."""
+        if self._pool is None:
+            take(work())
+            return
+        if alone:
+            self._send()
+        self._batch.append((work, take))
+        self._batch_bytes += nbytes
+        if alone or self._batch_bytes >= _TASK_BYTES or len(self._batch) >= _TASK_CHECKS:
+            self._send()
+        self._take_ready()
+
+    def _send(self) -> None:
+        """Hand the checks gathered so far out as one task, once the tasks out leave room."""
+        if not self._batch or self._pool is None:
+            return
+        batch, nbytes = self._batch, self._batch_bytes
+        self._batch, self._batch_bytes = [], 0
+        while self._out and (
+            self._out >= self._limit or self._out_bytes + nbytes > _IN_FLIGHT_BYTES
+        ):
+            self._take_first()
+        run = contextvars.copy_context().run
+        future = self._pool.submit(run, _run_all, [work for work, _ in batch])
+        self._queue.append(_Task(future, [take for _, take in batch], nbytes))
+        self._out += 1
+        self._out_bytes += nbytes
+
+    def _take_first(self) -> None:
+        """Take the findings queued first and the results of the first task (waiting for it)."""
+        while self._queue:
+            head = self._queue.popleft()
+            if isinstance(head, Finding):
+                self._emit(head)
+                continue
+            self._out -= 1
+            self._out_bytes -= head.nbytes
+            results = head.future.result()
+            self._taking = True
+            try:
+                for take, result in zip(head.takes, results, strict=True):
+                    take(result)
+            finally:
+                self._taking = False
+            return
+
+    def _take_ready(self) -> None:
+        """Take what is at the front of the queue and done, without waiting."""
+        while self._queue and (isinstance(self._queue[0], Finding) or self._queue[0].future.done()):
+            self._take_first()
+
+    def drain(self) -> None:
+        """Wait for every check handed out and take the results and findings, in order."""
+        self._send()
+        while self._queue:
+            self._take_first()
+
+    def abandon(self) -> None:
+        """After an error: cancel the tasks not started, wait for the running ones (they read
+        files about to be closed), drop what is left."""
+        tasks = [t.future for t in self._queue if isinstance(t, _Task)]
+        for f in tasks:
+            f.cancel()
+        wait_for(tasks)
+        self._queue.clear()
+        self._batch, self._batch_bytes, self._out, self._out_bytes = [], 0, 0, 0
+
+
+# ---------------------------------------------------------------------------------------------
+# quick chunk checks
+
+
+@dataclass
+class _Outcome:
+    """What checking one chunk found: the stored bytes it read, its error, or why it was not
+    decoded."""
+
+    read: int = 0
+    error: OckptError | None = None
+    unchecked: str | None = None
+
+
+def _plain(pipeline: Any) -> str | None:
+    """How a chunk is stored: "zstd" for little-endian C-order bytes under one zstd frame
+    (Orbax's), "raw" for those bytes alone; None for any other codecs."""
+    if (
+        sys.byteorder != "little"
+        or pipeline.array_to_array
+        or not isinstance(pipeline.array_to_bytes, BytesCodec)
+        or pipeline.array_to_bytes.endian not in ("little", None)
+    ):
+        return None
+    codecs = pipeline.bytes_to_bytes
+    if not codecs:
+        return "raw"
+    return "zstd" if len(codecs) == 1 and isinstance(codecs[0], ZstdCodec) else None
+
+
+def _window() -> memoryview:
+    """This thread's buffer of `_WINDOW` bytes."""
+    buf = getattr(_local, "window", None)
+    if buf is None:
+        buf = _local.window = memoryview(bytearray(_WINDOW))
+    return buf
+
+
+def _decodes_quickly(kind: str, data: bytes | ByteRange, nbytes: int) -> bool:
+    """Whether the stored chunk `data` (bytes, or a range of its file read in pieces) is
+    exactly one zstd frame declaring and giving `nbytes` bytes (`kind` "zstd"), or `nbytes`
+    raw bytes ("raw"). Decoded bytes pass through `_window` and are dropped, so the check
+    holds no chunk in memory; False, whatever the fault, sends the chunk to the checked
+    decoder, which names it."""
+    if kind == "raw":
+        if len(data) != nbytes:
+            return False
+        if isinstance(data, ByteRange):  # its bytes are read: a deep check reads them all
+            while data.readinto(_window()):
+                pass
+            return data.position == nbytes
+        return True
+    try:
+        if zstandard.get_frame_parameters(data[:18]).content_size != nbytes:
+            return False
+        if zstd_frame_size(data) != len(data):
+            return False
+        reader = zstandard.ZstdDecompressor().stream_reader(
+            data, read_size=1 << 20, read_across_frames=False
+        )
+        got, window = 0, _window()
+        while got <= nbytes and (n := reader.readinto(window)):
+            got += n
+    except zstandard.ZstdError:
+        return False
+    return got == nbytes
+
+
 # ---------------------------------------------------------------------------------------------
 # the validator
 
@@ -221,10 +498,15 @@ class _Validator:
         }
         self._done = 0
         self._total = 0
+        self.ordered = _Ordered(self._emit)
 
     # -- findings ---------------------------------------------------------------------------
 
     def add(self, finding: Finding) -> None:
+        """Report `finding` (after the checks still out on worker threads, `_Ordered`)."""
+        self.ordered.finding(finding)
+
+    def _emit(self, finding: Finding) -> None:
         key = (finding.rule, finding.file, finding.pointer, finding.message)
         if key not in self._seen:
             self._seen.add(key)
@@ -259,10 +541,12 @@ class _Validator:
             rule = "VAL-001" if e.rule == "LOAD-050" else e.rule or "VAL-001"
             self.report(rule, e.message, file=e.file or path)
             return Kind.NOT_A_CHECKPOINT.value
-        if not loc.capabilities.sizes_known:
-            self.progress = None  # an object store's listing has no sizes: no total to show
-        if self.progress is not None:
+        if self.progress is not None and loc.capabilities.sizes_known:
             self._total = _tree_bytes(chosen.location)
+        elif self.progress is not None:  # an object store's listing has no sizes
+            self._total = _value_bytes(chosen.target)
+            if not self._total:
+                self.progress = None  # no database to count (per-leaf zarr): no total to show
         self.layout(chosen.target, top=True)
         if self.progress is not None:  # the documents and nodes, checked but not counted
             self.progress(self._total, self._total, "done")
@@ -434,6 +718,7 @@ class _ItemCheck:
         self.leaves: dict[str, SavedLeaf] = {}
         self.store: Any = None
         self.keys: list[str] | None = None
+        self.opened: list[Any] = []  # every store opened, closed when the item is done
         self._grid_memo: dict[tuple[int, str], tuple[Any, tuple[int, ...] | None]] = {}
 
     def f(self, *parts: str) -> str:
@@ -453,13 +738,15 @@ class _ItemCheck:
         self.documents()
         self.collect_leaves()
         self.names()
-        self.open_storage()
         try:
+            self.open_storage()
             self.arrays()
             self.strings()
+            v.ordered.drain()
         finally:
-            if self.store is not None:
-                self.store.close()
+            v.ordered.abandon()  # after an error: no check is left reading the stores
+            for store in self.opened:
+                store.close()
 
     # -- documents --------------------------------------------------------------------------
 
@@ -592,29 +879,27 @@ class _ItemCheck:
         for n in processes:
             db_path = self.f(f"ocdbt.process_{n}")
             store = OcdbtStore(self.loc.child(f"ocdbt.process_{n}"), display=db_path)
+            self.opened.append(store)
             if MANIFEST_FILE not in _names(self.loc.child(f"ocdbt.process_{n}")):
                 v.report(
                     "OCDBT-050",
                     f"per-process database ocdbt.process_{n}/ has no manifest",
                     file=_join(db_path, MANIFEST_FILE),
                 )
-                store.close()
                 continue
-            ok = self.check_database(store, db_path)
-            if ok:
+            # read through the merged manifest where there is one: this one's verdict is not needed
+            if self.check_database(store, db_path, wait=not fmt.has_root_manifest):
                 process_stores.append(store)
-            else:
-                store.close()
         if fmt.has_root_manifest:
             root = OcdbtStore(self.loc, display=self.path)
-            self.check_database(root, self.path)
-            for s in process_stores:
-                s.close()
+            self.opened.append(root)
+            self.check_database(root, self.path, wait=False)
             self.store = root
         elif process_stores:
             self.store = MultiOcdbtStore(process_stores, self.path)
         elif fmt.storage is Storage.PER_LEAF_ZARR:
             self.store = DirectoryStore(self.loc, skip=_per_leaf_skip, display=self.path)
+            self.opened.append(self.store)
         elif fmt.storage is Storage.OCDBT:
             self.store = None  # nothing readable: every array leaf is reported missing
         else:
@@ -628,8 +913,10 @@ class _ItemCheck:
         elif self.store is None:
             self.keys = []
 
-    def check_database(self, store: Any, db_path: str) -> bool:
-        """List the latest generation (checks the nodes on the way); deep: verify everything."""
+    def check_database(self, store: Any, db_path: str, *, wait: bool) -> bool:
+        """List the latest generation (checks the nodes on the way); deep: verify everything,
+        on a worker thread. Whether no problem was found; `wait`: also none by the deep
+        verification (waited for), else its findings come when it is done."""
         v = self.v
         ok = True
         keys: list[str] | None = []
@@ -671,13 +958,20 @@ class _ItemCheck:
         if keys is not None and os.path.normpath(db_path) == os.path.normpath(self.path):
             self.keys = keys
         if v.deep:
-            from .ocdbt.verify import DatabaseStats, verify_database
+            found: list[FormatError] = []
 
-            stats = DatabaseStats()
-            for err in verify_database(store.db, stats=stats, tick=lambda: v.tick("ocdbt nodes")):
-                v.error(err, file=_join(db_path, MANIFEST_FILE))
-                ok = False
-            v.checked["ocdbt_nodes"] += stats.nodes
+            def take(result: tuple[list[FormatError], int]) -> None:
+                errors, nodes = result
+                v.checked["ocdbt_nodes"] += nodes
+                v.tick("ocdbt nodes")
+                for err in errors:
+                    v.error(err, file=_join(db_path, MANIFEST_FILE))
+                found.extend(errors)
+
+            v.ordered.submit(functools.partial(_verified, store.db), take, 0, alone=True)
+            if wait:
+                v.ordered.drain()
+                ok = ok and not found
         return ok
 
     # -- arrays -----------------------------------------------------------------------------
@@ -894,53 +1188,118 @@ class _ItemCheck:
             self.decode_chunks(name, meta, [found[k] for k in sorted(found)], prefix, where)
 
     def decode_chunks(self, name: str, meta: Any, indices: list, prefix: str, where: str) -> None:
+        """Hand every chunk at `indices` to the worker threads (`check_chunk`); what they find
+        comes in the order of `indices`, at most `_MAX_PER_ARRAY` errors for the array."""
         v = self.v
         shape, chunk = tuple(meta.shape), tuple(meta.chunk_shape)
-        problems = 0
+        nbytes = math.prod(chunk) * meta.numpy_dtype.itemsize  # decoded whole
+        errors = itertools.count(1)
         for index in indices:
             v.checked["chunks"] += 1
             box = [
                 (i * c, min((i + 1) * c, s)) for i, c, s in zip(index, chunk, shape, strict=True)
             ]
-            file = f"{where}/{prefix}{meta.chunk_key(index)}"
+            key = prefix + meta.chunk_key(index)
+            file = f"{where}/{key}"
+            take = functools.partial(self.take_chunk, file, errors)
             try:
-                unchecked = self.decode_chunk(meta, index, box, prefix, where, file)
+                self.claim(key)
             except OckptError as e:
-                problems += 1
-                if problems <= _MAX_PER_ARRAY:
-                    v.error(e, file=file)
+                v.ordered.submit(functools.partial(_Outcome, 0, e), take, 0)
                 continue
-            if unchecked is not None:
-                v.report("VAL-010", f"not decoded: {unchecked}", file=file)
+            work = functools.partial(self.check_chunk, meta, key, box, nbytes, prefix, where)
+            v.ordered.submit(work, take, nbytes)
 
-    def decode_chunk(
-        self, meta: Any, index: tuple, box: list, prefix: str, where: str, file: str
-    ) -> str | None:
-        """Decode one chunk; one too large for the memory left (LIMIT-006) is checked as a
-        stream instead (`zarr.stream`). None when checked, else why it could not be."""
+    def take_chunk(self, file: str, errors: Iterator[int], outcome: _Outcome) -> None:
+        """On the calling thread, in order: count a checked chunk's bytes, report what it found."""
+        self.v.tick("chunks", outcome.read)
+        if outcome.error is not None:
+            if next(errors) <= _MAX_PER_ARRAY:
+                self.v.error(outcome.error, file=file)
+        elif outcome.unchecked is not None:
+            self.v.report("VAL-010", f"not decoded: {outcome.unchecked}", file=file)
+
+    def claim(self, key: str) -> None:
+        """A per-leaf zarr chunk file is claimed (PATH-008) when it is read; here, on the calling
+        thread and in order, so that which of two linked files is refused does not depend on
+        which thread reads first (OCDBT values are claimed as the database is listed)."""
+        from .engines.python.store import DirectoryStore
+
+        store = self.store
+        if isinstance(store, DirectoryStore) and (store.skip is None or not store.skip(key)):
+            store.chunk_files.claim(store.store, key)
+
+    def check_chunk(
+        self, meta: Any, key: str, box: list, nbytes: int, prefix: str, where: str
+    ) -> _Outcome:
+        """Decode one chunk (on a worker thread): quickly where it is Orbax's plain zstd or raw
+        bytes and sound (`quick_check`), else through the zarr decoder, which names the fault;
+        one too large for the memory left (LIMIT-006) is checked as a stream (`zarr.stream`)."""
         from .zarr import read_region
 
-        size = tuple(b - a for a, b in box)
-        nbytes = math.prod(meta.chunk_shape) * meta.numpy_dtype.itemsize  # decoded whole
+        outcome = _Outcome()
+        file = f"{where}/{key}"
         try:
-            check_allocation(nbytes, what="the chunk", file=file)
-        except MemoryLimitError as e:
-            streamed = self.check_streamed(meta, prefix + meta.chunk_key(index), nbytes, file)
-            return None if streamed else e.message
-        out = np.empty(size, dtype=meta.numpy_dtype)
-        read_region(meta, self.counted_get, out, box, prefix=prefix, missing="error", file=where)
-        return None
+            try:
+                check_allocation(nbytes, what="the chunk", file=file)
+            except MemoryLimitError as e:
+                if not self.check_streamed(meta, key, nbytes, file, outcome):
+                    outcome.unchecked = e.message
+                return outcome
+            quick = self.quick_check(meta, key, nbytes)
+            if quick is not None:
+                outcome.read = quick
+                return outcome
+            # the region is this one chunk (or shard): one value, read before its output is made
+            value = self.store.get(key)
+            outcome.read = 0 if value is None else len(value)
+            out = np.empty(tuple(b - a for a, b in box), dtype=meta.numpy_dtype)
+            read_region(
+                meta, {key: value}.get, out, box, prefix=prefix, missing="error", file=where
+            )
+        except OckptError as e:
+            outcome.error = e.with_traceback(None)  # its frames would hold the chunk's memory
+        return outcome
 
-    def counted_get(self, key: str) -> bytes | None:
-        """The stored value of `key`, its bytes counted as checked (progress)."""
-        value = self.store.get(key)
-        self.v.tick("chunks", 0 if value is None else len(value))
-        return value
+    def quick_check(self, meta: Any, key: str, nbytes: int) -> int | None:
+        """The stored bytes of the chunk or shard `key` where it is sound and Orbax's: plain
+        zstd or raw bytes (`_plain`), a shard of one such inner chunk; decoded a window at a time
+        (`_decodes_quickly`), holding no chunk in memory. None, whatever the fault, to take the
+        checked decoder, which names it."""
+        sharding = getattr(meta, "sharding", None)
+        pipeline = meta.pipeline if sharding is None else sharding.codecs
+        kind = _plain(pipeline)
+        if (
+            nbytes == 0
+            or kind is None
+            or (sharding is not None and tuple(sharding.chunk_shape) != tuple(meta.chunk_shape))
+        ):
+            return None
+        try:
+            src = self.store.value_range(key)
+            with src if src is not None else contextlib.nullcontext():
+                value = src if src is not None else self.store.get(key)
+                if value is None or len(value) > limits_in_force().max_chunk_bytes:
+                    return None
+                chunk: Any = value
+                if sharding is not None:
+                    shape = tuple(meta.chunk_shape)
+                    index = sharding.decode_index(value, shape, file=key, pointer="shard index")
+                    entry = index.get((0,) * len(shape))
+                    if entry is None:
+                        return None
+                    at, n = entry
+                    chunk = value.part(at, n) if src is not None else memoryview(value)[at : at + n]
+                return len(value) if _decodes_quickly(kind, chunk, nbytes) else None
+        except OckptError:
+            return None
 
-    def check_streamed(self, meta: Any, key: str, nbytes: int, file: str) -> bool:
+    def check_streamed(
+        self, meta: Any, key: str, nbytes: int, file: str, outcome: _Outcome
+    ) -> bool:
         """Check a chunk or shard of `nbytes` decoded, read in pieces from its file (or from
         memory: a value stored inline in an OCDBT node is small), holding none of it decoded;
-        False where a codec cannot be streamed."""
+        False where a codec cannot be streamed. The stored bytes read count in `outcome`."""
         from .zarr import stream
         from .zarr.array import missing_chunk
 
@@ -948,7 +1307,7 @@ class _ItemCheck:
         value = src if src is not None else self.store.get(key)
         if value is None:
             raise missing_chunk(f"{file}: chunk")  # removed since it was listed
-        self.v.tick("chunks", len(value))
+        outcome.read += len(value)
         with src if src is not None else contextlib.nullcontext():
             if len(value) > (
                 max_chunk := limits_in_force().max_chunk_bytes
@@ -1063,8 +1422,14 @@ def validate(
     """Validate the checkpoint at `path` (item, v1 checkpoint, step or manager root; `step`
     and `item` narrow it as they do for `load_pytree`, through `layout.select`). `path` is a
     local directory or a kvstore URL (``gs://``, ``s3://``), whose objects are read by ranged
-    requests and checked by the same decoders; there `progress` is not called (an object
-    store lists no sizes to count towards).
+    requests and checked by the same decoders. An object store lists no sizes: there
+    `progress` counts towards the bytes of the values the OCDBT databases hold (each value's
+    length is in its B+tree entry; no value is read for it), and is not called for an item
+    without a database.
+
+    With `deep`, chunks are decoded and databases walked on one worker thread per core, a
+    bounded number of chunks out at once; the report is the same as one thread's, finding for
+    finding and in the same order (`PARALLEL`).
 
     `limits` replaces the default `ockpt.limits.LIMITS` for this call (a file over one of them
     is a finding of the rule that bounds it).
