@@ -213,3 +213,45 @@ def test_several_databases_agree_on_the_owner_of_a_key(tmp_path):
         assert multi.get("absent") is None and multi.value_range("absent") is None
     finally:
         multi.close()
+
+
+def test_pytree_metadata_walks_the_btree_once(tmp_path, monkeypatch):
+    """Issue 33 item 4: `pytree_metadata` of an OCDBT item finds every array's zarr metadata
+    key by one walk of the B+tree (`ArrayStore.metadata_store`), not a lookup per array, and
+    gives what a lookup per array gives; a walk that meets a fault leaves each array to its
+    own lookup, which names it."""
+    import ockpt
+    from ockpt.engines.python import store as store_module
+    from ockpt.errors import FormatError
+    from ockpt.ocdbt.tree import Database
+
+    tree: dict = {}
+    for i in range(300):
+        tree.setdefault(f"l{i // 50}", {})[f"p{i % 50}"] = np.full((2, 1 + i % 3), i, np.float32)
+    ockpt.save_pytree(tmp_path / "c", tree, layout="item")
+    looked_up = []
+    real_get = Database.get
+
+    def get(db, key, **kw):
+        looked_up.append(key)
+        return real_get(db, key, **kw)
+
+    monkeypatch.setattr(Database, "get", get)
+    walked = ockpt.pytree_metadata(tmp_path / "c", backend="python")
+    assert looked_up == []
+    monkeypatch.setattr(store_module, "_WALK_FROM", 10**9)
+    each = ockpt.pytree_metadata(tmp_path / "c", backend="python")
+    assert walked == each and len(looked_up) == 300
+    assert walked["l3"]["p7"].shape == (2, 1 + 157 % 3) and walked["l3"]["p7"].chunk_shape
+
+    monkeypatch.setattr(store_module, "_WALK_FROM", 256)
+    real_entries = Database.entries
+
+    def broken(db, *a, **kw):
+        yield from list(real_entries(db, *a, **kw))[:10]
+        raise FormatError("a fault in the tree", rule="OCDBT-044")
+
+    monkeypatch.setattr(Database, "entries", broken)
+    looked_up.clear()
+    assert ockpt.pytree_metadata(tmp_path / "c", backend="python") == each
+    assert len(looked_up) == 300

@@ -118,8 +118,9 @@ def _leaf_metadata(
 
 def _quick_store(item: OpenedItem, names: list[str]) -> Any:
     """A store that opens the zarr metadata of `names` faster than the item's, one array at a
-    time (the tensorstore engine's: ockpt's own decoder, one pass over the B+tree of a local
-    OCDBT item instead of a tensorstore open per array); None when there is none."""
+    time (the tensorstore engine's: ockpt's own decoder instead of a tensorstore open per
+    array; the python engine's: every metadata key found by one walk of the B+tree of an
+    OCDBT item, not a lookup per array); None when there is none."""
     return item.store.metadata_store(len(names))
 
 
@@ -131,17 +132,17 @@ def metadata_tree(item: OpenedItem) -> Any:
 
 
 def _metadata_tree(item: OpenedItem) -> Any:
-    if not item.store.BULK_OPEN:
-        return _build_metadata(item, item.array)
     names = [n for n, leaf in item.leaves.items() if leaf.source == "array"]
     quick = _quick_store(item, names)
     if quick is not None:
         try:
             return _build_metadata(item, quick.open)
         except (OckptError, OSError, ValueError):
-            pass  # tensorstore opens the arrays below and names the fault
+            pass  # the item's own store opens the arrays below and names the fault
         finally:
             quick.close()
+    if not item.store.BULK_OPEN:
+        return _build_metadata(item, item.array)
     return _build_metadata(item, item.arrays(names).__getitem__)
 
 

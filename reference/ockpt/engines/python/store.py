@@ -478,9 +478,13 @@ class ArrayStore:
         self._per_leaf = self.fmt.storage is not Storage.OCDBT
         self.kv = open_item_store(self.location, self.fmt)
 
-    def metadata_store(self, count: int) -> None:
-        """None: this engine's `open` is already the quick one."""
-        del count
+    def metadata_store(self, count: int) -> _WalkedMetadata | None:
+        """For the metadata of `count` arrays (from `_WALK_FROM` on) of an item's root OCDBT
+        database: a store that finds every array's zarr metadata key by one walk of the
+        B+tree (`_WalkedMetadata`), not by a lookup per array; None otherwise."""
+        if count < _WALK_FROM or not isinstance(self.kv, OcdbtStore):
+            return None
+        return _WalkedMetadata(self, self.kv)
 
     def file(self, param_name: str) -> str:
         """Where errors say the array lives (`contract.array_file`)."""
@@ -490,10 +494,14 @@ class ArrayStore:
         return self.kv.list()
 
     def open(self, param_name: str) -> StoredArray:
+        return self._open(param_name, self.kv.get)
+
+    def _open(self, param_name: str, get: Callable[[str], bytes | None]) -> StoredArray:
+        """`open`, the array's zarr metadata document read by `get`."""
         file = self.file(param_name)
         prefix = array_prefix(param_name, per_leaf=self._per_leaf)
         meta = open_metadata(
-            self.kv.get, prefix=prefix, file=self.kv.display, zarr_version=self.zarr_version
+            get, prefix=prefix, file=self.kv.display, zarr_version=self.zarr_version
         )
         if meta is None:
             raise MissingDataError(
@@ -523,3 +531,49 @@ class ArrayStore:
 
     def close(self) -> None:
         self.kv.close()
+
+
+#: `ArrayStore.metadata_store` walks the B+tree once for the metadata of this many arrays or
+#: more (fewer: a lookup each, before the database indexes its keys).
+_WALK_FROM = 256
+
+#: The keys of zarr metadata documents end so (or are so, for the empty param name).
+_METADATA_KEYS = (ZARR2_METADATA.encode(), ZARR3_METADATA.encode())
+_METADATA_ENDS = tuple(b"/" + k for k in _METADATA_KEYS)
+
+
+class _WalkedMetadata:
+    """`ArrayStore.metadata_store`: arrays opened as the store opens them, each zarr metadata
+    document taken from one walk of the root database's B+tree (every metadata key with its
+    leaf entry; the value read, out-of-line ones claimed, as a lookup would). A walk that
+    meets a fault leaves each array to the store's own lookup, which names the fault."""
+
+    def __init__(self, store: ArrayStore, kv: OcdbtStore) -> None:
+        self.store = store
+        self.kv = kv
+        self._entries: dict[bytes, Any] | None = None
+        try:
+            self._entries = {
+                key: entry
+                for key, entry in kv.db.entries(generation=kv.generation)
+                if key.endswith(_METADATA_ENDS) or key in _METADATA_KEYS
+            }
+        except FormatError:
+            pass
+
+    def _get(self, key: str) -> bytes | None:
+        """The value of the metadata key `key` (`KeyValueStore.get`), from the walk."""
+        assert self._entries is not None
+        k = key.encode("utf-8")  # as `Database.get` makes the key
+        entry = self._entries.get(k)
+        return None if entry is None else self.kv.db.read_value(entry, key=k)
+
+    def open(self, param_name: str) -> StoredArray:
+        if self._entries is None:
+            return self.store.open(param_name)
+        return self.store._open(param_name, self._get)
+
+    def close(self) -> None:
+        """Drop the walked entries (the store and its database stay open: they are the
+        item's)."""
+        self._entries = None
