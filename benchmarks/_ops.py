@@ -567,13 +567,13 @@ def big_names(leaves: int) -> list[str]:
 
 def op_big_tree_save(a: dict) -> dict:
     """`leaves` leaves of `leaf_mib` MiB each (every one the same values), saved by ockpt as
-    an item directory, each leaf one chunk (as Orbax writes an unsharded array) stored raw
+    an item directory with its defaults: chunks of at most 64 MiB (WRITE-016), stored raw
     (`compression="auto"` keeps random floats raw)."""
     src = _source(a)
     import ockpt
 
     tree = dict.fromkeys(big_names(a["leaves"]), src)
-    opts = {"layout": "item", "compression": "auto", "chunk_byte_size": 1 << 62}
+    opts = {"layout": "item", "compression": "auto"}
     _, r = _timed(lambda: ockpt.save_pytree(a["path"], tree, **opts))
     return {**r, "bytes": src.nbytes * len(tree), "disk_bytes": _du(a["path"])}
 

@@ -168,7 +168,7 @@ def test_load_034_what_cannot_be_mapped_is_read_or_refused(tmp_path):
     tree = {
         "raw": rng.standard_normal(1000).astype(np.float32),
         "zstd": np.zeros(1000, np.float32),
-        "chunked": rng.standard_normal((64, 64)).astype(np.float32),
+        "chunked": rng.standard_normal((16, 1024)).astype(np.float32),
     }
     item = tmp_path / "ckpt"
     ockpt.save_pytree(
@@ -177,12 +177,12 @@ def test_load_034_what_cannot_be_mapped_is_read_or_refused(tmp_path):
         layout="item",
         zarr_version=2,
         compression="auto",  # zeros compress: zstd; random floats stay raw
-        chunk_byte_size=4096,  # "chunked" (16 KiB) in four chunks, the others in one
+        chunk_byte_size=4096,  # "chunked" (64 KiB) in chunks of (16, 64), the others in one
     )
     got = ockpt.load_pytree(item, mmap=True)
     assert _backing_map(got["raw"]) is not None
     assert _backing_map(got["zstd"]) is None and got["zstd"].flags.writeable
-    assert _backing_map(got["chunked"]) is None
+    assert _backing_map(got["chunked"]) is None and got["chunked"].flags.writeable
     for name, want in tree.items():
         assert np.array_equal(got[name], want), name
 
@@ -195,7 +195,7 @@ def test_load_034_what_cannot_be_mapped_is_read_or_refused(tmp_path):
     err = refusal(target={"raw": tree["raw"], "zstd": tree["zstd"]}, partial=True)
     assert err.leaf == "zstd" and "stored encoded (zstd)" in str(err)
     err = refusal(target={"raw": tree["raw"], "chunked": tree["chunked"]}, partial=True)
-    assert err.leaf == "chunked" and "chunks of" in str(err)
+    assert err.leaf == "chunked" and "chunks of [16, 64], which split more than rows" in str(err)
     err = refusal(target={"raw": tree["raw"].astype(np.float64)}, partial=True)
     assert err.leaf == "raw" and "float64" in str(err)
     err = refusal(target={"raw": np.zeros(1200, np.float32)}, partial=True, pad_or_truncate=True)
@@ -205,6 +205,85 @@ def test_load_034_what_cannot_be_mapped_is_read_or_refused(tmp_path):
     assert cast["raw"].dtype == np.float64 and np.array_equal(cast["raw"], tree["raw"])
     with pytest.raises(ValueError, match="mmap must be"):
         ockpt.load_pytree(item, mmap="yes")
+
+
+@pytest.mark.parametrize(
+    "options",
+    [dict(zarr_version=2), dict(zarr_version=3), dict(zarr_version=3, use_ocdbt=False)],
+    ids=["ocdbt-zarr2", "ocdbt-zarr3", "per-leaf-zarr3"],
+)
+def test_load_034_chunks_of_whole_rows_are_mapped_side_by_side(tmp_path, options):
+    """A raw leaf in chunks of whole rows, each starting on a page of its file (WRITE-017:
+    ockpt places values of 1 MiB or more on pages), is one view of its chunks' pages: a byte
+    rewritten in a chunk's file shows in it, a write through it (made writable) reaches no
+    file, and its mappings go when the last array over it goes."""
+    rng = np.random.default_rng(5)
+    tree = {"rows": rng.standard_normal((4096, 256)).astype(np.float32)}  # 4 MiB: 4 chunks
+    item = tmp_path / "ckpt"
+    ockpt.save_pytree(
+        item, tree, layout="item", compression=None, chunk_byte_size=1 << 20, **options
+    )
+    assert ockpt.pytree_metadata(item)["rows"].chunk_shape == (1024, 256)
+    before = Path("/proc/self/maps").read_text().count("\n")
+    got = ockpt.load_pytree(item, mmap="require")["rows"]
+    assert np.array_equal(got, tree["rows"]) and not got.flags.writeable
+    assert got.ctypes.data % 4096 == 0
+    files = sorted(p for p in item.rglob("*") if p.is_file() and p.stat().st_size >= 1 << 20)
+    if options.get("use_ocdbt", True):  # the third chunk's bytes, through its reference
+        ref = dict(_references(item))[
+            b"rows/2.0" if options["zarr_version"] == 2 else b"rows/c/2/0"
+        ]
+        file, at = _file_of(item, ref), ref.offset
+    else:
+        file, at = item / "rows" / "c" / "2" / "0", 0
+    fd = os.open(file, os.O_WRONLY)
+    try:
+        os.pwrite(fd, np.float32(-7.25).tobytes(), at)
+    finally:
+        os.close(fd)
+    assert got[2048, 0] == np.float32(-7.25)
+    snapshot = {p: p.read_bytes() for p in files}
+    got.flags.writeable = True
+    got[:] = 0  # private pages: copied on write, never written back
+    assert all(p.read_bytes() == b for p, b in snapshot.items())
+    del got
+    import gc
+
+    gc.collect()
+    assert Path("/proc/self/maps").read_text().count("\n") <= before
+
+
+def test_write_017_values_of_a_mib_start_on_a_page(tmp_path):
+    tree = {"big": np.ones((700, 1024), np.float32), "odd": np.ones(333, np.float32)}
+    item = _save(tmp_path / "ckpt", {**tree, "more": np.ones((300, 1024), np.float32)})
+    for key, ref in _references(item):
+        assert ref.offset % (4096 if ref.length >= 1 << 20 else VALUE_ALIGNMENT) == 0, key
+
+
+def test_load_034_chunks_that_cannot_lie_side_by_side_are_read(tmp_path, monkeypatch):
+    """Chunks that are not whole pages, or more chunks than the mapping bound, are read."""
+    from ockpt.engines.python import mapped
+
+    rng = np.random.default_rng(6)
+    tree = {"x": rng.standard_normal((2000, 250)).astype(np.float32)}  # chunks of 1,000,000 B
+    item = tmp_path / "ckpt"
+    ockpt.save_pytree(item, tree, layout="item", compression=None, chunk_byte_size=1 << 20)
+    assert ockpt.pytree_metadata(item)["x"].chunk_shape == (1000, 250)
+    got = ockpt.load_pytree(item, mmap=True)["x"]
+    assert np.array_equal(got, tree["x"]) and got.flags.writeable
+    with pytest.raises(TargetError, match="not whole pages"):
+        ockpt.load_pytree(item, mmap="require")
+    rows = tmp_path / "rows"
+    ockpt.save_pytree(
+        rows,
+        {"x": np.ones((4096, 256), np.float32)},
+        layout="item",
+        compression=None,
+        chunk_byte_size=1 << 20,
+    )
+    monkeypatch.setattr(mapped, "MAX_CHUNKS", 3)
+    with pytest.raises(TargetError, match=r"4 chunks \(at most 3"):
+        ockpt.load_pytree(rows, mmap="require")
 
 
 def test_load_034_open_reads_one_leaf_mapped(tmp_path):

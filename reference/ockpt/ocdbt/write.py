@@ -2,10 +2,11 @@
 
 `DatabaseWriter` takes key/value pairs and commits them as one new database with a single
 generation: values up to `Config.max_inline_value_bytes` inline in the B+tree leaves, larger
-ones appended as they come, each at a 64-byte-aligned offset, to data files ``d/<32 hex>`` of
-about `data_file_bytes` each (a larger value gets a file of its own), each closed when full;
-then the B+tree nodes in one more data file, then ``manifest.ocdbt`` last, so a database is
-readable only once everything it refers to is written. `merge` writes a database whose B+tree
+ones appended as they come, each at a 64-byte-aligned offset (a page, 4096, from 1 MiB), to
+data files ``d/<32 hex>`` of about `data_file_bytes` each (a larger value gets a file of its
+own), each closed when full; then the B+tree nodes in one more data file, then
+``manifest.ocdbt`` last, so a database is readable only once everything it refers to is
+written. `merge` writes a database whose B+tree
 refers to values of other databases under the same directory (Orbax's root database over
 ``ocdbt.process_<N>/``), copying references, not values.
 
@@ -76,6 +77,10 @@ DATA_FILE_BYTES = 64 << 20
 #: referenced by no key, fill the gap): a raw value mapped from the file is then a numpy array
 #: aligned for any element type and for SIMD loads (spec/writing.md §3.3, WRITE-017).
 VALUE_ALIGNMENT = 64
+#: A value of `PAGE_VALUE_BYTES` or more starts on a page (`PAGE_ALIGNMENT`), so that the
+#: chunks of one array can be mapped side by side into one view (at most 0.4% of padding).
+PAGE_ALIGNMENT = 4096
+PAGE_VALUE_BYTES = 1 << 20
 
 #: The fixed bytes an entry adds to a node besides its key and inline value (varints of its
 #: lengths, kind, file id, offset; an interior entry's statistics), for the size estimate.
@@ -245,7 +250,7 @@ class DatabaseWriter:
             file_id = DataFileId(b"", data_file_name())
             self._file = (file_id, self._open(file_id))
         file_id, file = self._file
-        pad = -self._size % VALUE_ALIGNMENT
+        pad = -self._size % (PAGE_ALIGNMENT if length >= PAGE_VALUE_BYTES else VALUE_ALIGNMENT)
         if pad:
             file.append([bytes(pad)])
             self._size += pad

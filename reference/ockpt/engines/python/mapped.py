@@ -1,9 +1,12 @@
-"""Zero-copy reads of the python engine: a raw array stored as one value, viewed in place.
+"""Zero-copy reads of the python engine: a raw array viewed in its files' pages.
 
 An array whose one chunk is the whole array (zarr v3: one shard holding one inner chunk), stored
 raw (no compression, native byte order) as an out-of-line value of an OCDBT data file or as a
 per-leaf chunk file, is a byte range of a local file: `map_array` returns a read-only numpy
-array over the file's pages (`store.mapping`), touching no byte of it. A small value that an
+array over the file's pages (`store.mapping`), touching no byte of it. An array stored in chunks
+of whole rows, each starting on a page of its file (ockpt's writer places values of 1 MiB or
+more so; Orbax's per-process files often hold one chunk each), is mapped chunk after chunk into
+one view (`store.mapping.assemble`). A small value that an
 OCDBT node holds inline is viewed in the node's bytes, which the lookup already read.
 Everything else is refused with the reason (`MapRefused`), and the caller reads it instead or
 says why it cannot.
@@ -13,27 +16,35 @@ array's bytes (a value of another length is read, and the read names the fault).
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Any
 
 import numpy as np
 
-from ...store.mapping import FileMaps, MapRefused
+from ...store.mapping import FileMaps, MapRefused, assemble
 from ...zarr.v3 import ArrayV3Metadata
 
 __all__ = ["map_array"]
 
 
+#: An array of more chunks than this is read, not assembled from one mapping per chunk (the
+#: process's count of mappings is bounded: 65530 by default on Linux).
+MAX_CHUNKS = 1024
+
+
 def _raw_pipeline(meta: Any, shape: tuple[int, ...]) -> tuple[Any, Any]:
-    """(the codecs of the one chunk, the sharding codec or None); `MapRefused` unless the
-    array is one chunk stored raw in the machine's byte order."""
-    if tuple(meta.chunk_shape) != shape:
-        raise MapRefused(f"it is stored in chunks of {list(meta.chunk_shape)}, not as one value")
+    """(the codecs of a chunk, the sharding codec or None); `MapRefused` unless the array's
+    chunks are stored raw in the machine's byte order, each spanning every dimension but the
+    first (so that side by side they are the array's bytes)."""
+    chunk = tuple(meta.chunk_shape)
+    if chunk[1:] != shape[1:]:
+        raise MapRefused(f"it is stored in chunks of {list(chunk)}, which split more than rows")
     pipeline, sharding = meta.pipeline, None
     if isinstance(meta, ArrayV3Metadata) and meta.sharding is not None:
         sharding = meta.sharding
-        if tuple(sharding.chunk_shape) != shape:
-            raise MapRefused(f"its shard holds inner chunks of {list(sharding.chunk_shape)}")
+        if tuple(sharding.chunk_shape) != chunk:
+            raise MapRefused(f"its shards hold inner chunks of {list(sharding.chunk_shape)}")
         pipeline = sharding.codecs
     if pipeline.array_to_array:
         raise MapRefused("its chunk is stored transposed")
@@ -55,6 +66,8 @@ def map_array(array: Any, maps: FileMaps) -> np.ndarray:
     if nbytes == 0:
         raise MapRefused("it holds no element")
     _, sharding = _raw_pipeline(meta, shape)
+    if tuple(meta.chunk_shape) != shape:
+        return _assembled(array, sharding, nbytes)
     key = array._prefix + meta.chunk_key((0,) * len(shape))
     inline = array._store.inline_value(key)
     if inline is not None:
@@ -82,6 +95,36 @@ def map_array(array: Any, maps: FileMaps) -> np.ndarray:
                 f"its value starts at offset {src.offset}, not a multiple of {dtype.alignment}"
             )
         return _view(maps.view(src), nbytes, shape, dtype)
+
+
+def _assembled(array: Any, sharding: Any, nbytes: int) -> np.ndarray:
+    """An array stored in chunks of whole rows, each an out-of-line value starting on a page of
+    its file, mapped chunk after chunk into one view (`store.mapping.assemble`)."""
+    meta, shape, dtype = array.metadata, tuple(array.shape), array.dtype
+    rows = meta.chunk_shape[0]
+    count = -(-shape[0] // rows)
+    if count > MAX_CHUNKS:
+        raise MapRefused(f"it is stored in {count} chunks (at most {MAX_CHUNKS} are mapped)")
+    chunk_bytes = nbytes // shape[0] * rows  # a stored chunk is whole, the last one too
+    with contextlib.ExitStack() as opened:
+        parts = []
+        for i in range(count):
+            index = (i,) + (0,) * (len(shape) - 1)
+            key = array._prefix + meta.chunk_key(index)
+            src = array._store.value_range(key)
+            if src is None:
+                raise MapRefused(f"chunk {key!r} is no byte range of a local file")
+            opened.enter_context(src)
+            if sharding is not None:
+                where = sharding.decode_index(src, meta.chunk_shape, file=array.file, pointer=key)
+                entry = where.get((0,) * len(shape))
+                if entry is None:
+                    raise MapRefused(f"the shard {key!r} stores no chunk")
+                src = src.part(*entry)
+            if len(src) != chunk_bytes:
+                raise MapRefused(f"chunk {key!r} holds {len(src)} bytes, not {chunk_bytes}")
+            parts.append((src, min(chunk_bytes, nbytes - i * chunk_bytes)))
+        return _view(assemble(parts), nbytes, shape, dtype)
 
 
 def _view(data: memoryview, nbytes: int, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
