@@ -958,3 +958,19 @@ def test_numpy_load_memory_is_output_plus_tiles(tmp_path):
     grown, output = map(int, result.stdout.split())
     assert output == 32, result.stdout
     assert grown <= output + 2 * 2 * 4 + 8, f"peak grew {grown} MiB for a {output} MiB output"
+
+
+def test_load_as_saved_takes_sequence_items_by_index(tmp_path):
+    """A `_METADATA` whose sequence entries come in text order ('10' before '2') loads each
+    item at its index: the jobs of a load as saved are made in the order its tree is rebuilt
+    (`load._rebuild`), sequences by index."""
+    tree = {"l": [np.full(2, i, np.int32) for i in range(12)], "m": {"b": [np.int32(7)], "a": []}}
+    ockpt.save_pytree(tmp_path / "c", tree, layout="item")
+    path = tmp_path / "c" / "_METADATA"
+    doc = json.loads(path.read_bytes())
+    doc["tree_metadata"] = dict(sorted(doc["tree_metadata"].items()))
+    assert list(doc["tree_metadata"])[1] == "('l', '1')" and "('l', '10')" in list(doc["tree_metadata"])[:4]
+    path.write_text(json.dumps(doc))
+    got = ockpt.load_pytree(tmp_path / "c")
+    assert [int(v[0]) for v in got["l"]] == list(range(12))
+    assert got["m"] == {"b": [np.int32(7)], "a": []} and list(got) == ["l", "m"]

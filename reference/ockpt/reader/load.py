@@ -4,6 +4,7 @@ requested dtype and shape (LOAD-020..031), then read only the regions the target
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import operator
 from collections.abc import Callable, Iterator, Mapping
@@ -84,16 +85,18 @@ class _Planner:
         self.extra.extend(names or ([param_name(texts)] if not isinstance(saved, Empty) else []))
 
     def as_saved(self, saved: Any) -> _Builder:
+        """The saved tree's leaves as jobs, in the tree's order; the builder walks the tree
+        again and takes their results in that order (no builder per leaf is kept)."""
+        first = len(self.jobs)
+        self._as_saved_jobs(saved, self.item.random_key_impls())
+        return lambda results: _rebuild(saved, itertools.count(first), results)
+
+    def _as_saved_jobs(self, saved: Any, impls: Mapping[str, str]) -> None:
         if isinstance(saved, SavedLeaf):
-            impl = self.item.random_key_impls().get(saved.param_name)
-            return self._job(_Job(saved, "as_saved", key_impl=impl))
-        if isinstance(saved, Empty):
-            make = EMPTY_VALUES[saved.node]
-            return lambda results: make()
-        parts = [(k, self.as_saved(v)) for k, v in ordered(saved)]
-        if saved.kind is KeyType.SEQUENCE:
-            return lambda results: [b(results) for _, b in parts]
-        return lambda results: {k: b(results) for k, b in parts}
+            self.jobs.append(_Job(saved, "as_saved", key_impl=impls.get(saved.param_name)))
+        elif isinstance(saved, Node):
+            for _, child in ordered(saved):
+                self._as_saved_jobs(child, impls)
 
     def plan(self, target: Any, saved: Any, texts: tuple[str, ...]) -> _Builder:
         if target is Ellipsis:
@@ -237,6 +240,18 @@ class _Planner:
 
 # ---------------------------------------------------------------------------------------------
 # Loading.
+
+
+def _rebuild(saved: Any, indices: Iterator[int], results: Mapping[int, Any]) -> Any:
+    """The value of the saved tree `saved` as saved: each leaf the result of the next job
+    index (`_Planner.as_saved` made its jobs in the tree's order)."""
+    if isinstance(saved, SavedLeaf):
+        return results[next(indices)]
+    if isinstance(saved, Empty):
+        return EMPTY_VALUES[saved.node]()
+    if saved.kind is KeyType.SEQUENCE:
+        return [_rebuild(v, indices, results) for _, v in ordered(saved)]
+    return {k: _rebuild(v, indices, results) for k, v in saved.children.items()}
 
 
 def _check_job(
