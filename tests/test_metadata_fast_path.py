@@ -254,7 +254,11 @@ def test_plain_document_faults_as_the_full_parser(old, new, count, monkeypatch):
 def test_plain_document_splits_key_texts_with_separators():
     """A key text holding the ``}, {`` that key entries are split at is read by the per-entry
     expression instead (`metadata._cached_path` gives up), to the same entry."""
-    text = _PLAIN.replace("('b',)\": {\"key_metadata\": [{\"key\": \"b\"", "('b}, {x',)\": {\"key_metadata\": [{\"key\": \"b}, {x\"", 1)
+    text = _PLAIN.replace(
+        '(\'b\',)": {"key_metadata": [{"key": "b"',
+        '(\'b}, {x\',)": {"key_metadata": [{"key": "b}, {x"',
+        1,
+    )
     obj = metadata._plain_document(text.encode(), {})
     assert obj is not None
     assert [e.key for e in obj["tree_metadata"]["('b}, {x',)"].path] == ["b}, {x"]

@@ -969,7 +969,10 @@ def test_load_as_saved_takes_sequence_items_by_index(tmp_path):
     path = tmp_path / "c" / "_METADATA"
     doc = json.loads(path.read_bytes())
     doc["tree_metadata"] = dict(sorted(doc["tree_metadata"].items()))
-    assert list(doc["tree_metadata"])[1] == "('l', '1')" and "('l', '10')" in list(doc["tree_metadata"])[:4]
+    assert (
+        list(doc["tree_metadata"])[1] == "('l', '1')"
+        and "('l', '10')" in list(doc["tree_metadata"])[:4]
+    )
     path.write_text(json.dumps(doc))
     got = ockpt.load_pytree(tmp_path / "c")
     assert [int(v[0]) for v in got["l"]] == list(range(12))

@@ -192,9 +192,7 @@ def write_chunks(
     cells = _v2_jobs if zarr_version == 2 else _v3_jobs
     encoders = {level: _encoder(level) for level in {compression_level, None}}
     jobs = (  # lazy: a chunk that is not contiguous in its piece is copied when encoded
-        job
-        for a in arrays
-        for job in cells(a, encoders[compression_level if a.compress else None])
+        job for a in arrays for job in cells(a, encoders[compression_level if a.compress else None])
     )
     window = encode_window()
     with ThreadPoolExecutor(workers(), thread_name_prefix="ockpt-encode") as pool:
