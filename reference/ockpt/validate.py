@@ -1223,11 +1223,7 @@ class _ItemCheck:
         """A per-leaf zarr chunk file is claimed (PATH-008) when it is read; here, on the calling
         thread and in order, so that which of two linked files is refused does not depend on
         which thread reads first (OCDBT values are claimed as the database is listed)."""
-        from .engines.python.store import DirectoryStore
-
-        store = self.store
-        if isinstance(store, DirectoryStore) and (store.skip is None or not store.skip(key)):
-            store.chunk_files.claim(store.store, key)
+        self.store.claim(key)
 
     def check_chunk(
         self, meta: Any, key: str, box: list, nbytes: int, prefix: str, where: str

@@ -91,6 +91,10 @@ class KeyValueStore:
         """The value of `key` where an OCDBT node holds it inline (already in memory)."""
         return None
 
+    def claim(self, key: str) -> None:
+        """Before `key` is read: refuse it if its stored bytes are another key's (PATH-008).
+        Nothing here: an OCDBT database claims each value as it reads it (OCDBT-024)."""
+
     def close(self) -> None:
         pass
 
@@ -191,7 +195,7 @@ class DirectoryStore(KeyValueStore):
             and not ("\\" in key or "\0" in key)
         )
 
-    def _claim(self, key: str) -> None:
+    def claim(self, key: str) -> None:
         """Before the zarr key `key` is read: no other key's chunk file is the same file."""
         if self.skip is None or not self.skip(key):
             self.chunk_files.claim(self.store, key)
@@ -204,7 +208,7 @@ class DirectoryStore(KeyValueStore):
         if not self._valid(key):
             return None
         try:
-            self._claim(key)
+            self.claim(key)
             return self.store.get(key, limit=limits_in_force().max_chunk_bytes, rule="ZARR-003")
         except FormatError as e:
             if self._directory(e, key):
@@ -217,7 +221,7 @@ class DirectoryStore(KeyValueStore):
         if not self._valid(key):
             return None
         try:
-            self._claim(key)
+            self.claim(key)
             return self.store.open_range(key)
         except FormatError as e:
             if self._directory(e, key):
