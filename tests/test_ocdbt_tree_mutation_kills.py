@@ -1112,6 +1112,27 @@ def test_read_range_checks_the_file_size(tmp_path):
     assert str(err2) == str(err)
 
 
+def test_check_range_checks_a_known_size_without_reading(tmp_path):
+    """`check_range` (deep validation's check of every value of every generation): a file of
+    known size is not read, a reference past its end is read_range's OCDBT-022; a file of
+    unknown size (an object store's) is read as read_range reads it."""
+    build_database(tmp_path / "db", {b"a": b"v" * 20, b"b": b"w" * 30})
+    data = (tmp_path / "db" / "d" / "values").read_bytes()
+    db = Database(tmp_path / "db")
+    ref = _value_ref(db, b"b")
+    db._files[b"d/values"] = known = Bytes(data)
+    db.check_range(ref)
+    assert known.reads == []
+    db._files[b"d/values"] = Bytes(data, size=49)
+    err = _error(lambda: db.check_range(ref))
+    assert err.rule == "OCDBT-022" and str(err) == str(_error(lambda: db.read_range(ref)))
+    db._files[b"d/values"] = unknown = Bytes(data, size=None)
+    db.check_range(ref)
+    assert unknown.reads and sum(n for n, _ in unknown.reads) >= 30
+    db._files[b"d/values"] = Bytes(data, size=None, shrink_to=49)
+    assert _error(lambda: db.check_range(ref)).rule == "OCDBT-022"
+
+
 def test_read_range_reads_in_pieces_and_names_a_file_that_shrank(tmp_path):
     """`read_range` reads until it has `length` bytes, whatever each read returns (short
     reads joined in order), at most 1 GiB per read; a file that ends under the read: OCDBT-022

@@ -238,6 +238,17 @@ class Database:
             left -= len(chunk)
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
+    def check_range(
+        self, ref: IndirectDataReference, *, origin: str | None = None, pointer: str | None = None
+    ) -> None:
+        """`read_range`'s checks without its read where the data file's size is known (a local
+        file): the bytes of `ref` lie within it (OCDBT-022). Elsewhere the range is read."""
+        f = self._open(ref.file_id, pointer=pointer, origin=origin)
+        if f.size is None:
+            self.read_range(ref, origin=origin, pointer=pointer)
+        elif ref.offset + ref.length > f.size:
+            raise _past_end(ref, f)
+
     def read_range_into(
         self,
         ref: IndirectDataReference,
