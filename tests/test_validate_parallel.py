@@ -153,7 +153,7 @@ def _many_chunks(path: Path) -> int:
 def pool(monkeypatch):
     """A pool of `WORKERS` threads for the deep checks, whatever the machine's cores."""
     executor = ThreadPoolExecutor(WORKERS, thread_name_prefix="ockpt-validate")
-    monkeypatch.setattr(V, "_pool", executor)
+    monkeypatch.setattr(V, "_executor", lambda: executor)
     monkeypatch.setattr(V, "workers", lambda: WORKERS)
     monkeypatch.setattr(V, "PARALLEL", True)
     yield executor

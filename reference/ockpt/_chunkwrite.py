@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from .engines.python.fastread import workers  # one thread per core, as the reader
+from ._threads import workers  # one thread per core, as the reader
 from .paths import array_prefix
 from .zarr.codecs import BytesCodec, ZstdCodec
 from .zarr.shard_index import EMPTY, encode_index

@@ -38,13 +38,13 @@ import numpy as np
 import zstandard
 
 from . import random_keys, saved_tree
+from ._threads import pool, workers
 from .bytecodecs import zstd_frame_size
 from .checkpointables import load_item, read_json_item
 from .documents.array_metadatas import ArrayMetadatas
 from .documents.metadata import MetadataDocument
 from .documents.sharding import ShardingDocument
 from .documents.strings import StringsDocument
-from .engines.python.fastread import workers
 from .errors import (
     FormatError,
     MemoryLimitError,
@@ -123,19 +123,12 @@ _TASK_CHECKS = 64
 #: into a buffer each worker keeps; they are counted and dropped
 _WINDOW = 4 << 20
 
-_pool_lock = threading.Lock()
-_pool: ThreadPoolExecutor | None = None
 _local = threading.local()
 
 
 def _executor() -> ThreadPoolExecutor:
-    """The worker threads of deep checks, one per core the process may run on, made at first
-    use and kept (as the python engine keeps its readers')."""
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(workers(), thread_name_prefix="ockpt-validate")
-        return _pool
+    """The worker threads of deep checks (`_threads.pool`)."""
+    return pool("ockpt-validate")
 
 
 # ---------------------------------------------------------------------------------------------

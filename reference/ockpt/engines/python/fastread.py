@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextvars
 import itertools
 import math
-import os
 import sys
 import threading
 from collections import deque
@@ -31,6 +30,7 @@ import numpy as np
 import zstandard
 
 from ... import dtypes
+from ..._threads import pool, workers
 from ...bytecodecs import zstd_frame_size
 from ...errors import FormatError
 from ...store.byterange import ByteRange
@@ -40,24 +40,10 @@ from ...zarr.v3 import ArrayV3Metadata
 
 __all__ = ["follows_stored_chunks", "read_regions", "workers"]
 
-_lock = threading.Lock()
-_pool: ThreadPoolExecutor | None = None
-
-
-def workers() -> int:
-    """Threads that decode chunks: one per core this process may run on."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):  # pragma: no cover - not Linux
-        return max(1, os.cpu_count() or 1)
-
 
 def _executor() -> ThreadPoolExecutor:
-    global _pool
-    with _lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(workers(), thread_name_prefix="ockpt-read")
-        return _pool
+    """The reader threads (`_threads.pool`)."""
+    return pool("ockpt-read")
 
 
 #: Arrays whose outputs and stored chunks are smaller than this are read in the calling
