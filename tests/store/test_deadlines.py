@@ -24,6 +24,7 @@ def _answer(conn: socket.socket, mode: str, stop: threading.Event) -> None:
     with conn:
         try:
             conn.settimeout(0.5)
+            request = b""
             while not stop.is_set():  # the request, however slowly the client sends it
                 try:
                     request = conn.recv(1 << 16)
@@ -32,6 +33,8 @@ def _answer(conn: socket.socket, mode: str, stop: threading.Event) -> None:
                 except TimeoutError:
                     continue
                 return  # the client closed
+            if not request:
+                return  # stopped before any request came
             if request.startswith(b"HEAD "):  # no body follows: its bytes would read as the
                 conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n")  # next reply
                 stop.wait()  # and the client waits for the next request's answer
