@@ -117,8 +117,10 @@ REASONS = {
         "dominates."
     ),
     "deep_vs_load": (
-        "validate --deep decodes the chunks one after another on the calling thread, where a "
-        "load decodes them on all {cores} cores."
+        "validate --deep decodes every chunk on all {cores} cores as a load does, and also "
+        "decodes every B+tree node of every generation of each database (the root's and each "
+        "process's) and checks every document; the profile shows which part outweighs the "
+        "load's copies into fresh memory."
     ),
     TS_ID: ("an import of tensorstore is still reached on this path (the error is in the row)."),
 }
