@@ -1,8 +1,9 @@
-"""A deep `ockpt.validate` on worker threads (`PARALLEL`): the report of one thread, finding for
-finding and in order, on real Orbax checkpoints with corrupt, missing and linked chunks; chunks
-really decoded on several threads at once; at most `_PER_WORKER` chunk checks per worker out at
-once; and on an object store a progress total from the B+trees. Each test is bounded in time
-(SIGALRM), so a worker that never returns fails instead of hanging the suite."""
+"""A deep `ockpt.validate` on worker threads (`deep_checks.PARALLEL`): the report of one
+thread, finding for finding and in order, on real Orbax checkpoints with corrupt, missing and
+linked chunks; chunks really decoded on several threads at once; at most `_PER_WORKER` chunk
+checks per worker out at once; and on an object store a progress total from the B+trees. Each
+test is bounded in time (SIGALRM), so a worker that never returns fails instead of hanging the
+suite."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import ockpt
 from conftest import deadline
 
 V = importlib.import_module("ockpt.validate")  # the module: `ockpt.validate` is the function
+D = importlib.import_module("ockpt.deep_checks")
 WORKERS = 4  # the pool the threading tests use, whatever the cores of the machine
 
 
@@ -50,11 +52,11 @@ def _findings(path: Path, **kw) -> tuple[list[dict], dict]:
 def _assert_parallel_equals_sequential(path: Path, monkeypatch) -> list[dict]:
     """The report of one thread, then that of the pool: in tasks of one check each (the most
     interleaving), and of the default size; the one-thread findings."""
-    monkeypatch.setattr(V, "PARALLEL", False)
+    monkeypatch.setattr(D, "PARALLEL", False)
     want = _findings(path)
-    monkeypatch.setattr(V, "PARALLEL", True)
-    for checks in (1, V._TASK_CHECKS):
-        monkeypatch.setattr(V, "_TASK_CHECKS", checks)
+    monkeypatch.setattr(D, "PARALLEL", True)
+    for checks in (1, D._TASK_CHECKS):
+        monkeypatch.setattr(D, "_TASK_CHECKS", checks)
         for _ in range(3):
             assert _findings(path) == want
     return want[0]
@@ -153,9 +155,9 @@ def _many_chunks(path: Path) -> int:
 def pool(monkeypatch):
     """A pool of `WORKERS` threads for the deep checks, whatever the machine's cores."""
     executor = ThreadPoolExecutor(WORKERS, thread_name_prefix="ockpt-validate")
-    monkeypatch.setattr(V, "_executor", lambda: executor)
-    monkeypatch.setattr(V, "workers", lambda: WORKERS)
-    monkeypatch.setattr(V, "PARALLEL", True)
+    monkeypatch.setattr(D, "_executor", lambda: executor)
+    monkeypatch.setattr(D, "workers", lambda: WORKERS)
+    monkeypatch.setattr(D, "PARALLEL", True)
     yield executor
     executor.shutdown()
 
@@ -166,7 +168,7 @@ def test_chunks_are_decoded_on_several_threads_at_once(tmp_path, monkeypatch, po
     chunks = _many_chunks(tmp_path / "c")
     barrier = threading.Barrier(2, timeout=30)
     names: list[str] = []
-    real = V._decodes_quickly
+    real = V.decodes_quickly
 
     def decode(*args):
         names.append(threading.current_thread().name)
@@ -174,8 +176,8 @@ def test_chunks_are_decoded_on_several_threads_at_once(tmp_path, monkeypatch, po
             barrier.wait()
         return real(*args)
 
-    monkeypatch.setattr(V, "_decodes_quickly", decode)
-    monkeypatch.setattr(V, "_TASK_CHECKS", 1)
+    monkeypatch.setattr(V, "decodes_quickly", decode)
+    monkeypatch.setattr(D, "_TASK_CHECKS", 1)
     report = ockpt.validate(tmp_path / "c", deep=True)
     assert report.ok and report.checked["chunks"] == chunks, report.format_text()
     assert len(names) == chunks
@@ -187,7 +189,7 @@ def test_chunk_checks_out_at_once_are_bounded(tmp_path, monkeypatch, pool):
     counted so, the checks alive at once never pass `_PER_WORKER` per worker, even while the
     first check is held back (the calling thread must wait rather than hand out more)."""
     chunks = _many_chunks(tmp_path / "c")
-    monkeypatch.setattr(V, "_TASK_CHECKS", 1)
+    monkeypatch.setattr(D, "_TASK_CHECKS", 1)
     lock = threading.Lock()
     alive = [0, 0]  # now, most
     release = threading.Event()
@@ -214,7 +216,7 @@ def test_chunk_checks_out_at_once_are_bounded(tmp_path, monkeypatch, pool):
     release.set()
     assert report.ok and report.checked["chunks"] == chunks, report.format_text()
     assert alive[0] == 0
-    assert 2 <= alive[1] <= V._PER_WORKER * WORKERS, alive
+    assert 2 <= alive[1] <= D._PER_WORKER * WORKERS, alive
 
 
 def test_an_object_store_progress_total_comes_from_the_btree(tmp_path):

@@ -18,7 +18,6 @@ Reading goes through the pure-Python decoders (`ockpt.ocdbt`, `ockpt.zarr`): no 
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import functools
 import io
 import itertools
@@ -26,21 +25,15 @@ import json
 import math
 import os
 import sys
-import threading
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import wait as wait_for
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import zstandard
 
 from . import random_keys, saved_tree
-from ._threads import pool, workers
-from .bytecodecs import zstd_frame_size
 from .checkpointables import load_item, read_json_item
+from .deep_checks import OrderedChecks, Outcome, decodes_quickly, plain_kind
 from .documents.array_metadatas import ArrayMetadatas
 from .documents.metadata import MetadataDocument
 from .documents.sharding import ShardingDocument
@@ -91,8 +84,7 @@ from .paths import array_prefix, find_collisions, printable
 from .rules import RULES
 from .saved_tree import SavedLeaf
 from .schema import check_document
-from .store import ByteRange, Store, as_store
-from .zarr.codecs import BytesCodec, ZstdCodec
+from .store import Store, as_store
 
 __all__ = ["validate", "Report", "Progress"]
 
@@ -106,30 +98,6 @@ Progress = Callable[[int, int, str], None]
 #: findings reported per array for one kind of chunk problem before they are summarized
 _MAX_PER_ARRAY = 8
 _ARRAY_TYPES = frozenset({"jax.Array", "np.ndarray", "scalar"})
-
-#: A deep check decodes chunks and walks databases on worker threads (`_executor`), one per
-#: core; False: all on the calling thread, one after another. Either way the report is the same,
-#: finding for finding and in the same order (`_Ordered`).
-PARALLEL = True
-#: tasks handed to the worker threads at once, per worker (running or queued)
-_PER_WORKER = 2
-#: the decoded bytes of the chunks handed out at once (a larger chunk goes out alone)
-_IN_FLIGHT_BYTES = 1 << 30
-#: consecutive chunk checks go out as one task until it holds this many decoded bytes or
-#: `_TASK_CHECKS` checks: a tiny chunk's trip to a worker thread costs more than decoding it
-_TASK_BYTES = 1 << 20
-_TASK_CHECKS = 64
-#: decoded bytes a quick chunk check (`_decodes_quickly`) takes from the zstd decoder at a time,
-#: into a buffer each worker keeps; they are counted and dropped
-_WINDOW = 4 << 20
-
-_local = threading.local()
-
-
-def _executor() -> ThreadPoolExecutor:
-    """The worker threads of deep checks (`_threads.pool`)."""
-    return pool("ockpt-validate")
-
 
 # ---------------------------------------------------------------------------------------------
 # the report
@@ -270,205 +238,12 @@ def _value_bytes(layout: Layout) -> int:
     return 0
 
 
-# ---------------------------------------------------------------------------------------------
-# work on the worker threads, taken in order
-
-
-@dataclass
-class _Task:
-    """Checks out on a worker thread, and what the calling thread does with each result."""
-
-    future: Future
-    takes: list[Callable[[Any], None]]
-    nbytes: int
-
-
-def _run_all(works: list[Callable[[], Any]]) -> list[Any]:
-    return [work() for work in works]
-
-
 def _verified(db: Any) -> tuple[list[FormatError], int]:
     """Every problem of the OCDBT database `db` (`ocdbt.verify`), and the nodes it decoded."""
     from .ocdbt.verify import DatabaseStats, verify_database
 
     stats = DatabaseStats()
     return list(verify_database(db, stats=stats)), stats.nodes
-
-
-class _Ordered:
-    """Checks run on the worker threads whose results are taken on the calling thread in the
-    order the checks were handed out, and the findings made meanwhile kept behind them: the
-    report does not depend on which thread finishes first. At most `_PER_WORKER` tasks per
-    worker, and `_IN_FLIGHT_BYTES` of decoded chunks, are out at once; consecutive checks go
-    out as one task (`_TASK_BYTES`, `_TASK_CHECKS`). Without `PARALLEL` each check runs when
-    handed out."""
-
-    def __init__(self, emit: Callable[[Finding], None]) -> None:
-        self._emit = emit
-        self._pool = _executor() if PARALLEL else None
-        self._limit = _PER_WORKER * workers()
-        self._queue: deque[_Task | Finding] = deque()
-        self._out = 0  # tasks in the queue, and their decoded bytes
-        self._out_bytes = 0
-        self._batch: list[tuple[Callable[[], Any], Callable[[Any], None]]] = []
-        self._batch_bytes = 0
-        self._taking = False  # a task's results are being taken: its findings go out at once
-
-    def finding(self, finding: Finding) -> None:
-        """Report `finding` after the results of every check handed out before it."""
-        if self._taking:
-            self._emit(finding)
-            return
-        self._send()
-        if self._queue:
-            self._queue.append(finding)
-        else:
-            self._emit(finding)
-
-    def submit(
-        self,
-        work: Callable[[], Any],
-        take: Callable[[Any], None],
-        nbytes: int,
-        *,
-        alone: bool = False,
-    ) -> None:
-        """Run `work()` on a worker thread (in a copy of this thread's context: the limits in
-        force) and, on this thread, `take` its result once the checks before it are taken;
-        `nbytes`: the decoded bytes it holds at most; `alone`: a long check, a task of its own."""
-        if self._pool is None:
-            take(work())
-            return
-        if alone:
-            self._send()
-        self._batch.append((work, take))
-        self._batch_bytes += nbytes
-        if alone or self._batch_bytes >= _TASK_BYTES or len(self._batch) >= _TASK_CHECKS:
-            self._send()
-        self._take_ready()
-
-    def _send(self) -> None:
-        """Hand the checks gathered so far out as one task, once the tasks out leave room."""
-        if not self._batch or self._pool is None:
-            return
-        batch, nbytes = self._batch, self._batch_bytes
-        self._batch, self._batch_bytes = [], 0
-        while self._out and (
-            self._out >= self._limit or self._out_bytes + nbytes > _IN_FLIGHT_BYTES
-        ):
-            self._take_first()
-        run = contextvars.copy_context().run
-        future = self._pool.submit(run, _run_all, [work for work, _ in batch])
-        self._queue.append(_Task(future, [take for _, take in batch], nbytes))
-        self._out += 1
-        self._out_bytes += nbytes
-
-    def _take_first(self) -> None:
-        """Take the findings queued first and the results of the first task (waiting for it)."""
-        while self._queue:
-            head = self._queue.popleft()
-            if isinstance(head, Finding):
-                self._emit(head)
-                continue
-            self._out -= 1
-            self._out_bytes -= head.nbytes
-            results = head.future.result()
-            self._taking = True
-            try:
-                for take, result in zip(head.takes, results, strict=True):
-                    take(result)
-            finally:
-                self._taking = False
-            return
-
-    def _take_ready(self) -> None:
-        """Take what is at the front of the queue and done, without waiting."""
-        while self._queue and (isinstance(self._queue[0], Finding) or self._queue[0].future.done()):
-            self._take_first()
-
-    def drain(self) -> None:
-        """Wait for every check handed out and take the results and findings, in order."""
-        self._send()
-        while self._queue:
-            self._take_first()
-
-    def abandon(self) -> None:
-        """After an error: cancel the tasks not started, wait for the running ones (they read
-        files about to be closed), drop what is left."""
-        tasks = [t.future for t in self._queue if isinstance(t, _Task)]
-        for f in tasks:
-            f.cancel()
-        wait_for(tasks)
-        self._queue.clear()
-        self._batch, self._batch_bytes, self._out, self._out_bytes = [], 0, 0, 0
-
-
-# ---------------------------------------------------------------------------------------------
-# quick chunk checks
-
-
-@dataclass
-class _Outcome:
-    """What checking one chunk found: the stored bytes it read, its error, or why it was not
-    decoded."""
-
-    read: int = 0
-    error: OckptError | None = None
-    unchecked: str | None = None
-
-
-def _plain(pipeline: Any) -> str | None:
-    """How a chunk is stored: "zstd" for little-endian C-order bytes under one zstd frame
-    (Orbax's), "raw" for those bytes alone; None for any other codecs."""
-    if (
-        sys.byteorder != "little"
-        or pipeline.array_to_array
-        or not isinstance(pipeline.array_to_bytes, BytesCodec)
-        or pipeline.array_to_bytes.endian not in ("little", None)
-    ):
-        return None
-    codecs = pipeline.bytes_to_bytes
-    if not codecs:
-        return "raw"
-    return "zstd" if len(codecs) == 1 and isinstance(codecs[0], ZstdCodec) else None
-
-
-def _window() -> memoryview:
-    """This thread's buffer of `_WINDOW` bytes."""
-    buf = getattr(_local, "window", None)
-    if buf is None:
-        buf = _local.window = memoryview(bytearray(_WINDOW))
-    return buf
-
-
-def _decodes_quickly(kind: str, data: bytes | ByteRange, nbytes: int) -> bool:
-    """Whether the stored chunk `data` (bytes, or a range of its file read in pieces) is
-    exactly one zstd frame declaring and giving `nbytes` bytes (`kind` "zstd"), or `nbytes`
-    raw bytes ("raw"). Decoded bytes pass through `_window` and are dropped, so the check
-    holds no chunk in memory; False, whatever the fault, sends the chunk to the checked
-    decoder, which names it."""
-    if kind == "raw":
-        if len(data) != nbytes:
-            return False
-        if isinstance(data, ByteRange):  # its bytes are read: a deep check reads them all
-            while data.readinto(_window()):
-                pass
-            return data.position == nbytes
-        return True
-    try:
-        if zstandard.get_frame_parameters(data[:18]).content_size != nbytes:
-            return False
-        if zstd_frame_size(data) != len(data):
-            return False
-        reader = zstandard.ZstdDecompressor().stream_reader(
-            data, read_size=1 << 20, read_across_frames=False
-        )
-        got, window = 0, _window()
-        while got <= nbytes and (n := reader.readinto(window)):
-            got += n
-    except zstandard.ZstdError:
-        return False
-    return got == nbytes
 
 
 # ---------------------------------------------------------------------------------------------
@@ -491,12 +266,12 @@ class _Validator:
         }
         self._done = 0
         self._total = 0
-        self.ordered = _Ordered(self._emit)
+        self.ordered = OrderedChecks(self._emit)
 
     # -- findings ---------------------------------------------------------------------------
 
     def add(self, finding: Finding) -> None:
-        """Report `finding` (after the checks still out on worker threads, `_Ordered`)."""
+        """Report `finding` (after the checks still out on worker threads, `OrderedChecks`)."""
         self.ordered.finding(finding)
 
     def _emit(self, finding: Finding) -> None:
@@ -1198,12 +973,12 @@ class _ItemCheck:
             try:
                 self.claim(key)
             except OckptError as e:
-                v.ordered.submit(functools.partial(_Outcome, 0, e), take, 0)
+                v.ordered.submit(functools.partial(Outcome, 0, e), take, 0)
                 continue
             work = functools.partial(self.check_chunk, meta, key, box, nbytes, prefix, where)
             v.ordered.submit(work, take, nbytes)
 
-    def take_chunk(self, file: str, errors: Iterator[int], outcome: _Outcome) -> None:
+    def take_chunk(self, file: str, errors: Iterator[int], outcome: Outcome) -> None:
         """On the calling thread, in order: count a checked chunk's bytes, report what it found."""
         self.v.tick("chunks", outcome.read)
         if outcome.error is not None:
@@ -1220,13 +995,13 @@ class _ItemCheck:
 
     def check_chunk(
         self, meta: Any, key: str, box: list, nbytes: int, prefix: str, where: str
-    ) -> _Outcome:
+    ) -> Outcome:
         """Decode one chunk (on a worker thread): quickly where it is Orbax's plain zstd or raw
         bytes and sound (`quick_check`), else through the zarr decoder, which names the fault;
         one too large for the memory left (LIMIT-006) is checked as a stream (`zarr.stream`)."""
         from .zarr import read_region
 
-        outcome = _Outcome()
+        outcome = Outcome()
         file = f"{where}/{key}"
         try:
             try:
@@ -1252,12 +1027,12 @@ class _ItemCheck:
 
     def quick_check(self, meta: Any, key: str, nbytes: int) -> int | None:
         """The stored bytes of the chunk or shard `key` where it is sound and Orbax's: plain
-        zstd or raw bytes (`_plain`), a shard of one such inner chunk; decoded a window at a time
-        (`_decodes_quickly`), holding no chunk in memory. None, whatever the fault, to take the
+        zstd or raw bytes (`plain_kind`), a shard of one such inner chunk; decoded a window at a
+        time (`decodes_quickly`), holding no chunk in memory. None, whatever the fault, to take the
         checked decoder, which names it."""
         sharding = getattr(meta, "sharding", None)
         pipeline = meta.pipeline if sharding is None else sharding.codecs
-        kind = _plain(pipeline)
+        kind = plain_kind(pipeline)
         if (
             nbytes == 0
             or kind is None
@@ -1279,13 +1054,11 @@ class _ItemCheck:
                         return None
                     at, n = entry
                     chunk = value.part(at, n) if src is not None else memoryview(value)[at : at + n]
-                return len(value) if _decodes_quickly(kind, chunk, nbytes) else None
+                return len(value) if decodes_quickly(kind, chunk, nbytes) else None
         except OckptError:
             return None
 
-    def check_streamed(
-        self, meta: Any, key: str, nbytes: int, file: str, outcome: _Outcome
-    ) -> bool:
+    def check_streamed(self, meta: Any, key: str, nbytes: int, file: str, outcome: Outcome) -> bool:
         """Check a chunk or shard of `nbytes` decoded, read in pieces from its file (or from
         memory: a value stored inline in an OCDBT node is small), holding none of it decoded;
         False where a codec cannot be streamed. The stored bytes read count in `outcome`."""
@@ -1418,7 +1191,7 @@ def validate(
 
     With `deep`, chunks are decoded and databases walked on one worker thread per core, a
     bounded number of chunks out at once; the report is the same as one thread's, finding for
-    finding and in the same order (`PARALLEL`).
+    finding and in the same order (`deep_checks.PARALLEL`).
 
     `limits` replaces the default `ockpt.limits.LIMITS` for this call (a file over one of them
     is a finding of the rule that bounds it).
