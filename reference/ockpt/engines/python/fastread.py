@@ -52,6 +52,10 @@ def _executor() -> ThreadPoolExecutor:
 #: 100,000 small leaves.
 INLINE_BYTES = 1 << 16
 
+#: zstd frames that decode to fewer bytes than this are decoded by one call into fresh bytes
+#: and copied (`_zstd_into`); larger ones are streamed into their destination.
+ONE_SHOT_BYTES = 1 << 16
+
 _ALIGN = 64
 _ALIGN_FROM = 1 << 16
 
@@ -286,6 +290,12 @@ def _zstd_into(data: Any, dst: np.ndarray) -> bool:
     if zstd_frame_size(data) != len(data):
         return False
     try:
+        if dst.nbytes < ONE_SHOT_BYTES:  # one call: a stream reader costs more than the copy
+            out = _decoder().decompress(data)
+            if len(out) != dst.nbytes:
+                return False
+            memoryview(dst.reshape(-1).view(np.uint8))[:] = out
+            return True
         reader = _decoder().stream_reader(data, read_size=len(data), read_across_frames=False)
         return _fill(reader, dst) and not reader.read(1)
     except zstandard.ZstdError:
@@ -627,6 +637,44 @@ def _small(group: _Group) -> bool:
     return stored < INLINE_BYTES and sum(out.nbytes for out in group.outs) < INLINE_BYTES
 
 
+def _whole_plan(meta: Any, stored: np.dtype) -> str | None:
+    """The key (after the array's prefix) of the one chunk of an array stored as one small
+    unsharded chunk of plain zstd bytes (`_read_whole`); None for any other array."""
+    shape = tuple(meta.shape)
+    if (
+        shape != tuple(meta.chunk_shape)
+        or not all(shape)
+        or getattr(meta, "sharding", None) is not None
+        or math.prod(shape) * stored.itemsize >= INLINE_BYTES
+        or _plain(meta.pipeline) != "zstd"
+    ):
+        return None
+    return meta.chunk_key((0,) * len(shape))  # type: ignore[no-any-return]
+
+
+def _read_whole(group: _Group, plans: dict[int, tuple[Any, str | None]]) -> bool:
+    """Read a group that is one request for the whole of an array of one small zstd chunk
+    (a leaf of a tree of many small leaves) straight into its output, its plan made once per
+    zarr metadata object (`plans`, by id; arrays of one document share it). False (output in
+    any state) for any other group and for a chunk that is absent or not one frame of the
+    array's bytes: `_Group.tasks` and `_read_chunk` then read it, and name any fault."""
+    array = group.array
+    meta = array.metadata
+    plan = plans.get(id(meta))
+    if plan is None or plan[0] is not meta:
+        plan = plans[id(meta)] = (meta, _whole_plan(meta, array.dtype))
+    key = plan[1]
+    if key is None or len(group.requests) != 1:
+        return False
+    out = group.outs[0]
+    if out.dtype != array.dtype or not all(
+        a == 0 and b == n for (a, b), n in zip(group.requests[0].box, out.shape, strict=True)
+    ):
+        return False
+    data = _fetch(array, array._prefix + key)
+    return data is not None and _zstd_into(data, out)
+
+
 def read_regions(requests: Iterable[Any], *, max_in_flight: int) -> Iterator[tuple[Any, Any]]:
     """Yield (request, numpy array) for each request (python-engine arrays only).
 
@@ -637,6 +685,7 @@ def read_regions(requests: Iterable[Any], *, max_in_flight: int) -> Iterator[tup
     limit = max(max_in_flight, 2 * workers())
     window: deque[tuple[_Group, Future]] = deque()
     done: deque[_Group] = deque()
+    plans: dict[int, tuple[Any, str | None]] = {}  # `_read_whole`'s, kept for this read
 
     def settle(group: _Group, future: Future) -> None:
         future.result()
@@ -647,8 +696,9 @@ def read_regions(requests: Iterable[Any], *, max_in_flight: int) -> Iterator[tup
             g.allocate()
             done.append(g)
             if _small(g):
-                for index, dests in g.tasks():
-                    _read_chunk(g, index, dests)
+                if not _read_whole(g, plans):
+                    for index, dests in g.tasks():
+                        _read_chunk(g, index, dests)
                 while window and window[0][1].done():
                     settle(*window.popleft())
                 while done and done[0].remaining == 0:  # this group, and any finished before
