@@ -17,7 +17,7 @@ import contextvars
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import BinaryIO
 
 __all__ = [
@@ -71,6 +71,16 @@ class Limits:
     max_chunks: int = 1 << 24
     #: Entries of one directory that a reader lists (a per-leaf item of 1M leaves has 1M). LIMIT-005
     max_directory_entries: int = 1 << 24
+
+    def __hash__(self) -> int:
+        """The fields' hash, computed once: parsed documents are cached by the limits they were
+        read under, a lookup per array of a load."""
+        found = self.__dict__.get("_hash")
+        if found is None:
+            found = self.__dict__["_hash"] = hash(
+                tuple(getattr(self, f.name) for f in fields(self))
+            )
+        return found  # type: ignore[no-any-return]
 
 
 #: The limits every parser of ockpt enforces unless a caller passes its own.

@@ -12,10 +12,14 @@ base path), so a `DataFileId` names one file relative to the database directory 
 
 from __future__ import annotations
 
+import itertools
+import operator
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Union
+
+import numpy as np
 
 from ..bytecodecs import crc32c, zstd_compress, zstd_decompress
 from ..errors import OcdbtError
@@ -231,6 +235,10 @@ class _Cursor:
         if n and max(head) < 0x80 and max(head) <= maximum:  # n one-byte varints: C speed
             self.pos += n
             return list(head)
+        if n >= _VECTOR_VARINTS:
+            found = self._short_varints(n, maximum)
+            if found is not None:
+                return found
         data, pos, end = self.data, self.pos, self.end
         out = []
         for _ in range(n):  # inline: a method call per varint made this the node decode's cost
@@ -252,6 +260,30 @@ class _Cursor:
         self.pos = pos
         return out
 
+    def _short_varints(self, n: int, maximum: int) -> list[int] | None:
+        """`varints` by numpy where each of the `n` is at most 9 bytes (under 2**63) and
+        within `maximum`; None otherwise (the loop of `varints` then reads or refuses them)."""
+        window = np.frombuffer(
+            self.data, np.uint8, count=min(self.end - self.pos, 9 * n), offset=self.pos
+        )
+        stops = np.flatnonzero(window < 0x80)[:n]
+        if len(stops) < n:
+            return None
+        starts = np.empty_like(stops)
+        starts[0] = 0
+        starts[1:] = stops[:-1] + 1
+        lengths = stops - starts + 1
+        if lengths.max() > 9:
+            return None
+        values = np.zeros(n, np.uint64)
+        for k in range(int(lengths.max())):
+            part = (window[np.minimum(starts + k, stops)] & 0x7F).astype(np.uint64)
+            values |= np.where(k < lengths, part << np.uint64(7 * k), np.uint64(0))
+        if int(values.max()) > maximum:
+            return None
+        self.pos += int(stops[-1]) + 1
+        return values.tolist()  # type: ignore[no-any-return]
+
     def u8s(self, n: int, field: str) -> bytes:
         return self.take(n, field)
 
@@ -269,6 +301,11 @@ class _Cursor:
                 expected=0,
                 got=self.end - self.pos,
             )
+
+
+#: `_Cursor.varints` of this many or more are read by numpy (`_short_varints`) when they are
+#: not all one byte: a B+tree leaf node of 200,000 values has a multi-byte length each.
+_VECTOR_VARINTS = 64
 
 
 # --------------------------------------------------------------------------------------------
@@ -885,6 +922,23 @@ def decode_version_tree_node(
 # --------------------------------------------------------------------------------------------
 
 
+def _joined_keys(
+    prefix_lengths: list[int], suffix_lengths: list[int], suffixes: bytes
+) -> list[bytes]:
+    """Each key: the first `prefix_lengths[i - 1]` bytes of the key before it, then its
+    suffix (unchecked: a prefix longer than the key before is cut short; `_keys` checks)."""
+    keys: list[bytes] = []
+    append = keys.append
+    prev = b""
+    end = 0
+    for p, size in zip(itertools.chain((0,), prefix_lengths), suffix_lengths, strict=True):
+        start = end
+        end += size
+        prev = prev[:p] + suffixes[start:end]
+        append(prev)
+    return keys
+
+
 def _keys(cur: _Cursor, n: int, *, with_common_prefix: bool) -> tuple[list[bytes], list[int]]:
     at = cur.pos
     prefix_lengths = cur.varints(n - 1, "key_prefix_length")
@@ -892,7 +946,17 @@ def _keys(cur: _Cursor, n: int, *, with_common_prefix: bool) -> tuple[list[bytes
     common = cur.varints(n, "subtree_common_prefix_length") if with_common_prefix else []
     suffixes = cur.take(sum(suffix_lengths), "key_suffix")  # sliced below: one copy in all
     max_key = limits_in_force().max_key_bytes
-    keys: list[bytes] = []
+    keys = _joined_keys(prefix_lengths, suffix_lengths, suffixes)
+    lengths = list(map(len, keys))
+    if (
+        all(map(operator.le, prefix_lengths, lengths))
+        and max(lengths) <= max_key
+        and all(map(operator.lt, keys, itertools.islice(keys, 1, None)))
+        and (not with_common_prefix or all(map(operator.le, common, lengths)))
+    ):
+        return keys, common
+    # a fault: the checks one key at a time name the first
+    keys = []
     prev = b""
     end = 0
     for i in range(n):
@@ -961,22 +1025,28 @@ def decode_btree_node(
         lengths = cur.varints(n, "value_length")
         at = cur.pos
         kinds = cur.u8s(n, "value_kind")
-        for k in kinds:
-            if k > 1:
-                raise cur.fail("value_kind must be 0 or 1", "OCDBT-043", pos=at, got=k)
-        indirect = [i for i in range(n) if kinds[i] == 1]
+        if max(kinds) > 1:
+            got = next(k for k in kinds if k > 1)
+            raise cur.fail("value_kind must be 0 or 1", "OCDBT-043", pos=at, got=got)
+        indirect = [i for i, k in enumerate(kinds) if k] if 1 in kinds else []
         ids = _file_ids(cur, len(indirect), table)
         at = cur.pos
         offsets = cur.varints(len(indirect), "data_file_offset")
         _check_ranges(cur, offsets, [lengths[i] for i in indirect], at, allow_none=False)
-        direct_total = sum(lengths[i] for i in range(n) if kinds[i] == 0)
+        direct_total = (
+            sum(lengths[i] for i in range(n) if kinds[i] == 0) if indirect else sum(lengths)
+        )
         values = cur.take(direct_total, "inline values")  # sliced below: one copy in all
         found: list = [None] * n  # each entry's value, then one LeafNodeEntry per key
         for k, i in enumerate(indirect):
             found[i] = IndirectDataReference(table[ids[k]], offsets[k], lengths[i])
         inline: dict[bytes, bytes] = {}  # equal inline values (the zarr metadata of arrays
         end = 0  # of one shape and dtype) are kept once
-        for i in range(n) if len(indirect) < n else ():
+        if not indirect:  # every value inline: sliced and shared without a step per value
+            ends = list(itertools.accumulate(lengths))
+            parts = list(map(values.__getitem__, map(slice, [0, *ends[:-1]], ends)))
+            found = list(map(inline.setdefault, parts, parts))
+        for i in range(n) if 0 < len(indirect) < n else ():
             if not kinds[i]:
                 start, end = end, end + lengths[i]
                 value = values[start:end]

@@ -42,8 +42,7 @@ def open_metadata(
     get: Getter, *, prefix: str = "", file: object = None, zarr_version: int | None = None
 ) -> ArrayMetadata | None:
     """The array's metadata (``.zarray`` first, then ``zarr.json``); None when neither exists."""
-    order = {2: (2,), 3: (3,), None: (2, 3)}[zarr_version]
-    for version in order:
+    for version in _VERSIONS[zarr_version]:
         key = prefix + (ZARR2_METADATA if version == 2 else ZARR3_METADATA)
         data = get(key)
         if data is None:
@@ -60,6 +59,9 @@ def open_metadata(
         return hit
     return None
 
+
+#: The zarr versions `open_metadata` looks for, in order, by the version it is given.
+_VERSIONS = {2: (2,), 3: (3,), None: (2, 3)}
 
 # Parsed metadata by document bytes: the arrays of a model repeat a few shapes (one per
 # parameter of a layer), so opening thousands of arrays parses each distinct document once.

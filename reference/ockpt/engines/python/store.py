@@ -480,6 +480,8 @@ class ArrayStore:
         self.zarr_version = zarr_version
         self.missing_chunks_are_errors = missing_chunks_are_errors
         self._per_leaf = self.fmt.storage is not Storage.OCDBT
+        # OCDBT: every array's errors name the one manifest (`array_file`), made once
+        self._file = None if self._per_leaf else array_file(self.location, self.fmt, "")
         self.kv = open_item_store(self.location, self.fmt)
 
     def metadata_store(self, count: int) -> _WalkedMetadata | None:
@@ -492,6 +494,8 @@ class ArrayStore:
 
     def file(self, param_name: str) -> str:
         """Where errors say the array lives (`contract.array_file`)."""
+        if self._file is not None:
+            return self._file
         return array_file(self.location, self.fmt, param_name)
 
     def list_keys(self) -> list[str]:
