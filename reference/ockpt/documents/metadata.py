@@ -303,7 +303,7 @@ def _plain_tree_entry(
     if value is None:
         value = ValueMetadata(value_type=value_type, skip_deserialize=skip, write_shape=shape)
         shared[(value_type, skip, shape)] = value
-    return cls(path=path, value=value)
+    return cls(path=path, value=value, extra=_NO_EXTRA)
 
 
 def _cached_path(
@@ -371,6 +371,8 @@ def _plain_document(data: bytes, shared: dict[Any, Any]) -> dict[str, Any] | Non
     tree: dict[str, Any] = {}
     match, keys = _PLAIN_MEMBER.match, _PLAIN_KEY.findall
     pieces: dict[str, Any] = {}
+    # the value metadata `_plain_tree_entry` built, by its JSON texts: it depends on them alone
+    values: dict[tuple[str, str | None, str | None], ValueMetadata] = {}
     pos, close = len(_PLAIN_HEAD), ""
     while close != "}":
         m = match(text, pos)
@@ -381,16 +383,27 @@ def _plain_document(data: bytes, shared: dict[Any, Any]) -> dict[str, Any] | Non
         if found is None:  # `_plain_path` of every key entry, found by `_PLAIN_KEY`
             pairs = [(t, 2 if k == "2" else 1) for t, k in keys(key_texts)]
             found = _plain_path(pairs, shared, limits)
-        entry = found and _plain_tree_entry(
-            TreeEntry,
-            name,
-            *found,
-            value_type,
-            ABSENT if skip is None else skip == "true",
-            None if shape is None else [int(n) for n in shape[1:-1].split(", ") if n],
-            shared,
-            limits,
-        )
+        value = values.get((value_type, skip, shape))
+        if (
+            value is not None
+            and found is not None
+            and 0 < len(found[0]) <= limits.max_depth
+            and repr(tuple(found[1])) == name  # `tree_key` of the path
+        ):  # what `_plain_tree_entry` checks and builds for these texts
+            entry: TreeEntry | None = TreeEntry(path=found[0], value=value, extra=_NO_EXTRA)
+        else:
+            entry = found and _plain_tree_entry(
+                TreeEntry,
+                name,
+                *found,
+                value_type,
+                ABSENT if skip is None else skip == "true",
+                None if shape is None else [int(n) for n in shape[1:-1].split(", ") if n],
+                shared,
+                limits,
+            )
+            if entry is not None:
+                values[(value_type, skip, shape)] = entry.value
         if entry is None or name in tree:
             return None
         tree[name] = entry
