@@ -1043,9 +1043,10 @@ def decode_btree_node(
         inline: dict[bytes, bytes] = {}  # equal inline values (the zarr metadata of arrays
         end = 0  # of one shape and dtype) are kept once
         if not indirect:  # every value inline: sliced and shared without a step per value
-            ends = list(itertools.accumulate(lengths))
-            parts = list(map(values.__getitem__, map(slice, [0, *ends[:-1]], ends)))
-            found = list(map(inline.setdefault, parts, parts))
+            bounds = map(
+                slice, itertools.accumulate(lengths, initial=0), itertools.accumulate(lengths)
+            )
+            found = [inline.setdefault(v, v) for v in map(values.__getitem__, bounds)]
         for i in range(n) if 0 < len(indirect) < n else ():
             if not kinds[i]:
                 start, end = end, end + lengths[i]
