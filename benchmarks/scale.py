@@ -45,6 +45,31 @@ REASONS = {
         "`_METADATA` ({leaves} entries) parsed into typed entries and a `LeafMetadata` built "
         "per leaf; the profile lists the costliest calls."
     ),
+    "million_metadata": (
+        "as at {leaves} leaves, ten times over: `_METADATA` ({million} entries) parsed, the "
+        "saved tree built (twice: once for the META-006 check, once for the result), a "
+        "`LeafMetadata` per leaf, and one walk of the B+tree for the arrays' zarr metadata; "
+        "the profile lists the costliest calls."
+    ),
+    "million_metadata_memory": (
+        "held at once: the parsed `_METADATA`, the saved tree, a `LeafMetadata` per leaf and "
+        "the decoded B+tree leaf node of {million} entries."
+    ),
+    "million_load": (
+        "per-leaf work in Python, as at {leaves} leaves: a plan, a read and an output per leaf."
+    ),
+    "bigckpt_mmap_cold": (
+        "the call opens the checkpoint (documents, the B+tree) and maps the leaf's chunk "
+        "files; a cold open reads the documents and the nodes from the disk first."
+    ),
+    "bigckpt_mmap_warm": "as cold, without the disk reads.",
+    "bigckpt_convert_memory": (
+        "convert holds a leaf and the safetensors shard being written; the profile shows "
+        "what else."
+    ),
+    "bigckpt_validate_memory": "the deep check's chunks out at once and its windows.",
+    "orbax_mp_convert_memory": "as for the checkpoint of many GiB.",
+    "orbax_mp_validate_memory": "as for the checkpoint of many GiB.",
     "tree_load_memory": (
         "held at once: the typed `_METADATA` document, the tree and its per-leaf records, the "
         "load's plan (a job per leaf), and the decoded OCDBT leaf node, whose decompressed "
