@@ -321,7 +321,7 @@ def op_ceilings(a: dict) -> dict:
     files = sorted(p for p in item.glob("ocdbt.process_*/d/*") if p.is_file())
     out: dict = {"seconds": 0.0}
     t = time.perf_counter()  # first, while this process has taken no memory back from numpy
-    fresh = np.empty(GIB, np.uint8)
+    fresh = np.empty(1 << 30, np.uint8)
     fresh[:] = 1
     out["first_touch"] = 1 / (time.perf_counter() - t)
     del fresh
