@@ -342,19 +342,15 @@ def goals(meta_leaves: int) -> list[Goal]:
             0.85,
             profile="ockpt_save_zstd1",
         ),
-        Goal(
-            "save_none_vs_disk",
-            "save uncompressed / write + fsync ceiling",
-            lambda r: rate(r, "ockpt_save_none") / need(r, "ceilings", "write_fsync"),
-            0.9,
-            profile="ockpt_save_none",
-        ),
-        Goal(
-            "save_auto_vs_disk",
-            'save compression="auto" / write + fsync ceiling',
-            lambda r: rate(r, "ockpt_save_auto") / need(r, "ceilings", "write_fsync"),
-            0.9,
-            profile="ockpt_save_auto",
+        *(
+            Goal(
+                f"save_{kind}_vs_disk",
+                f"save {label} / write + fsync ceiling",
+                lambda r, k=kind: rate(r, f"ockpt_save_{k}") / need(r, "ceilings", "write_fsync"),
+                0.9,
+                profile=f"ockpt_save_{kind}",
+            )
+            for kind, label in (("none", "uncompressed"), ("auto", 'compression="auto"'))
         ),
         Goal(
             "auto_size_vs_orbax",

@@ -64,8 +64,7 @@ REASONS = {
     ),
     "bigckpt_mmap_warm": "as cold, without the disk reads.",
     "bigckpt_convert_memory": (
-        "convert holds a leaf and the safetensors shard being written; the profile shows "
-        "what else."
+        "convert holds a leaf and the safetensors shard being written; the profile shows what else."
     ),
     "bigckpt_validate_memory": "the deep check's chunks out at once and its windows.",
     "orbax_mp_convert_memory": "as for the checkpoint of many GiB.",
@@ -236,58 +235,43 @@ def plan(args: argparse.Namespace) -> list[list[Op]]:
     return groups
 
 
+def _seconds(gid: str, text: str, key: str, target: float) -> Goal:
+    """A goal of at most `target` seconds for the operation `key`."""
+    return Goal(gid, text, lambda r: need(r, key), target, higher=False, unit=" s", profile=key)
+
+
+def _megabytes(gid: str, text: str, key: str, target: float, *, whole: bool = False) -> Goal:
+    """A goal of at most `target` MB of peak RSS for the operation `key`: above the RSS before
+    its call, or (`whole`) of its whole process."""
+
+    def value(r: h.Round) -> float:
+        base = 0 if whole else need(r, key, "base_rss")
+        return (need(r, key, "peak_rss") - base) / MB
+
+    return Goal(gid, text, value, target, higher=False, spec=".0f", unit=" MB", profile=key)
+
+
+ABOVE = "peak RSS above the RSS before the call"
+
+
 def goals(args: argparse.Namespace) -> list[Goal]:
     leaves = f"{args.leaves:,}"
-
-    def above(r: h.Round, key: str) -> float:
-        return need(r, key, "peak_rss") - need(r, key, "base_rss")
-
     out = [
-        Goal(
-            "tree_save",
-            f"save, {leaves} leaves",
-            lambda r: need(r, "ockpt_tree_save"),
-            3.0,
-            higher=False,
-            unit=" s",
-            profile="ockpt_tree_save",
-        ),
-        Goal(
-            "tree_load",
-            f"load, {leaves} leaves",
-            lambda r: need(r, "ockpt_tree_load"),
-            3.0,
-            higher=False,
-            unit=" s",
-            profile="ockpt_tree_load",
-        ),
-        Goal(
-            "tree_metadata",
-            f"pytree_metadata, {leaves} leaves",
-            lambda r: need(r, "ockpt_tree_metadata"),
-            1.0,
-            higher=False,
-            unit=" s",
-            profile="ockpt_tree_metadata",
-        ),
-        Goal(
-            "tree_load_memory",
-            f"load, {leaves} leaves: peak RSS above the RSS before the call",
-            lambda r: above(r, "ockpt_tree_load") / MB,
-            145,
-            higher=False,
-            spec=".0f",
-            unit=" MB",
-            profile="ockpt_tree_load",
-        ),
+        _seconds("tree_save", f"save, {leaves} leaves", "ockpt_tree_save", 3.0),
+        _seconds("tree_load", f"load, {leaves} leaves", "ockpt_tree_load", 3.0),
+        _seconds("tree_metadata", f"pytree_metadata, {leaves} leaves", "ockpt_tree_metadata", 1.0),
+        _megabytes("tree_load_memory", f"load, {leaves} leaves: {ABOVE}", "ockpt_tree_load", 145),
     ]
     if args.gib > 0:
         out.append(
             Goal(
                 "big_save_memory",
-                f"save of one {args.gib:g} GiB array in a single chunk: peak RSS above the "
-                "RSS before the call / the array's bytes",
-                lambda r: above(r, "ockpt_big_save") / need(r, "ockpt_big_save", "bytes"),
+                f"save of one {args.gib:g} GiB array in a single chunk: {ABOVE} / the array's "
+                "bytes",
+                lambda r: (
+                    (need(r, "ockpt_big_save", "peak_rss") - need(r, "ockpt_big_save", "base_rss"))
+                    / need(r, "ockpt_big_save", "bytes")
+                ),
                 1.2,
                 higher=False,
                 profile="ockpt_big_save",
@@ -295,39 +279,20 @@ def goals(args: argparse.Namespace) -> list[Goal]:
         )
     if args.million > 0:
         million = f"{args.million:,}"
+        key = "ockpt_million_metadata"
         out += [
-            Goal(
-                "million_metadata",
-                f"pytree_metadata, {million} leaves",
-                lambda r: need(r, "ockpt_million_metadata"),
-                10.0,
-                higher=False,
-                unit=" s",
-                profile="ockpt_million_metadata",
-            ),
-            Goal(
+            _seconds("million_metadata", f"pytree_metadata, {million} leaves", key, 10.0),
+            _megabytes(
                 "million_metadata_memory",
                 f"pytree_metadata, {million} leaves: peak RSS of the process",
-                lambda r: need(r, "ockpt_million_metadata", "peak_rss") / MB,
+                key,
                 1500,
-                higher=False,
-                spec=".0f",
-                unit=" MB",
-                profile="ockpt_million_metadata",
+                whole=True,
             ),
-            Goal(
-                "million_load",
-                f"load, {million} leaves",
-                lambda r: need(r, "ockpt_million_load"),
-                30.0,
-                higher=False,
-                unit=" s",
-                profile="ockpt_million_load",
-            ),
+            _seconds("million_load", f"load, {million} leaves", "ockpt_million_load", 30.0),
         ]
     if args.big_gib > 0:
-        leaf = args.big_leaf_mib * 2**20
-        bound = (2**30 + leaf) / MB
+        bound = (2**30 + args.big_leaf_mib * 2**20) / MB
         within = f"{args.big_gib:g} GiB checkpoint"
         for key, what in (("cold", "cold (files out of the page cache)"), ("warm", "warm")):
             out.append(
@@ -342,39 +307,26 @@ def goals(args: argparse.Namespace) -> list[Goal]:
                     profile=f"ockpt_bigckpt_read_mmap_{key}",
                 )
             )
-        for key, what in (("convert", "convert --to hf"), ("validate", "validate --deep")):
-            out.append(
-                Goal(
-                    f"bigckpt_{key}_memory",
-                    f"{what} of a {within}: peak RSS above the RSS before the call "
-                    f"(bound: 1 GiB + the largest leaf)",
-                    lambda r, k=key: above(r, f"ockpt_bigckpt_{k}") / MB,
-                    bound,
-                    higher=False,
-                    spec=".0f",
-                    unit=" MB",
-                    profile=f"ockpt_bigckpt_{key}",
-                )
-            )
+        out += _memory_bounds("bigckpt", "ockpt_bigckpt", within, bound)
     if args.orbax_gib > 0:
         m = _orbax_mp(args)
         bound = (2**30 + m["leaf_mib"] * 2**20) / MB
         within = f"{args.orbax_gib:g} GiB checkpoint Orbax wrote from {args.processes} processes"
-        for key, what in (("convert", "convert --to hf"), ("validate", "validate --deep")):
-            out.append(
-                Goal(
-                    f"orbax_mp_{key}_memory",
-                    f"{what} of a {within}: peak RSS above the RSS before the call (bound: "
-                    "1 GiB + the largest leaf)",
-                    lambda r, k=key: above(r, f"orbax_mp_{k}") / MB,
-                    bound,
-                    higher=False,
-                    spec=".0f",
-                    unit=" MB",
-                    profile=f"orbax_mp_{key}",
-                )
-            )
+        out += _memory_bounds("orbax_mp", "orbax_mp", within, bound)
     return out
+
+
+def _memory_bounds(gid: str, key: str, within: str, bound: float) -> list[Goal]:
+    """The peak RSS goals of a convert and a deep validate of a big checkpoint."""
+    return [
+        _megabytes(
+            f"{gid}_{op}_memory",
+            f"{what} of a {within}: {ABOVE} (bound: 1 GiB + the largest leaf)",
+            f"{key}_{op}",
+            bound,
+        )
+        for op, what in (("convert", "convert --to hf"), ("validate", "validate --deep"))
+    ]
 
 
 def check_checksums(rounds: list[dict]) -> None:
