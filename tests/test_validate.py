@@ -361,13 +361,12 @@ def test_validate_parses_metadata_once(monkeypatch):
     from ockpt.documents import metadata
 
     path = next(p for p in _checkpoints() if (p / "_METADATA").is_file())
-    entries = len(json.loads((path / "_METADATA").read_bytes())["tree_metadata"])
     calls = []
-    real = metadata._plain_tree_entry  # both quick parsers build each entry through it
-    monkeypatch.setattr(metadata, "_plain_tree_entry", lambda *a: calls.append(a[1]) or real(*a))
+    real = metadata._plain_document  # the quick parse of a whole document
+    monkeypatch.setattr(metadata, "_plain_document", lambda *a: calls.append(1) or real(*a))
     monkeypatch.setattr(metadata, "_PARSED", {})
     assert validate(path).ok
-    assert len(calls) == entries
+    assert len(calls) == 1
 
 
 def test_chunk_keys_of_shared_zarr_metadata_are_matched_once(tmp_path, monkeypatch):
