@@ -220,13 +220,21 @@ class Database:
             self._files[key] = opened
         return opened
 
+    def _holding(
+        self, ref: IndirectDataReference, *, origin: str | None, pointer: str | None
+    ) -> DataFile:
+        """The data file of `ref`, open; OCDBT-022 where its known size does not hold the
+        reference's bytes (a file of unknown size is checked by the read)."""
+        f = self._open(ref.file_id, pointer=pointer, origin=origin)
+        if f.size is not None and ref.offset + ref.length > f.size:
+            raise _past_end(ref, f)
+        return f
+
     def read_range(
         self, ref: IndirectDataReference, *, origin: str | None = None, pointer: str | None = None
     ) -> bytes:
         """The bytes of a reference, after checking that they lie within the data file."""
-        f = self._open(ref.file_id, pointer=pointer, origin=origin)
-        if f.size is not None and ref.offset + ref.length > f.size:
-            raise _past_end(ref, f)
+        f = self._holding(ref, origin=origin, pointer=pointer)
         chunks = []
         offset, left = ref.offset, ref.length
         while left:
@@ -243,11 +251,8 @@ class Database:
     ) -> None:
         """`read_range`'s checks without its read where the data file's size is known (a local
         file): the bytes of `ref` lie within it (OCDBT-022). Elsewhere the range is read."""
-        f = self._open(ref.file_id, pointer=pointer, origin=origin)
-        if f.size is None:
+        if self._holding(ref, origin=origin, pointer=pointer).size is None:
             self.read_range(ref, origin=origin, pointer=pointer)
-        elif ref.offset + ref.length > f.size:
-            raise _past_end(ref, f)
 
     def read_range_into(
         self,
@@ -259,8 +264,8 @@ class Database:
     ) -> memoryview:
         """`read_range` into ``buffer(ref.length)``, a writable buffer of exactly that many bytes
         the caller may reuse (no fresh memory per read); the same checks."""
-        f = self._open(ref.file_id, pointer=pointer, origin=origin)
-        if f.size is None or ref.offset + ref.length > f.size:
+        f = self._holding(ref, origin=origin, pointer=pointer)
+        if f.size is None:
             return memoryview(self.read_range(ref, origin=origin, pointer=pointer))
         view = buffer(ref.length)
         got = 0
@@ -749,12 +754,8 @@ class Database:
             return None
         ref = entry.value
         self.claim(k, ref)
-        f = self._open(ref.file_id, pointer=repr(k), origin="value")
-        if f.size is None:
-            return None
-        if ref.offset + ref.length > f.size:
-            raise _past_end(ref, f)
-        return f.byte_range(ref.offset, ref.length)
+        f = self._holding(ref, pointer=repr(k), origin="value")
+        return None if f.size is None else f.byte_range(ref.offset, ref.length)
 
     def inline_value(self, key: str | bytes, *, generation: int | None = None) -> bytes | None:
         """The value of `key` when its node holds it inline; None when the key is absent or

@@ -72,22 +72,15 @@ def map_array(array: Any, maps: FileMaps) -> np.ndarray:
     inline = array._store.inline_value(key)
     if inline is not None:
         if sharding is not None:
-            index = sharding.decode_index(inline, shape, file=array.file, pointer="shard index")
-            entry = index.get((0,) * len(shape))
-            if entry is None:
-                raise MapRefused("its shard stores no chunk")
-            inline = inline[entry[0] : entry[0] + entry[1]]
+            at, length = _inner_chunk(sharding, inline, shape, array.file, key)
+            inline = inline[at : at + length]
         return _view(memoryview(inline), nbytes, shape, dtype)
     src = array._store.value_range(key)
     if src is None:
         raise MapRefused("its value is not a byte range of a local file (remote or absent)")
     with src:
         if sharding is not None:
-            index = sharding.decode_index(src, shape, file=array.file, pointer="shard index")
-            entry = index.get((0,) * len(shape))
-            if entry is None:
-                raise MapRefused("its shard stores no chunk")
-            src = src.part(*entry)
+            src = src.part(*_inner_chunk(sharding, src, shape, array.file, key))
         if len(src) != nbytes:
             raise MapRefused(f"its value holds {len(src)} bytes, not {nbytes}")
         if src.offset % dtype.alignment:
@@ -116,15 +109,23 @@ def _assembled(array: Any, sharding: Any, nbytes: int) -> np.ndarray:
                 raise MapRefused(f"chunk {key!r} is no byte range of a local file")
             opened.enter_context(src)
             if sharding is not None:
-                where = sharding.decode_index(src, meta.chunk_shape, file=array.file, pointer=key)
-                entry = where.get((0,) * len(shape))
-                if entry is None:
-                    raise MapRefused(f"the shard {key!r} stores no chunk")
-                src = src.part(*entry)
+                src = src.part(*_inner_chunk(sharding, src, meta.chunk_shape, array.file, key))
             if len(src) != chunk_bytes:
                 raise MapRefused(f"chunk {key!r} holds {len(src)} bytes, not {chunk_bytes}")
             parts.append((src, min(chunk_bytes, nbytes - i * chunk_bytes)))
         return _view(assemble(parts), nbytes, shape, dtype)
+
+
+def _inner_chunk(
+    sharding: Any, shard: Any, chunk: tuple[int, ...], file: str, key: str
+) -> tuple[int, int]:
+    """(offset, length) of the one inner chunk of the shard `shard` (bytes or a file range)."""
+    entry = sharding.decode_index(shard, tuple(chunk), file=file, pointer=key).get(
+        (0,) * len(chunk)
+    )
+    if entry is None:
+        raise MapRefused(f"the shard {key!r} stores no chunk")
+    return entry
 
 
 def _view(data: memoryview, nbytes: int, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
