@@ -224,7 +224,6 @@ def test_load_034_chunks_of_whole_rows_are_mapped_side_by_side(tmp_path, options
         item, tree, layout="item", compression=None, chunk_byte_size=1 << 20, **options
     )
     assert ockpt.pytree_metadata(item)["rows"].chunk_shape == (1024, 256)
-    before = Path("/proc/self/maps").read_text().count("\n")
     got = ockpt.load_pytree(item, mmap="require")["rows"]
     assert np.array_equal(got, tree["rows"]) and not got.flags.writeable
     assert got.ctypes.data % 4096 == 0
@@ -246,11 +245,19 @@ def test_load_034_chunks_of_whole_rows_are_mapped_side_by_side(tmp_path, options
     got.flags.writeable = True
     got[:] = 0  # private pages: copied on write, never written back
     assert all(p.read_bytes() == b for p, b in snapshot.items())
+    assert _mapped_files(item)  # the chunk files are mapped while the array lives
     del got
     import gc
 
     gc.collect()
-    assert Path("/proc/self/maps").read_text().count("\n") <= before
+    assert not _mapped_files(item)  # and no longer once it is gone
+
+
+def _mapped_files(item: Path) -> set[str]:
+    """The files under `item` this process maps (from /proc/self/maps)."""
+    root = str(item.resolve()) + "/"
+    lines = Path("/proc/self/maps").read_text().splitlines()
+    return {line.split(maxsplit=5)[5] for line in lines if root in line}
 
 
 def test_write_017_values_of_a_mib_start_on_a_page(tmp_path):
