@@ -9,17 +9,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .. import _jax, engines, random_keys
-from ..errors import LeafNameError, MissingDataError, OckptError, TargetError
+from ..errors import LeafNameError, MissingDataError, OckptError
 from ..layout import Resolved
 from ..limits import LIMITS, Limits, check_allocation
 from ..paths import leaf_name, param_name, resolve_name
-from ..store.mapping import FileMaps, MapRefused
+from ..store.mapping import FileMaps
 
 if TYPE_CHECKING:
     import tensorstore as ts
 from ..saved_tree import EMPTY_VALUES, Empty, SavedLeaf, entries, node_at
 from .item import OpenedItem, in_its_limits
-from .load import CastPolicy, MmapPolicy, load_item
+from .load import CastPolicy, MmapPolicy, load_item, mapped_leaf
 from .metadata import metadata_tree
 
 __all__ = ["Checkpoint", "Subtree", "LazyArray", "open"]
@@ -211,23 +211,8 @@ class LazyArray:
 
     def _mapped(self, mmap: MmapPolicy) -> np.ndarray | None:
         """The whole leaf mapped from its file, or None to read it (`read`)."""
-        if self._array is None:
-            why = "it is kept in the checkpoint's msgpack file"
-        elif not hasattr(self._array, "map"):
-            why = "the tensorstore engine reads through tensorstore (use backend='python')"
-        else:
-            try:
-                return self._array.map(self._maps)  # type: ignore[no-any-return]
-            except MapRefused as e:
-                why = str(e)
-        if mmap == "require":
-            raise TargetError(
-                f"cannot map the leaf into memory: {why}",
-                rule="LOAD-034",
-                file=self._array.file if self._array is not None else None,
-                leaf=self.param_name,
-            )
-        return None
+        why = "it is kept in the checkpoint's msgpack file" if self._array is None else None
+        return mapped_leaf(self._array, self._maps, mmap, leaf=self.param_name, why=why)
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         data = np.asarray(self[...])

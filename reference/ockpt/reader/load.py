@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 from ..saved_tree import EMPTY_VALUES, Empty, Node, SavedLeaf, leaves, node_at, ordered
 from .item import OpenedItem
 
-__all__ = ["CastPolicy", "CAST_POLICIES", "MmapPolicy", "load_pytree", "load_item"]
+__all__ = ["CastPolicy", "CAST_POLICIES", "MmapPolicy", "load_pytree", "load_item", "mapped_leaf"]
 
 CastPolicy = Literal["exact", "checked", "lossy"]
 CAST_POLICIES = ("exact", "checked", "lossy")
@@ -437,27 +437,14 @@ class _Loader:
         """The leaf as a read-only view of its file's pages (LOAD-034), or None to read it;
         with ``mmap="require"`` a leaf that cannot be mapped is refused, saying why."""
         assert self.maps is not None
+        why = None
         if job.want == "jax":
             why = "the target is a device array"
         elif job.dtype != array.dtype:
             why = f"the target asks for {job.dtype}, the checkpoint holds {array.dtype}"
         elif job.shape != array.shape:
             why = f"the target's shape {list(job.shape or ())} is not the stored one"
-        elif not hasattr(array, "map"):
-            why = "the tensorstore engine reads through tensorstore (use backend='python')"
-        else:
-            try:
-                return array.map(self.maps)  # type: ignore[no-any-return]
-            except MapRefused as e:
-                why = str(e)
-        if self.mmap == "require":
-            raise TargetError(
-                f"cannot map the leaf into memory: {why}",
-                rule="LOAD-034",
-                file=array.file,
-                leaf=job.leaf.param_name,
-            )
-        return None
+        return mapped_leaf(array, self.maps, self.mmap, leaf=job.leaf.param_name, why=why)
 
     def _request(self, array, box, dtype, tag) -> engines.ReadRequest:  # type: ignore[no-untyped-def]
         return engines.ReadRequest(array, _clip(box, array.shape), dtype, tag)
@@ -539,6 +526,30 @@ class _Loader:
         if job.want == "jax":
             return _final(job, _jax.from_host(data, job.sharding))
         return _final(job, data)
+
+
+def mapped_leaf(
+    array: Any, maps: FileMaps, mmap: MmapPolicy, *, leaf: str, why: str | None = None
+) -> np.ndarray | None:
+    """The stored `array` mapped from its files (LOAD-034), or None to read it: where `why`
+    (a reason it cannot be) is given, where its engine maps nothing, or where it is not stored
+    so. With ``mmap="require"`` that is refused instead, naming the leaf and the reason."""
+    if why is None:
+        if not hasattr(array, "map"):
+            why = "the tensorstore engine reads through tensorstore (use backend='python')"
+        else:
+            try:
+                return array.map(maps)  # type: ignore[no-any-return]
+            except MapRefused as e:
+                why = str(e)
+    if mmap == "require":
+        raise TargetError(
+            f"cannot map the leaf into memory: {why}",
+            rule="LOAD-034",
+            file=getattr(array, "file", None),
+            leaf=leaf,
+        )
+    return None
 
 
 def _check_structure(planner: _Planner, item: OpenedItem) -> None:
