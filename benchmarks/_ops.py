@@ -660,7 +660,12 @@ def op_orbax_mp_save(a: dict) -> dict:
 
     shutil.rmtree(a["path"], ignore_errors=True)
     report = orbax_multiprocess.write(
-        a["path"], processes=a["processes"], gib=a["gib"], leaves=a["leaves"], timeout=1800
+        a["path"],
+        processes=a["processes"],
+        gib=a["gib"],
+        leaves=a["leaves"],
+        timeout=1800,
+        same_values=True,
     )
     return {
         "seconds": report["wall_seconds"],

@@ -1,10 +1,12 @@
 """Scale (issues #19 and #33): the 100,000- and 1,000,000-leaf trees, the single-chunk 4 GiB
-array, and a checkpoint of many GiB (open and read one leaf mapped, cold and warm; load a 1 GiB
-subset; convert to a Hugging Face folder in 2 GiB shards; validate --deep), with Orbax's
-figures for the 100,000-leaf tree.
+array, a checkpoint of many GiB written by ockpt (open and read one leaf mapped, cold and warm;
+load a 1 GiB subset; convert to a Hugging Face folder in 2 GiB shards; validate --deep) and one
+written by real Orbax from 16 `jax.distributed` processes (read one leaf, the subset, convert,
+validate --deep), with Orbax's figures for the 100,000-leaf tree.
 
     python benchmarks/scale.py [--leaves 100000] [--million 1000000] [--gib 4]
                                [--big-gib 16] [--big-leaf-mib 256]
+                               [--orbax-gib 16] [--processes 16] [--orbax-leaves 64]
                                [--rounds 5] [--orbax-rounds 1] [--orbax-timeout 600]
                                [--engine auto] [--out benchmarks/RESULTS-scale.md]
                                [--no-profile] [--no-write]
@@ -455,7 +457,7 @@ def big_text(args: argparse.Namespace) -> list[str]:
 
 
 def orbax_mp_text(args: argparse.Namespace) -> list[str]:
-    """What the checkpoint Orbax writes from many processes is, and why not 16 GiB."""
+    """What the checkpoint Orbax writes from many processes is, and how it fits in memory."""
     if args.orbax_gib <= 0:
         return []
     m = _orbax_mp(args)
@@ -465,11 +467,13 @@ def orbax_mp_text(args: argparse.Namespace) -> list[str]:
         f"(`benchmarks/orbax_multiprocess.py`: {args.processes} `jax.distributed` processes "
         f"on localhost, one CPU device each, every leaf sharded by rows over the "
         f"{args.processes}: OCDBT with {args.processes} per-process databases, zarr v2, zstd). "
-        "Its leaves are chunked (a chunk per process), so they are read, not mapped. Not "
-        "16 GiB: a process's peak RSS is about 225 MiB plus 1.8 times its share of the data, "
-        f"so {args.processes} processes saving 16 GiB would need about "
-        f"{(args.processes * 225 + 1.8 * 16 * 1024) / 1024:.0f} GiB of this machine's "
-        "24 GiB (see the module's docstring for the measurements).",
+        "Every leaf holds the same values (`--same-values`: each process's shards are views "
+        "of one mapped file, which jax aliases without a copy), so that the processes hold "
+        "Orbax's copies of their shards and not also the arrays: with arrays of their own, a "
+        "process peaks at about 225 MiB plus 1.8 times its share, and 16 GiB would need about "
+        f"{(args.processes * 225 + 1.8 * 16 * 1024) / 1024:.0f} GiB of this machine's 24 GiB "
+        "(see the module's docstring for the measurements). Its leaves are chunked (a chunk "
+        "per process), so they are read, not mapped.",
         "",
     ]
 
@@ -484,10 +488,10 @@ def main() -> None:
     ap.add_argument("--big-gib", type=float, default=16.0, help="checkpoint of many GiB; 0: none")
     ap.add_argument("--big-leaf-mib", type=int, default=256, help="its leaves' size in MiB")
     ap.add_argument(
-        "--orbax-gib", type=float, default=4.0, help="checkpoint Orbax writes from many processes"
+        "--orbax-gib", type=float, default=16.0, help="checkpoint Orbax writes from many processes"
     )
     ap.add_argument("--processes", type=int, default=16, help="processes that write it")
-    ap.add_argument("--orbax-leaves", type=int, default=16, help="its leaves")
+    ap.add_argument("--orbax-leaves", type=int, default=64, help="its leaves")
     ap.add_argument("--rounds", type=int, default=5, help="rounds of ockpt's operations")
     ap.add_argument("--orbax-rounds", type=int, default=1, help="rounds of Orbax's operations")
     ap.add_argument("--orbax-timeout", type=float, default=600, help="seconds per Orbax op")

@@ -203,3 +203,26 @@ def test_pytree_metadata(saved: dict[str, Path], variant: str) -> None:
         assert leaf.sharding.mesh_shape == (PROCESSES,)
         assert leaf.sharding.partition_spec == ("p",)
         assert len(set(leaf.sharding.device_ids)) == PROCESSES
+
+
+def test_write_source_holds_leaf_0s_values(tmp_path: Path) -> None:
+    """The file `--same-values` maps: leaf 0's values, raw float32, written in row blocks."""
+    source = tmp_path / "source.f32"
+    mp.write_source(str(source), SHAPE, rows=50)  # blocks that do not divide the rows
+    assert np.array_equal(
+        np.fromfile(source, dtype=np.float32).reshape(SHAPE), mp.expected(0, SHAPE)
+    )
+
+
+def test_same_values_save_from_mapped_shards(tmp_path: Path) -> None:
+    """`--same-values` (how scale.py fits 16 GiB from 16 processes in memory): Orbax saves
+    shards that are views of one mapped file, and every leaf reads back as leaf 0's values."""
+    out = tmp_path / "same"
+    report = mp.write(out, processes=2, gib=GIB, leaves=2, timeout=TIMEOUT_S, same_values=True)
+    assert report["same_values"] is True
+    shape = mp.leaf_shape(GIB, 2, 2)
+    assert ockpt.validate(out, deep=True).ok
+    tree = ockpt.load_pytree(out)
+    assert sorted(tree) == [mp.leaf_name(0), mp.leaf_name(1)]
+    for value in tree.values():
+        assert np.array_equal(value, mp.expected(0, shape))
