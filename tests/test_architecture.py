@@ -45,6 +45,7 @@ OPENS_ALLOWED = {
     ("conformance/export.py", "_schema_text"): "the package's own JSON Schemas",
     ("conformance/export.py", "spec_version"): "the spec's README, for its version",
     ("sources.py", "_memmap"): "maps a file opened through store.files (`_open`)",
+    ("_commands.py", "_cmd_fingerprint"): "the user's output file (--out)",
 }
 
 

@@ -118,19 +118,44 @@ def check_cp(out: str, args: list[str]) -> None:
     assert re.search(rf"\b{len(files)} files\b", out), out
 
 
-#: what each command must print (its standard output) and write, given its arguments
-CHECKS: dict[str, Callable[[str, list[str]], None]] = {
-    "inspect": check_inspect,
-    "ls": check_ls,
-    "cat": check_cat,
-    "convert": check_convert,
-    "diff": check_diff,
-    "cp": check_cp,
+def check_fingerprint(out: str, args: list[str]) -> None:
+    """The file holds the fixture's fingerprint: an OCDBT item of zarr v2 arrays."""
+    from ockpt import fingerprints
+
+    written = (ROOT / args[-1]).read_text(encoding="utf-8")
+    assert written == fingerprints.dumps(fingerprints.fingerprint(ROOT / args[1]))
+    assert json.loads(written)["storage"] == "ocdbt" and '"zarr_format": 2' in written
+
+
+def check_diff_format(out: str, args: list[str]) -> None:
+    """zarr v2 against zarr v3: the arrays, their codecs, dtype names and OCDBT keys differ;
+    the layout and the documents' forms that zarr does not touch do not."""
+    changed = {line.split()[1].split("/")[1] for line in out.splitlines()[:-1]}
+    assert {"arrays", "codecs", "dtypes", "ocdbt"} <= changed, out
+    assert not changed & {"kind", "storage", "files"}, out
+    assert out.splitlines()[-1].endswith("format differences"), out
+
+
+#: what each command must print (its standard output) and write, given its arguments, and its
+#: exit status, by the command's name (``diff --format`` apart from ``diff``)
+CHECKS: dict[str, tuple[Callable[[str, list[str]], None], int]] = {
+    "inspect": (check_inspect, 0),
+    "ls": (check_ls, 0),
+    "cat": (check_cat, 0),
+    "convert": (check_convert, 0),
+    "diff": (check_diff, 0),
+    "fingerprint": (check_fingerprint, 0),
+    "diff --format": (check_diff_format, 1),  # the two fixtures' formats differ
+    "cp": (check_cp, 0),
 }
 
 
+def _name(argv: list[str]) -> str:
+    return f"{argv[1]} --format" if "--format" in argv else argv[1]
+
+
 def test_readme_shows_each_command_once():
-    names = [c[1] for c in _commands()]
+    names = [_name(c) for c in _commands()]
     assert sorted(names) == sorted(CHECKS)
 
 
@@ -144,5 +169,6 @@ def test_readme_commands_run(tmp_path):
             text=True,
             timeout=120,
         )
-        assert result.returncode == 0, (argv, result.stderr)
-        CHECKS[args[0]](result.stdout, args)
+        check, status = CHECKS[_name(argv)]
+        assert result.returncode == status, (argv, result.stderr)
+        check(result.stdout, args)

@@ -33,6 +33,7 @@ from .errors import (
     WriteConflictError,
     ZarrFormatError,
 )
+from .fingerprints import fingerprint
 from .layout import Kind, Layout, detect
 from .limits import Limits
 from .paths import leaf_name, parse_leaf_name
@@ -77,6 +78,7 @@ __all__ = [
     "JsonItem",
     "CheckpointManager",
     "detect",
+    "fingerprint",
     "Kind",
     "Layout",
     "MetadataDocument",

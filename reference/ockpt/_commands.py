@@ -1,8 +1,8 @@
-"""The data commands of ``ockpt``: inspect, ls, cat, diff, convert, cp.
+"""The data commands of ``ockpt``: inspect, ls, cat, diff, fingerprint, convert, cp.
 
 Each command parses its arguments here and calls one module (`inspection`, `listing`, `diff`,
-`convert`, `transfer`). Exit status: 0 success (diff: no differences), 1 a checkpoint or
-format problem (diff: differences found), 2 a usage or I/O error.
+`fingerprints`, `convert`, `transfer`). Exit status: 0 success (diff: no differences), 1 a
+checkpoint or format problem (diff: differences found), 2 a usage or I/O error.
 """
 
 from __future__ import annotations
@@ -171,9 +171,40 @@ def _print_item(args: argparse.Namespace, name: str, kind: str, value: Any) -> i
 
 
 @_guard
+def _cmd_fingerprint(args: argparse.Namespace) -> int:
+    from .fingerprints import dumps, fingerprint
+
+    text = dumps(fingerprint(args.path, shapes=args.shapes))
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as f:
+            f.write(text)
+    else:
+        sys.stdout.write(text)
+    return EXIT_OK
+
+
+def _format_diff(args: argparse.Namespace) -> int:
+    """``diff --format``: where the fingerprints of A and B differ (either may be a file that
+    `ockpt fingerprint` wrote)."""
+    from .fingerprints import compare, load
+
+    changes = compare(load(args.a), load(args.b))
+    if args.json:
+        _dump({"equal": not changes, "changes": [c.to_json() for c in changes]})
+    else:
+        for change in changes:
+            print(printable(change.text()))
+        print("same format" if not changes else f"{len(changes)} format differences")
+    return EXIT_INVALID if changes else EXIT_OK
+
+
+@_guard
 def _cmd_diff(args: argparse.Namespace) -> int:
     from .diff import diff
     from .sources import open_source
+
+    if args.format:
+        return _format_diff(args)
 
     if args.rtol < 0 or args.atol < 0:
         raise ValueError("--rtol and --atol must be >= 0")
@@ -381,7 +412,26 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--item", help="item of a step or v1 checkpoint")
     p.add_argument("--json", action="store_true", help=json_help)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--format",
+        action="store_true",
+        help="compare the on-disk formats, not the values: A and B are checkpoints or files "
+        "that `ockpt fingerprint` wrote",
+    )
     p.set_defaults(func=_cmd_diff)
+
+    p = sub.add_parser(
+        "fingerprint",
+        help="a canonical, value-free JSON description of the on-disk format",
+        description="Describe how a checkpoint is stored (layout, document keys and types, "
+        "zarr metadata, OCDBT configuration, codecs, dtypes), leaving out values, timestamps, "
+        "step and process numbers, leaf names and (unless --shapes) shapes. The same code "
+        "saving other values gives the same bytes; compare two with `ockpt diff --format`.",
+    )
+    p.add_argument("path", help=PATH_HELP)
+    p.add_argument("--shapes", action="store_true", help="keep shapes and chunk shapes, by leaf")
+    p.add_argument("-o", "--out", help="write the fingerprint to this file, not stdout")
+    p.set_defaults(func=_cmd_fingerprint)
 
     p = sub.add_parser(
         "convert",
