@@ -25,7 +25,8 @@ import base64
 import difflib
 import enum
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass
 from typing import Any
 
@@ -196,16 +197,14 @@ def find_collisions(names: Iterable[str]) -> list[tuple[str, str]]:
     (``a`` and ``a/b``): the second's keys then nest inside the first's, in OCDBT, in per-leaf
     zarr directories and in `_strings.json`.
     """
-    seen: dict[str, str] = {}
+    listed = names if isinstance(names, (Mapping, Set)) else list(names)
+    seen = listed if isinstance(listed, (Mapping, Set)) else set(listed)
     out: list[tuple[str, str]] = []
-    ordered = sorted(names)
-    for name in ordered:
-        if name in seen:
-            out.append((name, name))
-        seen[name] = name
-    for name in ordered:
-        if "/" not in name:  # most names: no prefix to look up
-            continue
+    if len(seen) < len(listed):  # a name twice: a pair per repeat, in name order
+        counts = Counter(listed)
+        out = [(n, n) for n in sorted(counts) for _ in range(counts[n] - 1)]
+    # only a name holding "/" has prefixes to look up: most names are not sorted at all
+    for name in sorted(n for n in listed if "/" in n):
         parts = name.split("/")
         for i in range(1, len(parts)):
             prefix = "/".join(parts[:i])
