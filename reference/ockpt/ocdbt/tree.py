@@ -546,7 +546,9 @@ class Database:
         start: bytes,
         end: bytes | None,
         depth: int,
-    ) -> Iterator[tuple[bytes, LeafNodeEntry]]:
+    ) -> Iterator[tuple[bytes, BtreeNode]]:
+        """(key prefix, node) of every leaf node below `ref` that may hold keys in
+        [start, end), in key order, each checked against its parent's key range."""
         if depth > self.limits.max_depth:
             raise OcdbtError("B+tree too deep", rule="OCDBT-040", file=self._manifest_file)
         node = self._load_checked(ref, height)
@@ -566,13 +568,7 @@ class Database:
                 got=f"[{first!r}, {last!r}]",
             )
         if height == 0:
-            for e in entries:
-                key = prefix + e.key
-                if key < start:
-                    continue
-                if end is not None and key >= end:
-                    return
-                yield key, e  # type: ignore[misc]
+            yield prefix, node
             return
         n = len(entries)
         for i, e in enumerate(entries):
@@ -601,19 +597,22 @@ class Database:
         generation: int | None = None,
     ) -> Iterator[tuple[bytes, LeafNodeEntry]]:
         """(full key, leaf entry) for every key in [start, end), in key order."""
+        first, stop = _as_key(start), None if end is None else _as_key(end)
+        return _keys_in(self._leaf_nodes(first, stop, generation), first, stop)
+
+    def leaf_nodes(self, *, generation: int | None = None) -> Iterator[tuple[bytes, BtreeNode]]:
+        """(key prefix, node) of every leaf node, in key order: a full key is the prefix and
+        an entry's key. For a reader of every key that takes its own (`entries` gives them
+        one at a time)."""
+        return self._leaf_nodes(b"", None, generation)
+
+    def _leaf_nodes(
+        self, start: bytes, end: bytes | None, generation: int | None
+    ) -> Iterator[tuple[bytes, BtreeNode]]:
         version = self._root(generation)
         if version.root.location is None:
             return iter(())
-        return self._walk(
-            version.root,
-            version.root_height,
-            b"",
-            b"",
-            None,
-            _as_key(start),
-            None if end is None else _as_key(end),
-            0,
-        )
+        return self._walk(version.root, version.root_height, b"", b"", None, start, end, 0)
 
     def list(self, prefix: str | bytes = b"", *, generation: int | None = None) -> list[bytes]:
         """Every key starting with `prefix`, sorted."""
@@ -685,6 +684,9 @@ class Database:
         except FormatError:  # a fault elsewhere in the tree: each lookup meets its own faults
             index = None
         self._indexes[generation] = index
+        if index is not None:  # its lookups use the index now, not the nodes' key lists
+            with self._lock:
+                self._key_lists.clear()
         return index
 
     def claim(self, key: bytes, ref: IndirectDataReference) -> None:
@@ -783,3 +785,17 @@ class Database:
         """(key, value) for every key in [start, end): a range read."""
         for key, entry in self.entries(start, end, generation=generation):
             yield key, self.read_value(entry, key=key)
+
+
+def _keys_in(
+    nodes: Iterator[tuple[bytes, BtreeNode]], start: bytes, end: bytes | None
+) -> Iterator[tuple[bytes, LeafNodeEntry]]:
+    """(full key, entry) of the leaf `nodes`' entries in [start, end) (`Database.entries`)."""
+    for prefix, node in nodes:
+        for e in node.entries:
+            key = prefix + e.key
+            if key < start:
+                continue
+            if end is not None and key >= end:
+                return
+            yield key, e  # type: ignore[misc]

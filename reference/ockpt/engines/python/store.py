@@ -550,22 +550,42 @@ _METADATA_KEYS = (ZARR2_METADATA.encode(), ZARR3_METADATA.encode())
 _METADATA_ENDS = tuple(b"/" + k for k in _METADATA_KEYS)
 
 
+def _metadata_entries(nodes: Iterable[tuple[bytes, Any]]) -> dict[bytes, Any]:
+    """Full key -> leaf entry of every zarr metadata key of the leaf `nodes` ((key prefix,
+    node), `Database.leaf_nodes`): one comprehension per node, not a step per key."""
+    found: dict[bytes, Any] = {}
+    ends, bare = _METADATA_ENDS, _METADATA_KEYS
+    for prefix, node in nodes:
+        if prefix:
+            found.update(
+                {k: e for e in node.entries if (k := prefix + e.key).endswith(ends) or k in bare}
+            )
+        else:
+            found.update({e.key: e for e in node.entries if e.key.endswith(ends) or e.key in bare})
+    return found
+
+
 class _WalkedMetadata:
     """`ArrayStore.metadata_store`: arrays opened as the store opens them, each zarr metadata
     document taken from one walk of the root database's B+tree (every metadata key with its
     leaf entry; the value read, out-of-line ones claimed, as a lookup would). A walk that
-    meets a fault leaves each array to the store's own lookup, which names the fault."""
+    meets a fault leaves each array to the store's own lookup, which names the fault.
+
+    The arrays of a model repeat a few metadata documents: the first array of each (by its
+    key's name and bytes) is opened by the store; the others copy what it found, so an open
+    costs a key lookup and a `StoredArray`, not a parse of layers of calls per array."""
 
     def __init__(self, store: ArrayStore, kv: OcdbtStore) -> None:
         self.store = store
         self.kv = kv
         self._entries: dict[bytes, Any] | None = None
+        # the array opened first for each (metadata key name, document bytes)
+        self._opened: dict[tuple[str, bytes], StoredArray] = {}
+        self._names = {2: (ZARR2_METADATA,), 3: (ZARR3_METADATA,)}.get(
+            store.zarr_version, (ZARR2_METADATA, ZARR3_METADATA)
+        )  # `open_metadata`'s order
         try:
-            self._entries = {
-                key: entry
-                for key, entry in kv.db.entries(generation=kv.generation)
-                if key.endswith(_METADATA_ENDS) or key in _METADATA_KEYS
-            }
+            self._entries = _metadata_entries(kv.db.leaf_nodes(generation=kv.generation))
         except FormatError:
             pass
 
@@ -579,9 +599,34 @@ class _WalkedMetadata:
     def open(self, param_name: str) -> StoredArray:
         if self._entries is None:
             return self.store.open(param_name)
-        return self.store._open(param_name, self._get)
+        prefix = array_prefix(param_name)
+        for name in self._names:  # the document `open_metadata` finds first
+            k = (prefix + name).encode("utf-8")  # as `_get` makes the key
+            entry = self._entries.get(k)
+            if entry is not None:
+                break
+        else:
+            return self.store._open(param_name, self._get)  # none: the store names the fault
+        data = self.kv.db.read_value(entry, key=k)
+        first = self._opened.get((name, data))
+        if first is None:
+            first = self._opened[(name, data)] = self.store._open(param_name, self._get)
+            return first
+        return StoredArray(
+            param_name,
+            self.store.file(param_name),
+            first.zarr_version,
+            first.shape,
+            first.dtype,
+            first.chunk_shape,
+            first.metadata,
+            first._store,
+            prefix,
+            first._missing,
+        )
 
     def close(self) -> None:
         """Drop the walked entries (the store and its database stay open: they are the
         item's)."""
         self._entries = None
+        self._opened.clear()
