@@ -7,7 +7,7 @@ import functools
 import itertools
 import math
 import operator
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -35,7 +35,10 @@ MmapPolicy = bool | Literal["require"]
 # ---------------------------------------------------------------------------------------------
 # Matching a target.
 
-_Builder = Callable[[dict[int, Any]], Any]
+_Builder = Callable[[Sequence[Any]], Any]
+
+#: A job's result not made yet (`_Loader.results`).
+_PENDING: Any = object()
 
 
 @dataclass(slots=True)
@@ -242,7 +245,7 @@ class _Planner:
 # Loading.
 
 
-def _rebuild(saved: Any, indices: Iterator[int], results: Mapping[int, Any]) -> Any:
+def _rebuild(saved: Any, indices: Iterator[int], results: Sequence[Any]) -> Any:
     """The value of the saved tree `saved` as saved: each leaf the result of the next job
     index (`_Planner.as_saved` made its jobs in the tree's order)."""
     if isinstance(saved, SavedLeaf):
@@ -355,10 +358,12 @@ class _Loader:
         self.max_in_flight = max_in_flight
         self.mmap = mmap
         self.maps = FileMaps() if mmap else None
-        self.results: dict[int, Any] = {}
+        # each job's result by its index (`_PENDING` until made): a list, not a dict of
+        # 100,000 int keys
+        self.results: list[Any] = [_PENDING] * len(jobs)
         self.allocations = Allocations()  # every output, small ones together (LIMIT-006)
 
-    def run(self) -> dict[int, Any]:
+    def run(self) -> list[Any]:
         pending: dict[int, dict[Any, Any]] = {}
         for request, data in engines.read_regions(
             self._requests(pending), max_in_flight=self.max_in_flight
@@ -400,7 +405,7 @@ class _Loader:
                 array = open_array(job.leaf.param_name)
                 check(job, array.shape, array.dtype)
         for index, job in enumerate(self.jobs):
-            if index in self.results:
+            if self.results[index] is not _PENDING:
                 continue
             array = open_array(job.leaf.param_name)
             check(job, array.shape, array.dtype)  # as saved: sets the job's shape and dtype
