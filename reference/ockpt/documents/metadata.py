@@ -339,10 +339,10 @@ _DIM = r"(?:0|[1-9][0-9]{0,17})"
 _PLAIN_MEMBER = re.compile(
     _TEXT
     + rf': \{{"key_metadata": \[((?:{_KEY_ENTRY}, )*{_KEY_ENTRY})\], "value_metadata": '
-    + r'\{"value_type": '
+    + r'(\{"value_type": '  # the value metadata's text, then its parts
     + _TEXT
     + r'(?:, "skip_deserialize": (true|false))?'
-    + rf'(?:, "write_shape": (\[(?:{_DIM}(?:, {_DIM})*)?\]))?\}}\}}(, |\}})'
+    + rf'(?:, "write_shape": (\[(?:{_DIM}(?:, {_DIM})*)?\]))?\}})\}}(, |\}})'
 )
 _PLAIN_KEY = re.compile(r'\{"key": ' + _TEXT + r', "key_type": ([12])\}')
 #: One key entry of `_PLAIN_MEMBER`'s key metadata without its braces.
@@ -369,44 +369,38 @@ def _plain_document(data: bytes, shared: dict[Any, Any]) -> dict[str, Any] | Non
     except UnicodeDecodeError:
         return None
     tree: dict[str, Any] = {}
-    match, keys = _PLAIN_MEMBER.match, _PLAIN_KEY.findall
+    match = _PLAIN_MEMBER.match
     pieces: dict[str, Any] = {}
-    # the value metadata `_plain_tree_entry` built, by its JSON texts: it depends on them alone
-    values: dict[tuple[str, str | None, str | None], ValueMetadata] = {}
+    # the value metadata built, by its JSON text: it depends on that alone
+    values: dict[str, ValueMetadata] = {}
+    # the key path of the key entries before the last, by their JSON text: (path, texts, the
+    # tree key's text up to the last key's): siblings repeat it
+    parents: dict[str, tuple[KeyPath, list[str], str] | None] = {}
+    most, depth = limits.max_tree_entries, limits.max_depth
     pos, close = len(_PLAIN_HEAD), ""
     while close != "}":
         m = match(text, pos)
-        if m is None or len(tree) >= limits.max_tree_entries:
+        if m is None or len(tree) >= most:
             return None
-        name, key_texts, value_type, skip, shape, close = m.groups()
-        found = _cached_path(key_texts, pieces, shared, limits)
-        if found is None:  # `_plain_path` of every key entry, found by `_PLAIN_KEY`
-            pairs = [(t, 2 if k == "2" else 1) for t, k in keys(key_texts)]
-            found = _plain_path(pairs, shared, limits)
-        value = values.get((value_type, skip, shape))
-        if (
-            value is not None
-            and found is not None
-            and 0 < len(found[0]) <= limits.max_depth
-            and repr(tuple(found[1])) == name  # `tree_key` of the path
-        ):  # what `_plain_tree_entry` checks and builds for these texts
-            entry: TreeEntry | None = TreeEntry(path=found[0], value=value, extra=_NO_EXTRA)
-        else:
-            entry = found and _plain_tree_entry(
-                TreeEntry,
-                name,
-                *found,
-                value_type,
-                ABSENT if skip is None else skip == "true",
-                None if shape is None else [int(n) for n in shape[1:-1].split(", ") if n],
-                shared,
-                limits,
-            )
-            if entry is not None:
-                values[(value_type, skip, shape)] = entry.value
-        if entry is None or name in tree:
+        name, key_texts, value_text, value_type, skip, shape, close = m.groups()
+        entry: TreeEntry | None = None
+        head, sep, last = key_texts.rpartition("}, {")
+        value = values.get(value_text)
+        if sep and value is not None:  # two keys or more: the parent's path, then the last key
+            parent = parents.get(head, _UNSEEN)
+            if parent is _UNSEEN:
+                parent = parents[head] = _parent_path(head + "}", pieces, shared, limits)
+            piece = pieces.get(last[:-1])
+            if parent is not None and piece is not None and len(parent[0]) < depth:
+                if name == parent[2] + repr(piece[1]) + ")":  # `tree_key` of the path
+                    entry = TreeEntry(path=parent[0] + (piece[0],), value=value, extra=_NO_EXTRA)
+        if entry is None:
+            entry = _plain_member(name, key_texts, value_type, skip, shape, pieces, shared, limits)
+            if entry is None:
+                return None
+            values[value_text] = entry.value
+        if tree.setdefault(name, entry) is not entry:  # a tree key twice
             return None
-        tree[name] = entry
         pos = m.end()
     try:
         obj = parse_json('{"tree_metadata": {}' + text[pos:], file=METADATA_FILE)
@@ -414,6 +408,50 @@ def _plain_document(data: bytes, shared: dict[Any, Any]) -> dict[str, Any] | Non
         return None
     obj["tree_metadata"] = tree
     return obj
+
+
+_UNSEEN: Any = object()
+
+
+def _parent_path(
+    key_texts: str, pieces: dict[str, Any], shared: dict[Any, Any], limits: Limits
+) -> tuple[KeyPath, list[str], str] | None:
+    """`_cached_path` of `key_texts` with the text a tree key of a child path begins with
+    (its `repr` without the last key's and the closing parenthesis); None where it gives
+    None."""
+    found = _cached_path(key_texts, pieces, shared, limits)
+    if found is None:
+        return None
+    return found[0], found[1], "(" + "".join(repr(t) + ", " for t in found[1])
+
+
+def _plain_member(
+    name: str,
+    key_texts: str,
+    value_type: str,
+    skip: str | None,
+    shape: str | None,
+    pieces: dict[str, Any],
+    shared: dict[Any, Any],
+    limits: Limits,
+) -> TreeEntry | None:
+    """The entry of one `_PLAIN_MEMBER` match (its groups), or None where it is not plain."""
+    found = _cached_path(key_texts, pieces, shared, limits)
+    if found is None:  # `_plain_path` of every key entry, found by `_PLAIN_KEY`
+        pairs = [(t, 2 if k == "2" else 1) for t, k in _PLAIN_KEY.findall(key_texts)]
+        found = _plain_path(pairs, shared, limits)
+    if found is None:
+        return None
+    return _plain_tree_entry(
+        TreeEntry,
+        name,
+        *found,
+        value_type,
+        ABSENT if skip is None else skip == "true",
+        None if shape is None else [int(n) for n in shape[1:-1].split(", ") if n],
+        shared,
+        limits,
+    )
 
 
 def _key_entry(obj: Any, *, file: str, pointer: str) -> KeyEntry:
