@@ -138,8 +138,9 @@ class ArrayStore(Protocol):
 
     def metadata_store(self, count: int) -> ArrayStore | None:
         """A store that opens the metadata of `count` arrays, one at a time, faster than this
-        one (an array it opens is for its shape, dtype and chunks; it is closed after use),
-        or None where there is none."""
+        one, or None where there is none. An array it opens is for its shape, dtype, chunks,
+        size and file only: arrays of the same zarr metadata may be one object, whose
+        `param_name` is one of theirs. It is closed after use."""
         ...
 
     def close(self) -> None:

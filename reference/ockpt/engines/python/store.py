@@ -572,8 +572,10 @@ class _WalkedMetadata:
     meets a fault leaves each array to the store's own lookup, which names the fault.
 
     The arrays of a model repeat a few metadata documents: the first array of each (by its
-    key's name and bytes) is opened by the store; the others copy what it found, so an open
-    costs a key lookup and a `StoredArray`, not a parse of layers of calls per array."""
+    key's name and bytes) is opened by the store, and `open` gives that array for every
+    other array with the same document (the contract's metadata store: an array it opens is
+    for its shape, dtype, chunks and file, all the same; its param name is the first's), so
+    an open costs a key lookup, not an array made per param."""
 
     def __init__(self, store: ArrayStore, kv: OcdbtStore) -> None:
         self.store = store
@@ -611,19 +613,7 @@ class _WalkedMetadata:
         first = self._opened.get((name, data))
         if first is None:
             first = self._opened[(name, data)] = self.store._open(param_name, self._get)
-            return first
-        return StoredArray(
-            param_name,
-            self.store.file(param_name),
-            first.zarr_version,
-            first.shape,
-            first.dtype,
-            first.chunk_shape,
-            first.metadata,
-            first._store,
-            prefix,
-            first._missing,
-        )
+        return first
 
     def close(self) -> None:
         """Drop the walked entries (the store and its database stay open: they are the
