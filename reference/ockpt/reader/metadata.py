@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -54,19 +54,6 @@ class LeafMetadata:
     key_shape: tuple[int, ...] | None = None
 
 
-#: `LeafMetadata`'s fields, in order.
-_FIELDS = tuple(f.name for f in fields(LeafMetadata))
-
-
-def _made(*values: Any) -> LeafMetadata:
-    """The `LeafMetadata` of every field's value in order, made without the frozen
-    dataclass's `__init__` (a call per field: a second of 1,000,000 leaves); the same
-    object, equal and hashed as one `__init__` makes."""
-    leaf = object.__new__(LeafMetadata)
-    leaf.__dict__.update(zip(_FIELDS, values, strict=True))
-    return leaf
-
-
 # ---------------------------------------------------------------------------------------------
 # Metadata.
 
@@ -92,7 +79,7 @@ def _leaf_metadata(
                 )
             except UnsupportedError:
                 pass  # an implementation outside the table: named, its key shape unknown
-        return _made(
+        return LeafMetadata(
             leaf.path,
             leaf.param_name,
             leaf.value_type,

@@ -552,17 +552,14 @@ _METADATA_ENDS = tuple(b"/" + k for k in _METADATA_KEYS)
 
 def _metadata_entries(nodes: Iterable[tuple[bytes, Any]]) -> dict[bytes, Any]:
     """Full key -> leaf entry of every zarr metadata key of the leaf `nodes` ((key prefix,
-    node), `Database.leaf_nodes`): one comprehension per node, not a step per key."""
-    found: dict[bytes, Any] = {}
+    node), `Database.leaf_nodes`): one comprehension, not a generator's step per key."""
     ends, bare = _METADATA_ENDS, _METADATA_KEYS
-    for prefix, node in nodes:
-        if prefix:
-            found.update(
-                {k: e for e in node.entries if (k := prefix + e.key).endswith(ends) or k in bare}
-            )
-        else:
-            found.update({e.key: e for e in node.entries if e.key.endswith(ends) or e.key in bare})
-    return found
+    return {
+        k: e
+        for prefix, node in nodes
+        for e in node.entries
+        if (k := prefix + e.key).endswith(ends) or k in bare  # b"" + key: the key itself
+    }
 
 
 class _WalkedMetadata:
