@@ -189,12 +189,23 @@ def from_msgpack(node: Any, string_names: Iterable[str], texts: tuple[str, ...] 
 
 
 def leaves(node: Any) -> Iterator[SavedLeaf]:
-    """Every leaf of a saved tree, in the tree's order."""
+    """Every leaf of a saved tree, in the tree's order: one generator, with a stack of the
+    nodes entered (not a generator per node that each leaf passes through)."""
     if isinstance(node, SavedLeaf):
         yield node
-    elif isinstance(node, Node):
-        for child in node.children.values():
-            yield from leaves(child)
+        return
+    if not isinstance(node, Node):
+        return
+    stack = [iter(node.children.values())]
+    while stack:
+        for child in stack[-1]:
+            if isinstance(child, Node):
+                stack.append(iter(child.children.values()))
+                break
+            if isinstance(child, SavedLeaf):
+                yield child
+        else:
+            stack.pop()
 
 
 def by_param_name(found: Iterable[SavedLeaf], *, file: str) -> dict[str, SavedLeaf]:
