@@ -347,3 +347,23 @@ def test_the_last_reader_takes_the_document_out_of_the_cache(tmp_path, monkeypat
         assert sorted(item.leaves) == ["a", "b.c"] and item.has_metadata
         assert not hasattr(item, "doc")
     assert len(parses) == 1 and metadata._PARSED == {}
+
+
+def test_a_document_no_kept_one_could_be_is_not_hashed(monkeypatch):
+    """Issue 33 item 4: `from_bytes(keep=False)` hashes the bytes only where a kept document of
+    the same size could be the same one (a 1,000,000-leaf `_METADATA`, too large for layout
+    detection to peek at, is parsed by the item alone); the cache still finds a kept one."""
+    hashed = []
+    real = metadata.hashlib.blake2b
+    monkeypatch.setattr(
+        metadata.hashlib, "blake2b", lambda *a, **k: hashed.append(1) or real(*a, **k)
+    )
+    monkeypatch.setattr(metadata, "_PARSED", {})
+    data = _PLAIN.encode()
+    alone = MetadataDocument.from_bytes(data, keep=False)
+    assert hashed == [] and metadata._PARSED == {}
+    doc = MetadataDocument.from_bytes(data)
+    assert doc == alone and doc is not alone and hashed == [1]
+    assert MetadataDocument.from_bytes(data + b" ", keep=False) == doc and hashed == [1]
+    assert MetadataDocument.from_bytes(data, keep=False) is doc and hashed == [1, 1]
+    assert metadata._PARSED == {}

@@ -522,7 +522,8 @@ def _too_many(file: str, got: int | str) -> DocumentError:
 #: A string as `json.dumps` writes it (ASCII, escaped): the C encoder the module itself uses.
 _JSON_STRING = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
 
-_PARSED: dict[tuple[bytes, Limits], MetadataDocument] = {}  # (blake2b-256, limits) -> document
+#: (size, blake2b-256, limits) -> document
+_PARSED: dict[tuple[int, bytes, Limits], MetadataDocument] = {}
 _PARSED_KEEP = 4
 
 
@@ -591,11 +592,16 @@ class MetadataDocument(Document):
         # documents parsed are kept (they are immutable), keyed by a digest of their bytes
         # (not the bytes: a 100,000-leaf _METADATA is 23 MB).
         # Keyed by the limits too: a document read under looser limits is parsed again.
+        # A document that is not kept and whose size no kept one has cannot be a hit: it is
+        # not hashed (a 1,000,000-leaf _METADATA, too large to peek at, is 230 MB).
         limits = limits_in_force()
-        digest = (hashlib.blake2b(data, digest_size=32).digest(), limits)
-        hit = _PARSED.pop(digest, None) if not keep else _PARSED.get(digest)
-        if hit is not None and type(hit) is cls:
-            return hit
+        size = len(data)
+        digest = None
+        if keep or any(key[0] == size for key in _PARSED):
+            digest = (size, hashlib.blake2b(data, digest_size=32).digest(), limits)
+            hit = _PARSED.pop(digest, None) if not keep else _PARSED.get(digest)
+            if hit is not None and type(hit) is cls:
+                return hit
         shared: dict[Any, Any] = {}
         count = itertools.count(1)
 
@@ -614,7 +620,7 @@ class MetadataDocument(Document):
                 tree = {"tree_metadata": entry}
                 obj = parse_json(data, file=file, streamed=tree, over=over)
             doc = cls.from_json(obj, file=file)
-        if not keep:
+        if not keep or digest is None:
             return doc
         while len(_PARSED) >= _PARSED_KEEP:
             _PARSED.pop(next(iter(_PARSED)), None)
