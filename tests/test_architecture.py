@@ -46,6 +46,8 @@ OPENS_ALLOWED = {
     ("conformance/export.py", "spec_version"): "the spec's README, for its version",
     ("sources.py", "_memmap"): "maps a file opened through store.files (`_open`)",
     ("_commands.py", "_cmd_fingerprint"): "the user's output file (--out)",
+    ("testing/formats.py", "assert_same_format"): "the user's fingerprint file, rewritten",
+    ("testing/orbax_venvs.py", "release_python"): "the lock file of a venv being built",
 }
 
 

@@ -1,10 +1,10 @@
 """Older Orbax releases restore what ockpt writes in the item and manager layouts.
 
 The item layout ockpt writes (OCDBT or per-leaf zarr, zarr v2 or v3, `_METADATA` without a
-msgpack file) is the one Orbax has written since 0.10; each release's venv (tests/orbax_venvs.py:
-built from the package registries with the pins of fixtures/README.md when missing, and kept)
-restores it in a subprocess. Releases up to 0.5.x need the msgpack `checkpoint` file, which
-ockpt does not write.
+msgpack file) is the one Orbax has written since 0.10; each release's venv
+(`ockpt.testing.orbax_venvs`: built from the package registries with the pins of
+fixtures/README.md when missing, and kept) restores it in a subprocess. Releases up to 0.5.x
+need the msgpack `checkpoint` file, which ockpt does not write.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ import pytest
 
 jax = pytest.importorskip("jax")
 
-import orbax_venvs  # noqa: E402
 from ockpt.manager import CheckpointManager  # noqa: E402
+from ockpt.testing import orbax_venvs  # noqa: E402
 from ockpt.writer import save_pytree  # noqa: E402
 
-RELEASES = sorted(orbax_venvs.PINS)
+RELEASES = orbax_venvs.MATRIX
 
 READER = textwrap.dedent(
     """

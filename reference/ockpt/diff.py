@@ -151,6 +151,10 @@ def _compare_values(
     return count, size, biggest, first
 
 
+#: Sources whose leaves are keyed by key path, with empty containers and Nones in the tree.
+_TREES = frozenset({"orbax", "tree"})
+
+
 def diff(
     a: Source,
     b: Source,
@@ -163,7 +167,7 @@ def diff(
     """Compare two opened sources (see `sources.open_source`)."""
     from . import _progress
 
-    by_path = a.format == "orbax" and b.format == "orbax"
+    by_path = a.format in _TREES and b.format in _TREES
     ka, kb = _keyed(a, by_path, sep), _keyed(b, by_path, sep)
     report = DiffReport(a.path, b.path)
     out = report.differences

@@ -34,6 +34,7 @@ from .documents._json import parse_json
 from .errors import FormatError, NotACheckpointError, UnsupportedError
 from .limits import current as limits_in_force
 from .names import CHECKPOINT_METADATA_FILE
+from .paths import EmptyNode, flatten, leaf_name
 from .store import as_store
 from .store.files import open_regular, read_file
 
@@ -43,6 +44,7 @@ __all__ = [
     "Leaf",
     "Source",
     "OrbaxSource",
+    "TreeSource",
     "SafetensorsSource",
     "NpzSource",
     "open_source",
@@ -165,6 +167,49 @@ class OrbaxSource(Source):
 
     def close(self) -> None:
         self.ckpt.close()
+
+
+class TreeSource(Source):
+    """A pytree in memory (dicts, lists, tuples, NamedTuples; numpy or jax arrays, Python and
+    numpy scalars, strings, None, typed PRNG keys as their key data), keyed as `ockpt.save_pytree`
+    keys it (`paths.flatten`), so it compares with a checkpoint's tree by key path."""
+
+    format = "tree"
+    _EMPTY = {
+        EmptyNode.DICT: "dict",
+        EmptyNode.LIST: "list",
+        EmptyNode.TUPLE: "tuple",
+        EmptyNode.NAMED_TUPLE: "tuple",
+        EmptyNode.NONE: "None",
+    }
+
+    def __init__(self, tree: Any, *, path: str = "<tree>") -> None:
+        from ._jax import key_parts
+
+        self.path = path
+        self.leaves = []
+        self.empties = []
+        for keys, value in flatten(tree):
+            key = tuple(e.key for e in keys)
+            if isinstance(value, EmptyNode):
+                self.empties.append((key, self._EMPTY[value]))
+                continue
+            if isinstance(value, str):
+                self.leaves.append(Leaf(key, "string", ref=value))
+                continue
+            impl = None
+            typed_key = key_parts(value)
+            if typed_key is not None:
+                impl, value = typed_key
+            array = np.asarray(value)
+            if array.dtype == object:
+                raise TypeError(f"leaf {leaf_name(key)!r}: {type(value).__name__} is no array")
+            self.leaves.append(
+                Leaf(key, "array", array.shape, array.dtype, array, random_key_impl=impl)
+            )
+
+    def read(self, leaf: Leaf, index: Any = ...) -> Any:
+        return leaf.ref if leaf.kind == "string" else leaf.ref[index]
 
 
 def _split(name: str, sep: str) -> tuple[str, ...]:

@@ -1,31 +1,61 @@
-"""Virtual environments holding older Orbax releases, built from the package registries when
-missing and kept between runs, so the checks that those releases restore ockpt's output run on
-any machine (issue 21), not only where someone built the venvs by hand.
+"""Virtual environments holding real Orbax releases, built from the package registries when
+missing and kept between runs, so that a test can check that a given release restores a
+checkpoint (`ockpt.testing.assert_restorable`) on any machine with the registries.
 
 Where: ``$OCKPT_ORBAX_VENVS/orbax-<release>`` (default ``~/.cache/ockpt/orbax-venvs``). Pins:
-the table "Pins" of fixtures/README.md. A venv is built under a temporary name and renamed into
+`PINS` (the versions each release was observed with, as the table "Pins" of fixtures/README.md
+lists them); a release not in it gets ``orbax-checkpoint==<release>`` and whatever pip resolves
+with it, unless the caller gives pins. A venv is built under a temporary name and renamed into
 place when its imports work, under a file lock, so a killed or concurrent build never leaves a
 half-built venv that a later run would trust.
 
-Run as a script to build them ahead of the suite (`.ci/run` does):
-``python tests/orbax_venvs.py 0.10.3 0.11.28``.
+Run as a module to build them ahead of a test run (ockpt's `.ci/run` builds `MATRIX`):
+``python -m ockpt.testing.orbax_venvs 0.10.3 0.11.28``.
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+_NEW = ("numpy==2.4.6", "ml_dtypes==0.6.0")
 #: release -> the packages pinned with it (fixtures/README.md, "Pins").
 PINS: dict[str, tuple[str, ...]] = {
-    "0.10.3": ("jax==0.4.38", "jaxlib==0.4.38", "tensorstore==0.1.71"),
-    "0.11.28": ("jax==0.8.0", "jaxlib==0.8.0", "tensorstore==0.1.78"),
+    "0.3.5": (
+        "jax==0.4.13",
+        "jaxlib==0.4.13",
+        "tensorstore==0.1.41",
+        "numpy==1.26.4",
+        "ml_dtypes==0.2.0",
+    ),
+    "0.4.8": (
+        "jax==0.4.23",
+        "jaxlib==0.4.23",
+        "tensorstore==0.1.51",
+        "numpy==1.26.4",
+        "ml_dtypes==0.5.4",
+    ),
+    "0.5.15": (
+        "jax==0.4.30",
+        "jaxlib==0.4.30",
+        "tensorstore==0.1.63",
+        "numpy==1.26.4",
+        "ml_dtypes==0.4.0",
+    ),
+    "0.10.3": ("jax==0.4.38", "jaxlib==0.4.38", "tensorstore==0.1.71", *_NEW),
+    "0.11.1": ("jax==0.4.38", "jaxlib==0.4.38", "tensorstore==0.1.71", *_NEW),
+    "0.11.8": ("jax==0.5.0", "jaxlib==0.5.0", "tensorstore==0.1.71", *_NEW),
+    "0.11.9": ("jax==0.5.0", "jaxlib==0.5.0", "tensorstore==0.1.71", *_NEW),
+    "0.11.28": ("jax==0.8.0", "jaxlib==0.8.0", "tensorstore==0.1.78", *_NEW),
 }
-_COMMON = ("numpy==2.4.6", "ml_dtypes==0.6.0")
+#: The releases ockpt's own CI builds and checks its writer against (tests/test_writer_releases.py).
+MATRIX = ("0.10.3", "0.11.28")
 #: A generous bound on one build (downloads from the registry mirror included).
 BUILD_TIMEOUT_S = 900
 
@@ -53,24 +83,32 @@ def _works(python: Path) -> bool:
     return done.returncode == 0
 
 
-def release_python(release: str) -> Path:
-    """The python of a venv with orbax-checkpoint `release` and its pins, built if missing.
+def release_python(release: str, pins: tuple[str, ...] | None = None) -> Path:
+    """The python of a venv with orbax-checkpoint `release` and `pins` (default: its `PINS`,
+    or none for a release not listed), built if missing.
 
     Raises RuntimeError (with pip's output) when the build fails."""
+    if pins is None:
+        pins = PINS.get(release, ())
+    if not re.fullmatch(r"[0-9]+(\.[0-9]+)*([a-z0-9.+-]*)", release):
+        raise ValueError(f"not a release number: {release!r}")
     root = venvs_root()
-    final = root / f"orbax-{release}"
+    name = f"orbax-{release}"
+    if tuple(pins) != PINS.get(release, ()):  # other pins: a venv of their own
+        name += "-" + hashlib.sha256("\n".join(pins).encode()).hexdigest()[:8]
+    final = root / name
     python = final / "bin" / "python"
     if python.exists():
         return python
     root.mkdir(parents=True, exist_ok=True)
-    with open(root / f".orbax-{release}.lock", "w") as lock:
+    with open(root / f".{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be building the same venv
         if python.exists():
             return python
-        staging = root / f".orbax-{release}.building"
+        staging = root / f".{name}.building"
         shutil.rmtree(staging, ignore_errors=True)
         subprocess.run([sys.executable, "-m", "venv", str(staging)], check=True, timeout=300)
-        packages = (f"orbax-checkpoint=={release}", *PINS[release], *_COMMON)
+        packages = (f"orbax-checkpoint=={release}", *pins)
         pip = [str(staging / "bin" / "python"), "-m", "pip", "install", "--quiet", *packages]
         done = subprocess.run(
             pip, env=_clean_env(), capture_output=True, text=True, timeout=BUILD_TIMEOUT_S
@@ -86,5 +124,5 @@ def release_python(release: str) -> Path:
 
 
 if __name__ == "__main__":
-    for name in sys.argv[1:] or sorted(PINS):
+    for name in sys.argv[1:] or MATRIX:
         print(f"orbax-checkpoint {name}: {release_python(name)}", flush=True)
