@@ -698,6 +698,18 @@ def test_range_reads_at_every_boundary_of_a_deep_tree():
     assert [k for k, _ in db.entries(keys[-1] + b"\0")] == []
 
 
+def test_leaf_nodes_give_every_key_once_in_order():
+    """`leaf_nodes` (the one walk `pytree_metadata` reads every array's metadata key from) on
+    `deep_btree`: each leaf node once, in key order, with the prefix that makes its entries'
+    keys the full keys `entries` gives; the same entry objects."""
+    db = Database(_case("deep_btree"))
+    nodes = list(db.leaf_nodes())
+    assert len(nodes) > 1 and all(node.height == 0 for _, node in nodes)
+    walked = [(prefix + e.key, e) for prefix, node in nodes for e in node.entries]
+    assert [k for k, _ in walked] == db.list()
+    assert all(a is b for (_, a), (_, b) in zip(walked, db.entries(), strict=True))
+
+
 def test_reads_from_the_lowest_key(tmp_path):
     """With no `start`, `entries`, `items` and `list` begin at the empty key: keys below any
     letter (`\\x00`, digits, upper case) are listed, and the root's lower bound is the empty

@@ -255,3 +255,24 @@ def test_pytree_metadata_walks_the_btree_once(tmp_path, monkeypatch):
     looked_up.clear()
     assert ockpt.pytree_metadata(tmp_path / "c", backend="python") == each
     assert len(looked_up) == 300
+
+
+def test_walked_metadata_opens_an_array_per_metadata_document(tmp_path):
+    """The walked metadata store (`ArrayStore.metadata_store`) opens the first array of each
+    zarr metadata document and gives it for every array with the same document (their shape,
+    dtype, chunks, size and file are its); an absent array is the store's LOAD-040."""
+    import ockpt
+    from ockpt.errors import MissingDataError
+    from ockpt.reader.item import OpenedItem
+
+    tree = {f"p{i:03}": np.zeros((2,) if i % 2 else (3,), np.float32) for i in range(300)}
+    ockpt.save_pytree(tmp_path / "c", tree, layout="item")
+    with OpenedItem(tmp_path / "c", step=None, item=None, context=None, backend="python") as it:
+        quick = it.store.metadata_store(300)
+        odd, even = quick.open("p001"), quick.open("p000")
+        assert quick.open("p299") is odd and quick.open("p298") is even and odd is not even
+        assert (odd.shape, even.shape, odd.nbytes) == ((2,), (3,), 8)
+        assert odd.file == it.store.open("p003").file
+        with pytest.raises(MissingDataError, match="LOAD-040"):
+            quick.open("absent")
+        quick.close()
