@@ -276,3 +276,34 @@ def test_walked_metadata_opens_an_array_per_metadata_document(tmp_path):
         with pytest.raises(MissingDataError, match="LOAD-040"):
             quick.open("absent")
         quick.close()
+
+
+def test_pytree_metadata_leaves_no_cycle_holding_the_item(tmp_path, monkeypatch):
+    """`pytree_metadata` runs under one pause of the collector, and the item it opened (its
+    saved tree: a node and a leaf per saved leaf) is freed by reference counting when it
+    returns, so the collector's next run walks the result alone."""
+    import gc
+    import weakref
+
+    import ockpt
+    from ockpt.reader import metadata as reader_metadata
+
+    ockpt.save_pytree(tmp_path / "c", {"a": {"b": np.ones(2, np.float32)}}, layout="item")
+    opened = []
+    real = reader_metadata.OpenedItem
+
+    def tracked(*a, **kw):
+        item = real(*a, **kw)
+        opened.append(weakref.ref(item))
+        return item
+
+    monkeypatch.setattr(reader_metadata, "OpenedItem", tracked)
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        got = ockpt.pytree_metadata(tmp_path / "c", backend="python")
+        assert len(opened) == 1 and opened[0]() is None
+    finally:
+        if was:
+            gc.enable()
+    assert got["a"]["b"].shape == (2,)

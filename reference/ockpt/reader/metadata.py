@@ -151,16 +151,22 @@ def _build_metadata(item: OpenedItem, open_array: Callable[[str], Any]) -> Any:
     written = item.array_metadatas()
     key_impls = item.random_key_impls()
 
-    def build(node: Any) -> Any:
-        if isinstance(node, SavedLeaf):
-            return _leaf_metadata(item, node, open_array, shardings, written, key_impls)
-        if isinstance(node, Empty):
-            return EMPTY_VALUES[node.node]()
-        if node.kind is KeyType.SEQUENCE:
-            return [build(v) for _, v in ordered(node)]
-        return {k: build(v) for k, v in node.children.items()}
+    def leaf(node: SavedLeaf) -> LeafMetadata:
+        return _leaf_metadata(item, node, open_array, shardings, written, key_impls)
 
-    return build(item.tree)
+    return _built(item.tree, leaf)
+
+
+def _built(node: Any, leaf: Callable[[SavedLeaf], LeafMetadata]) -> Any:
+    """The saved tree `node` with ``leaf(l)`` for each leaf `l` (a module function, not a
+    closure that calls itself: that cycle kept the item alive until the collector ran)."""
+    if isinstance(node, SavedLeaf):
+        return leaf(node)
+    if isinstance(node, Empty):
+        return EMPTY_VALUES[node.node]()
+    if node.kind is KeyType.SEQUENCE:
+        return [_built(v, leaf) for _, v in ordered(node)]
+    return {k: _built(v, leaf) for k, v in node.children.items()}
 
 
 def pytree_metadata(
@@ -179,6 +185,21 @@ def pytree_metadata(
     sequence nodes as lists, empty nodes as empty containers / None. `limits` replaces the
     default `ockpt.limits.LIMITS` on what the checkpoint's files may declare.
     """
+    # one pause of the collector for the item and the result: the item (its saved tree, a
+    # node and a leaf per saved leaf) is gone before the collector next runs, which then
+    # walks the result alone
+    with _gc.paused():
+        return _opened_metadata(path, step, item, context, backend, limits)
+
+
+def _opened_metadata(
+    path: Any,
+    step: int | None,
+    item: str | None,
+    context: Any,
+    backend: str,
+    limits: Limits | None,
+) -> Any:
     opened = OpenedItem(path, step=step, item=item, context=context, backend=backend, limits=limits)
     with opened:
         return metadata_tree(opened)
