@@ -270,6 +270,7 @@ def test_command_arguments_never_reach_a_shell(tmp_path):
 # -- ockpt through the command adapter scores as the Python adapter ---------------------------
 
 
+@pytest.mark.slow  # the slow matrix: the whole suite through a subprocess per case
 def test_ockpt_through_the_command_adapter_scores_like_the_python_adapter(tmp_path):
     spec = f"cmd({_ockpt_caps(tmp_path)}):{OCKPT_TEMPLATE}"
     groups = ["fixtures", "bad_corpus", "databases"]

@@ -283,6 +283,7 @@ def test_commas_inside_strings_do_not_count(monkeypatch):
         _json.parse_json(text, file="s")
 
 
+@pytest.mark.slow  # the slow matrix: a 34M-value document
 def test_wide_metadata_bomb_is_refused_in_bounded_memory(tmp_path):
     """The issue's document: 240 MB of ``[],`` (80M empty lists) in an unknown member of a real
     checkpoint's `_METADATA`, default limits. It took 84 s and 6.3 GB, then succeeded; now every

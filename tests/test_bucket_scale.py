@@ -21,9 +21,12 @@ import pytest
 from conftest import HAVE_TENSORSTORE
 from object_stores import child_env
 
-pytestmark = pytest.mark.skipif(
-    not HAVE_TENSORSTORE, reason="needs tensorstore: OCKPT_BLOCK_TENSORSTORE is set"
-)
+pytestmark = [
+    pytest.mark.slow,  # the slow matrix: 2 GiB through two emulated buckets
+    pytest.mark.skipif(
+        not HAVE_TENSORSTORE, reason="needs tensorstore: OCKPT_BLOCK_TENSORSTORE is set"
+    ),
+]
 
 LEAVES = 8
 LEAF_MIB = 256  # 8 x 256 MiB = 2 GiB

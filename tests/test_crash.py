@@ -124,6 +124,7 @@ def killed_at_each(points: Iterable[int], run: Callable[[int], T]) -> Iterator[T
         yield from pool.map(run, points)
 
 
+@pytest.mark.slow  # the slow matrix: a save killed at each of its events
 @pytest.mark.parametrize("ocdbt", ["1", "0"], ids=["ocdbt", "per_leaf"])
 def test_manager_save_killed_at_every_event(tmp_path, ocdbt):
     """SIGKILL before each event of a manager save that also deletes the oldest step (every
@@ -300,6 +301,7 @@ print(json.dumps({"loads": loads}))
 """
 
 
+@pytest.mark.slow  # the slow matrix: a concurrency trial
 def test_reader_lists_only_committed_steps_during_writes(tmp_path):
     root = tmp_path / "root"
     _events(root, 0, 3)
@@ -386,6 +388,7 @@ def test_disk_full_tmpfs(tmp_path):
 OLD, NEW, NEXT = 1, 2, 3
 
 
+@pytest.mark.slow  # the slow matrix: a save killed at each of its events
 @pytest.mark.parametrize("exchange", [True, False], ids=["exchange", "rename_fallback"])
 def test_overwrite_killed_at_every_event(tmp_path, monkeypatch, exchange):
     """SIGKILL before each event of ``save_pytree(path, new, overwrite=True)`` over an old

@@ -34,9 +34,12 @@ from ockpt import validate
 #: gs:// URLs are opened by tensorstore: without it (the suite run with OCKPT_BLOCK_TENSORSTORE,
 #: or ockpt installed without its `tensorstore` extra) they are refused, which
 #: tests/test_no_tensorstore.py checks.
-pytestmark = pytest.mark.skipif(
-    not HAVE_TENSORSTORE, reason="needs tensorstore: OCKPT_BLOCK_TENSORSTORE is set"
-)
+pytestmark = [
+    pytest.mark.slow,  # the slow matrix: a GCS emulator (fake-gcs-server) per module
+    pytest.mark.skipif(
+        not HAVE_TENSORSTORE, reason="needs tensorstore: OCKPT_BLOCK_TENSORSTORE is set"
+    ),
+]
 
 CASES = FIXTURES / "orbax-0.12.8"
 MANAGER = CASES / "manager" / "checkpoint"

@@ -167,6 +167,7 @@ def test_declared_sizes_drive_no_work(tmp_path, shape_0, chunk_0, rule, refusing
             assert got["outcome"] == "refused" and got["rule"] == rule, where
 
 
+@pytest.mark.slow  # the slow matrix: a 4 GiB chunk
 def test_a_4gib_chunk_within_the_limits(tmp_path):
     """One 4 GiB chunk, within every limit of the format, in a process that may use 4 GiB
     (issue 17): the loads refuse before allocating (LIMIT-006); the deep validator checks it
@@ -223,7 +224,16 @@ WIDE = {
 }
 
 
-@pytest.mark.parametrize(("case", "name", "rule"), list(WIDE), ids=lambda x: getattr(x, "name", x))
+#: The 34M-value JSON documents take a minute each on 2 cores: the slow matrix (the msgpack
+#: one, and tests/test_bombs.py's bracket bomb, keep JSON breadth in the default run).
+_WIDE_PARAMS = [
+    pytest.param(*key, marks=pytest.mark.slow) if key[2] == "JSON-003" else key for key in WIDE
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "name", "rule"), _WIDE_PARAMS, ids=lambda x: getattr(x, "name", x)
+)
 def test_every_entry_point_refuses_a_wide_document(tmp_path, case, name, rule):
     """A document of more values than a reader builds (the breadth bomb, issue 32): every entry
     point that parses it refuses with its rule, within the time and memory bounds."""
@@ -339,6 +349,7 @@ def test_a_grid_of_2_24_chunks_none_stored(tmp_path):
             assert results[entry]["outcome"] == "ok", f"{entry}: {results[entry]}"
 
 
+@pytest.mark.slow  # the slow matrix: 100,000 step directories
 def test_a_manager_root_of_100_000_steps(tmp_path):
     """A manager root with 100,000 step directories (issue 32 item 6): every entry point
     answers within the bounds, the latest step being the one real checkpoint."""

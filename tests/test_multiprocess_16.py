@@ -22,6 +22,8 @@ import ockpt  # noqa: E402
 from ockpt.ocdbt.format import IndirectDataReference  # noqa: E402
 from ockpt.ocdbt.tree import Database  # noqa: E402
 
+pytestmark = pytest.mark.slow  # the slow matrix: 16 JAX processes
+
 ROOT = Path(__file__).resolve().parents[1]
 PROCESSES = 16
 LEAVES = 3

@@ -156,6 +156,7 @@ def _release(release: str) -> None:
         pytest.skip(str(e))
 
 
+@pytest.mark.slow  # the slow matrix: real Orbax releases in their venvs
 @pytest.mark.parametrize("release", orbax_venvs.MATRIX)
 def test_restorable_by_each_release(tmp_path: Path, release: str) -> None:
     pytest.importorskip("jax")
@@ -174,6 +175,7 @@ def test_restorable_by_each_release(tmp_path: Path, release: str) -> None:
         assert_restorable(tmp_path / "item", orbax=release, expected=wrong)
 
 
+@pytest.mark.slow  # the slow matrix: real Orbax releases in their venvs
 def test_not_restorable_names_the_release_and_orbax_error(tmp_path: Path) -> None:
     """A checkpoint Orbax 0.10.3 cannot read (an OCDBT manifest with a bad magic number):
     the assertion fails with the release and Orbax's own error."""
@@ -240,6 +242,7 @@ def _readme_example() -> tuple[str, str]:
     return yaml, python
 
 
+@pytest.mark.slow  # the slow matrix: real Orbax releases in their venvs
 def test_readme_ci_example_runs_verbatim(tmp_path: Path) -> None:
     """The job's pytest file, in a project of its own: the first run records the format, the
     next passes, and a format that differs from the committed one fails naming the change."""

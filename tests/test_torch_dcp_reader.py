@@ -206,7 +206,10 @@ def _torchrun(nproc: int, out: Path) -> list[dict]:
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(nproc)]
 
 
-@pytest.mark.parametrize("nproc", [2, 4])
+@pytest.mark.parametrize(
+    "nproc",
+    [2, pytest.param(4, marks=pytest.mark.slow)],  # 2 ranks keep LOAD-063 in the default
+)
 def test_load_063_each_rank_reads_only_its_chunks(nproc, tmp_path):
     """Under torchrun (gloo, CPU) each rank fills DTensors (Shard(0), Shard(1), replicated; a
     (2, 2) mesh for 4 ranks) and a plain tensor; its local shards equal the matching slices of
@@ -245,6 +248,7 @@ def test_conformance_row_reads_every_fixture_through_dcp():
     }
 
 
+@pytest.mark.slow  # the slow matrix: torchrun
 def test_readme_torchrun_example():
     """The README's torchrun example runs as written: each of its 2 ranks holds its half of the
     rows of ``layer_0.kernel``, whose values Orbax saved."""

@@ -80,6 +80,7 @@ def _check(got: dict) -> None:
         assert flat[name] == want, name
 
 
+@pytest.mark.slow  # the slow matrix: torchrun
 @pytest.mark.parametrize("layout", ["v1", "item", "auto"])
 def test_ockpt_reads_the_dcp_save(saved, layout):
     _, out = saved
@@ -95,6 +96,7 @@ def _orbax():
     return ocp, jax
 
 
+@pytest.mark.slow  # the slow matrix: torchrun
 def test_orbax_restores_item_as_numpy(saved):
     ocp, jax = _orbax()
     _, out = saved
@@ -112,6 +114,7 @@ def test_orbax_restores_item_as_numpy(saved):
     _check(got)
 
 
+@pytest.mark.slow  # the slow matrix: torchrun
 def test_orbax_restores_v1_with_target_sharding(saved):
     """Restored onto this process's one device: the saved grid (devices = ranks) is only
     informative; a target sharding is what Orbax places the arrays by."""
@@ -136,6 +139,7 @@ def _sharding(item: Path) -> dict[str, dict]:
     return {base64.urlsafe_b64decode(k).decode(): json.loads(v) for k, v in doc.items()}
 
 
+@pytest.mark.slow  # the slow matrix: torchrun
 def test_multiprocess_layout(saved):
     """WRITE-030 (replicas written once), WRITE-031 (zarr metadata by rank 0), WRITE-022 (one
     array_metadatas file per rank), and the saved grid of each tensor's shards."""
@@ -173,6 +177,7 @@ def test_multiprocess_layout(saved):
         assert not [k for k in sub.list().result() if k.endswith(b".zarray")]
 
 
+@pytest.mark.slow  # the slow matrix: torchrun
 def test_failed_rank_commits_nothing(tmp_path):
     """WRITE-032: rank 1 fails while writing an overwrite of a committed checkpoint; every
     rank raises, the old checkpoint is untouched and no temporary directory is left. A value

@@ -19,6 +19,8 @@ import pytest
 import _training_run as tr  # noqa: E402  (tests/ is on sys.path under pytest)
 import ockpt  # noqa: E402
 
+pytestmark = pytest.mark.slow  # the slow matrix: a real training run with flax and optax
+
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:

@@ -24,6 +24,8 @@ from ockpt.manager import CheckpointManager  # noqa: E402
 from ockpt.testing import orbax_venvs  # noqa: E402
 from ockpt.writer import save_pytree  # noqa: E402
 
+pytestmark = pytest.mark.slow  # the slow matrix: old Orbax releases in their venvs
+
 RELEASES = orbax_venvs.MATRIX
 
 READER = textwrap.dedent(

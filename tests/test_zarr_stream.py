@@ -141,6 +141,7 @@ def test_streamed_check_agrees_with_decoding(content, names, damage, where, extr
     assert got in ("declined", _outcome(in_memory)), (names, damage)
 
 
+@pytest.mark.slow  # the slow matrix: a 4 GiB chunk
 def test_a_4gib_chunk_is_checked_in_little_memory():
     """One zstd frame of 4 GiB of zeros (32 KiB a GiB): checked in tens of MiB, whatever the
     ratio (a KiB fed at a time decodes to at most 32 MiB, held once more as the stage's

@@ -17,6 +17,8 @@ from conftest import HAVE_TENSORSTORE
 from object_stores import ockpt
 from ockpt.store import deadline
 
+pytestmark = pytest.mark.slow  # the slow matrix: servers that never answer, each waited out
+
 MODES = ("silent", "drip", "endless")
 
 
