@@ -1,11 +1,12 @@
 """`assert_restorable`: a real Orbax release restores a checkpoint, to the values expected.
 
 The release runs in its own venv (`orbax_venvs`), in a subprocess that restores the pytree item
-with ``PyTreeCheckpointer().restore`` (what every release since 0.1 offers) on 8 fake CPU
-devices and prints, per leaf, its dtype, shape and a SHA-256 of its bytes (scalars and strings
-by value). The same digest of the expected tree (default: what `ockpt.load_pytree` reads) must
-match leaf for leaf. Empty containers and Nones are not compared: releases restore them
-differently (spec/history.md).
+with ``PyTreeCheckpointer().restore``, every array as numpy (so the devices that saved it do not
+matter: a release that cannot read a saved sharding still restores the values), and prints,
+per leaf, its dtype, shape and a SHA-256 of its bytes (scalars and strings by value). The same
+digest of the expected tree (default: what `ockpt.load_pytree` reads) must match leaf for leaf.
+Empty containers and Nones are not compared: releases restore them differently
+(spec/history.md).
 """
 
 from __future__ import annotations
@@ -21,17 +22,24 @@ import numpy as np
 from .._jax import key_parts
 from ..layout import resolve
 from ..paths import EmptyNode, flatten, leaf_name
-from . import orbax_venvs
 
 __all__ = ["assert_restorable", "digest"]
 
-#: What the release's python runs: restore, then one JSON line of digests by key texts.
+#: What the release's python runs: restore every array as numpy (so the devices that saved it do
+#: not matter) by the tree's structure given on stdin, then one JSON line of digests by key texts.
 _RESTORE = r"""
 import hashlib, json, os, sys
 os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
 os.environ["JAX_PLATFORMS"] = "cpu"
 import numpy as np, jax
 import orbax.checkpoint as ocp
+
+def restore_args(shape):
+    if isinstance(shape, dict):
+        return {k: restore_args(v) for k, v in shape.items()}
+    if isinstance(shape, list):
+        return [restore_args(v) for v in shape]
+    return ocp.RestoreArgs(restore_type=np.ndarray) if shape == "array" else ocp.RestoreArgs()
 
 def text(k):
     for name in ("key", "idx", "name"):
@@ -51,11 +59,28 @@ def digest(x):
     return {"dtype": a.dtype.name, "shape": list(a.shape),
             "sha256": hashlib.sha256(a.tobytes()).hexdigest()}
 
-tree = ocp.PyTreeCheckpointer().restore(sys.argv[1])
+args = ocp.args.PyTreeRestore(restore_args=restore_args(json.loads(sys.stdin.read())))
+tree = ocp.PyTreeCheckpointer().restore(sys.argv[1], args=args)
 leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
 out = {json.dumps([text(k) for k in path]): digest(x) for path, x in leaves if x is not None}
 print("DIGESTS " + json.dumps(out, sort_keys=True))
 """
+
+
+#: `LeafMetadata.value_type`s of arrays (`_METADATA`'s, and a msgpack-era array).
+_ARRAY_TYPES = frozenset({"jax.Array", "np.ndarray", "array"})
+
+
+def _structure(node: Any) -> Any:
+    """The saved tree's shape for the restoring subprocess: its dicts and lists, each leaf
+    ``"array"`` (restored as numpy) or ``"other"`` (strings, scalars: as saved), None kept."""
+    if isinstance(node, dict):
+        return {k: _structure(v) for k, v in node.items()}
+    if isinstance(node, (list, tuple)):
+        return [_structure(v) for v in node]
+    if node is None:
+        return None
+    return "array" if node.value_type in _ARRAY_TYPES else "other"
 
 
 def digest(value: Any) -> dict[str, Any]:
@@ -96,7 +121,8 @@ def assert_restorable(
     at `path` (an item, v1 checkpoint, step or manager root: its latest committed step) to
     `expected` (default: what `ockpt.load_pytree` reads), leaf for leaf. The release's venv is
     built on first use with `pins` (default `orbax_venvs.PINS`); RuntimeError if that fails."""
-    from ..reader import load_pytree
+    from ..reader import load_pytree, pytree_metadata
+    from . import orbax_venvs  # not at import: `python -m ockpt.testing.orbax_venvs` runs it
 
     item = resolve(path).pytree
     shown = item.path
@@ -105,9 +131,11 @@ def assert_restorable(
     local = item.location.os_path()
     if local is None:
         raise ValueError(f"assert_restorable needs a local checkpoint, not {shown}")
+    structure = json.dumps(_structure(pytree_metadata(local)))
     try:
         done = subprocess.run(
             [str(python), "-c", _RESTORE, local],
+            input=structure,
             env=env,
             capture_output=True,
             text=True,
