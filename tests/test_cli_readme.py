@@ -136,6 +136,15 @@ def check_diff_format(out: str, args: list[str]) -> None:
     assert out.splitlines()[-1].endswith("format differences"), out
 
 
+def check_compat(out: str, args: list[str]) -> None:
+    """An OCDBT item without the msgpack file: Orbax 0.5.16 or later, as --require-orbax 0.10.3
+    agrees (exit 0); each feature on a line of its own."""
+    lines = out.splitlines()
+    assert lines[0].endswith("restorable by Orbax >= 0.5.16"), out
+    assert any(line.strip().startswith("no_msgpack:") for line in lines), out
+    assert any(line.strip().startswith("ocdbt_per_process:") for line in lines), out
+
+
 #: what each command must print (its standard output) and write, given its arguments, and its
 #: exit status, by the command's name (``diff --format`` apart from ``diff``)
 CHECKS: dict[str, tuple[Callable[[str, list[str]], None], int]] = {
@@ -145,6 +154,7 @@ CHECKS: dict[str, tuple[Callable[[str, list[str]], None], int]] = {
     "convert": (check_convert, 0),
     "diff": (check_diff, 0),
     "fingerprint": (check_fingerprint, 0),
+    "compat": (check_compat, 0),
     "diff --format": (check_diff_format, 1),  # the two fixtures' formats differ
     "cp": (check_cp, 0),
 }

@@ -8,6 +8,7 @@ pay for them.
 from typing import TYPE_CHECKING, Any
 
 from .checkpointables import load_checkpointables
+from .compatibility import CompatReport, compat
 from .documents import (
     ArrayMetadatas,
     CheckpointMetadata,
@@ -79,6 +80,8 @@ __all__ = [
     "CheckpointManager",
     "detect",
     "fingerprint",
+    "compat",
+    "CompatReport",
     "Kind",
     "Layout",
     "MetadataDocument",

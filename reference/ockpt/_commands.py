@@ -1,8 +1,9 @@
-"""The data commands of ``ockpt``: inspect, ls, cat, diff, fingerprint, convert, cp.
+"""The data commands of ``ockpt``: inspect, ls, cat, diff, fingerprint, compat, convert, cp.
 
 Each command parses its arguments here and calls one module (`inspection`, `listing`, `diff`,
-`fingerprints`, `convert`, `transfer`). Exit status: 0 success (diff: no differences), 1 a
-checkpoint or format problem (diff: differences found), 2 a usage or I/O error.
+`fingerprints`, `compatibility`, `convert`, `transfer`). Exit status: 0 success (diff: no
+differences; compat: readable by --require-orbax), 1 a checkpoint or format problem (diff:
+differences found; compat: not readable), 2 a usage or I/O error.
 """
 
 from __future__ import annotations
@@ -181,6 +182,27 @@ def _cmd_fingerprint(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text)
     return EXIT_OK
+
+
+@_guard
+def _cmd_compat(args: argparse.Namespace) -> int:
+    from .compatibility import compat, version_key
+
+    if args.require_orbax is not None:
+        version_key(args.require_orbax)  # a usage error (ValueError) unless a release number
+    report = compat(args.path)
+    if args.json:
+        _dump(report.to_json())
+    else:
+        for line in report.format_text().splitlines():
+            print(printable(line))
+    if args.require_orbax is None or report.readable_by(args.require_orbax):
+        return EXIT_OK
+    print(
+        f"ockpt compat: Orbax {args.require_orbax} cannot restore {printable(args.path)}",
+        file=sys.stderr,
+    )
+    return EXIT_INVALID
 
 
 def _format_diff(args: argparse.Namespace) -> int:
@@ -419,6 +441,20 @@ def add_parsers(sub: Any) -> None:
         "that `ockpt fingerprint` wrote",
     )
     p.set_defaults(func=_cmd_diff)
+
+    p = sub.add_parser(
+        "compat",
+        help="the format features a checkpoint uses, and the oldest Orbax release that reads it",
+        description="List the format features of a checkpoint (layout, OCDBT, per-process "
+        "databases, zarr 2/3, string leaves, typed PRNG keys, element types, ...), each dated by "
+        "the Orbax release that first restores it, and from them the oldest (and, where a "
+        "feature was dropped, the newest) release that restores the checkpoint. Exit 1 with "
+        "--require-orbax when that release cannot.",
+    )
+    p.add_argument("path", help=PATH_HELP)
+    p.add_argument("--require-orbax", metavar="VERSION", help="exit 1 unless VERSION restores it")
+    p.add_argument("--json", action="store_true", help=JSON_HELP)
+    p.set_defaults(func=_cmd_compat)
 
     p = sub.add_parser(
         "fingerprint",

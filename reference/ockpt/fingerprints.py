@@ -214,6 +214,11 @@ _DOCUMENTS = frozenset(
 )
 
 
+#: Names kept in a leaf's directory: its zarr documents, and the `_strings.json` that releases
+#: up to 0.3.5 put in the first string leaf's directory (spec/json-documents.md §7.1).
+_LEAF_DOCUMENTS = ZARR_DOCUMENTS | {STRINGS_FILE}
+
+
 def _item_own(rel: str) -> bool:
     """Whether `rel` is one of a pytree item's own names (not under a leaf's directory)."""
     top = rel.split("/", 1)[0]
@@ -231,7 +236,7 @@ def _normalize(rel: str, is_dir: bool, *, leaves: bool) -> str:
         if len(parts) == 1:
             parts = ["<leaf>"]
         else:
-            last = parts[-1] if parts[-1] in ZARR_DOCUMENTS else "<chunk>"
+            last = parts[-1] if parts[-1] in _LEAF_DOCUMENTS else "<chunk>"
             parts = ["<leaf>", last] if not is_dir else ["<leaf>", "<dir>"]
     return "/".join(parts) + ("/" if is_dir else "")
 
