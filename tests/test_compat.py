@@ -20,9 +20,8 @@ from ockpt.layout import resolve
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures"
-#: Releases whose restores check compat's dates: their venvs (`ockpt.testing.orbax_venvs`, built
-#: on first use) and the Orbax this suite runs in its own environment.
-VENV_RELEASES = ("0.3.5", "0.4.8", "0.5.15", "0.10.3", "0.11.28")
+#: The Orbax this suite runs in its own environment; with the venvs of `orbax_venvs.COMPAT`
+#: (built on first use), the releases whose restores check compat's dates.
 SUITE_RELEASE = "0.12.8"
 
 
@@ -146,7 +145,7 @@ def restored(cases: dict[str, Path]) -> dict[str, dict[str, bool]]:
     assert ocp.__version__ == SUITE_RELEASE
     items = {name: resolve(path).pytree.location.os_path() for name, path in cases.items()}
     out = {}
-    for release in (*VENV_RELEASES, SUITE_RELEASE):
+    for release in (*orbax_venvs.COMPAT, SUITE_RELEASE):
         python = sys.executable if release == SUITE_RELEASE else None
         if python is None:
             try:

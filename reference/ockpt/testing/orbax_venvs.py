@@ -9,7 +9,8 @@ with it, unless the caller gives pins. A venv is built under a temporary name an
 place when its imports work, under a file lock, so a killed or concurrent build never leaves a
 half-built venv that a later run would trust.
 
-Run as a module to build them ahead of a test run (ockpt's `.ci/run` builds `MATRIX`):
+Run as a module to build them ahead of a test run (ockpt's `.ci/run` builds `MATRIX` and
+`COMPAT`):
 ``python -m ockpt.testing.orbax_venvs 0.10.3 0.11.28``.
 """
 
@@ -54,8 +55,10 @@ PINS: dict[str, tuple[str, ...]] = {
     "0.11.9": ("jax==0.5.0", "jaxlib==0.5.0", "tensorstore==0.1.71", *_NEW),
     "0.11.28": ("jax==0.8.0", "jaxlib==0.8.0", "tensorstore==0.1.78", *_NEW),
 }
-#: The releases ockpt's own CI builds and checks its writer against (tests/test_writer_releases.py).
+#: The releases that restore ockpt's output, checked in ockpt's CI (tests/test_writer_releases.py).
 MATRIX = ("0.10.3", "0.11.28")
+#: The releases that check `ockpt compat`'s dates in ockpt's CI (tests/test_compat.py).
+COMPAT = ("0.3.5", "0.4.8", "0.5.15", "0.10.3", "0.11.28")
 #: A generous bound on one build (downloads from the registry mirror included).
 BUILD_TIMEOUT_S = 900
 
@@ -124,5 +127,5 @@ def release_python(release: str, pins: tuple[str, ...] | None = None) -> Path:
 
 
 if __name__ == "__main__":
-    for name in sys.argv[1:] or MATRIX:
+    for name in sys.argv[1:] or sorted(set(MATRIX) | set(COMPAT)):
         print(f"orbax-checkpoint {name}: {release_python(name)}", flush=True)
