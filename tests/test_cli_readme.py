@@ -137,10 +137,10 @@ def check_diff_format(out: str, args: list[str]) -> None:
 
 
 def check_compat(out: str, args: list[str]) -> None:
-    """An OCDBT item without the msgpack file: Orbax 0.5.16 or later, as --require-orbax 0.10.3
+    """An OCDBT item without the msgpack file: Orbax 0.5.21 or later, as --require-orbax 0.10.3
     agrees (exit 0); each feature on a line of its own."""
     lines = out.splitlines()
-    assert lines[0].endswith("restorable by Orbax >= 0.5.16"), out
+    assert lines[0].endswith("restorable by Orbax >= 0.5.21"), out
     assert any(line.strip().startswith("no_msgpack:") for line in lines), out
     assert any(line.strip().startswith("ocdbt_per_process:") for line in lines), out
 

@@ -40,7 +40,7 @@ def _names(report: ockpt.CompatReport, *, required: bool | None = None) -> set[s
 
 
 def test_features_of_each_save_option(tmp_path: Path) -> None:
-    tree = {"w": np.ones((2, 3), np.float32), "s": "text"}
+    tree = {"w": np.ones((2, 3), np.float32), "cfg": {"s": "text"}}  # a nested string leaf
     saves = {
         "ocdbt": dict(layout="item"),
         "per_leaf": dict(layout="item", use_ocdbt=False),
@@ -58,18 +58,24 @@ def test_features_of_each_save_option(tmp_path: Path) -> None:
     assert "zarr3" in _names(reports["zarr3"], required=True)
     assert {"v1_checkpoint", "v1_state"} <= _names(reports["v1"], required=False)
     for report in reports.values():
-        assert report.oldest_orbax == "0.5.16" and report.newest_orbax is None
-        assert report.readable_by("0.10.3") and not report.readable_by("0.5.15")
+        assert report.oldest_orbax == "0.5.21" and report.newest_orbax is None
+        assert report.readable_by("0.10.3") and not report.readable_by("0.5.20")
 
 
-def test_element_types_date_by_the_tensorstore_that_opens_them(tmp_path: Path) -> None:
+def test_element_types_need_a_tensorstore_not_a_release(tmp_path: Path) -> None:
     ockpt.save_pytree(tmp_path / "i2", {"x": np.zeros(4, ml_dtypes.int2)}, layout="item")
     ockpt.save_pytree(tmp_path / "f4", {"x": np.zeros(4, ml_dtypes.float4_e2m1fn)}, layout="item")
-    assert compat(tmp_path / "i2").oldest_orbax == "0.11.28"
+    assert compat(tmp_path / "i2").oldest_tensorstore == "0.1.78"
     report = compat(tmp_path / "f4")
-    assert report.oldest_orbax == "0.12.8"
+    assert (report.oldest_orbax, report.oldest_tensorstore) == ("0.5.21", "0.1.86")
+    assert report.readable_by("0.10.3") and report.readable_by("0.10.3", "0.1.86")
+    assert not report.readable_by("0.12.8", "0.1.78")
     (feature,) = [f for f in report.features if f.name == "dtype_float4_e2m1fn"]
-    assert "0.11.28 (tensorstore 0.1.78) cannot open it" in feature.source
+    assert "tensorstore 0.1.78 cannot open them" in feature.source
+    run = _cli(
+        "compat", str(tmp_path / "f4"), "--require-orbax", "0.12.8", "--tensorstore", "0.1.78"
+    )
+    assert run.returncode == 1 and "with tensorstore 0.1.78 cannot restore" in run.stderr
 
 
 def test_typed_keys_are_informative(tmp_path: Path) -> None:
@@ -77,7 +83,7 @@ def test_typed_keys_are_informative(tmp_path: Path) -> None:
     ockpt.save_pytree(tmp_path / "k", {"k": jax.random.key(0)}, layout="item")
     report = compat(tmp_path / "k")
     assert "typed_prng_keys" in _names(report, required=False)
-    assert report.spec_version == "1.1.0" and report.oldest_orbax == "0.5.16"
+    assert report.spec_version == "1.1.0" and report.oldest_orbax == "0.5.21"
 
 
 def test_the_flat_strings_form_has_a_newest_release() -> None:
@@ -91,16 +97,16 @@ def test_cli_json_and_require_orbax() -> None:
     run = _cli("compat", path, "--json")
     assert run.returncode == 0, run.stderr
     report = json.loads(run.stdout)
-    assert {"features", "oldest_orbax", "spec_version"} <= set(report)
-    assert report["oldest_orbax"] == "0.5.16" and isinstance(report["spec_version"], str)
+    assert {"features", "oldest_orbax", "oldest_tensorstore", "spec_version"} <= set(report)
+    assert report["oldest_orbax"] == "0.5.21" and isinstance(report["spec_version"], str)
     assert all({"name", "orbax", "source", "required"} <= set(f) for f in report["features"])
     assert _cli("compat", path, "--require-orbax", "0.10.3").returncode == 0
-    older = _cli("compat", path, "--require-orbax", "0.5.15")
-    assert older.returncode == 1 and "Orbax 0.5.15 cannot restore" in older.stderr
+    older = _cli("compat", path, "--require-orbax", "0.5.20")
+    assert older.returncode == 1 and "Orbax 0.5.20 cannot restore" in older.stderr
     bad = _cli("compat", path, "--require-orbax", "latest")
     assert bad.returncode == 2 and "not a release number" in bad.stderr
     text = _cli("compat", path)
-    assert text.stdout.splitlines()[0].endswith("restorable by Orbax >= 0.5.16")
+    assert text.stdout.splitlines()[0].endswith("restorable by Orbax >= 0.5.21")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -133,10 +139,24 @@ def cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return found
 
 
+#: Extra installs: (Orbax release, its pins): Orbax 0.10.3 with tensorstore 0.1.86, which opens
+#: the element types the tensorstore pinned with 0.10.3 cannot.
+NEWER_TENSORSTORE = (
+    "0.10.3",
+    ("jax==0.4.38", "jaxlib==0.4.38", "tensorstore==0.1.86", "numpy==2.4.6", "ml_dtypes==0.6.0"),
+)
+
+
+def _tensorstore(pins: tuple[str, ...]) -> str:
+    (version,) = [p.split("==")[1] for p in pins if p.startswith("tensorstore==")]
+    return version
+
+
 @pytest.fixture(scope="module")
-def restored(cases: dict[str, Path]) -> dict[str, dict[str, bool]]:
-    """Whether each release restores each case: release -> case -> restored."""
+def restored(cases: dict[str, Path]) -> dict[tuple[str, str], dict[str, bool]]:
+    """Whether each install restores each case: (Orbax release, tensorstore) -> case -> bool."""
     import os
+    from importlib.metadata import version
 
     from ockpt.testing import orbax_venvs
     from ockpt.testing.releases import restore
@@ -144,52 +164,67 @@ def restored(cases: dict[str, Path]) -> dict[str, dict[str, bool]]:
     ocp = pytest.importorskip("orbax.checkpoint")
     assert ocp.__version__ == SUITE_RELEASE
     items = {name: resolve(path).pytree.location.os_path() for name, path in cases.items()}
+    installs = [(r, orbax_venvs.PINS[r], None) for r in orbax_venvs.COMPAT]
+    installs.append((*NEWER_TENSORSTORE, None))
+    suite_pins = (f"tensorstore=={version('tensorstore')}",)
+    installs.append((SUITE_RELEASE, suite_pins, sys.executable))
     out = {}
-    for release in (*orbax_venvs.COMPAT, SUITE_RELEASE):
-        python = sys.executable if release == SUITE_RELEASE else None
+    for release, pins, python in installs:
         if python is None:
             try:
-                orbax_venvs.release_python(release)
+                orbax_venvs.release_python(release, pins)
             except RuntimeError as e:
                 if os.environ.get("CI"):
                     raise
                 pytest.skip(str(e))
-        results = restore(list(cases.values()), orbax=release, python=python, timeout=1800)
-        out[release] = {name: "digests" in results[item] for name, item in items.items()}
+        results = restore(
+            list(cases.values()), orbax=release, pins=pins, python=python, timeout=1800
+        )
+        key = (release, _tensorstore(pins))
+        out[key] = {name: "digests" in results[item] for name, item in items.items()}
     return out
 
 
-@pytest.mark.slow  # the slow matrix: every fixture restored by six Orbax releases
+@pytest.mark.slow  # the slow matrix: every fixture restored by a dozen installs of Orbax
 def test_compat_dates_match_real_restores(
-    cases: dict[str, Path], restored: dict[str, dict[str, bool]]
+    cases: dict[str, Path], restored: dict[tuple[str, str], dict[str, bool]]
 ) -> None:
-    """For every case: the first release of the matrix at or after the predicted oldest restores
-    it and the last one before does not; where a newest release is predicted, the same at that
-    end. The predictions span the matrix (no vacuous pass)."""
-    releases = sorted(restored, key=version_key)
-    wrong, oldest_seen = [], set()
+    """For every case, at each end of what `compat` predicts: the oldest install of the matrix
+    it admits restores the case, and the newest release before its oldest (installed with a
+    tensorstore new enough) does not; past a predicted newest release, the next one does not;
+    and an install whose tensorstore is older than it needs does not. The predictions span
+    the matrix (no vacuous pass)."""
+    installs = sorted(restored, key=lambda k: (version_key(k[0]), version_key(k[1])))
+    wrong, seen = [], set()
     for name, path in cases.items():
         report = compat(path)
-        oldest_seen.add(report.oldest_orbax)
-        ok = {r: restored[r][name] for r in releases}
-        low = version_key(report.oldest_orbax)
-        high = version_key(report.newest_orbax) if report.newest_orbax else None
-        inside = [
-            r
-            for r in releases
-            if low <= version_key(r) and (high is None or version_key(r) <= high)
-        ]
-        before = [r for r in releases if version_key(r) < low]
-        after = [r for r in releases if high is not None and version_key(r) > high]
-        if inside and not ok[inside[0]]:
-            wrong.append(
-                f"{name}: {inside[0]} does not restore it (predicted >= {report.oldest_orbax})"
-            )
-        if inside and not ok[inside[-1]]:
-            wrong.append(f"{name}: {inside[-1]} does not restore it")
-        if before and ok[before[-1]]:
-            wrong.append(f"{name}: {before[-1]} restores it (predicted >= {report.oldest_orbax})")
-        if after and ok[after[0]]:
-            wrong.append(f"{name}: {after[0]} restores it (predicted <= {report.newest_orbax})")
+        seen.add((report.oldest_orbax, report.oldest_tensorstore))
+
+        def check(install: tuple[str, str], restores: bool, why: str, case: str = name) -> None:
+            if restored[install][case] != restores:
+                did = "restores" if restored[install][case] else "does not restore"
+                release, store = install
+                wrong.append(f"{case}: Orbax {release} (tensorstore {store}) {did} it ({why})")
+
+        admitted = [k for k in installs if report.readable_by(*k)]
+        if admitted:
+            check(admitted[0], True, f"predicted >= {report.oldest_orbax}")
+        low, high = version_key(report.oldest_orbax), report.newest_orbax
+        new_enough = [k for k in installs if report.readable_by(report.oldest_orbax, k[1])]
+        before = [k for k in new_enough if version_key(k[0]) < low]
+        if before:
+            check(before[-1], False, f"predicted >= {report.oldest_orbax}")
+        after = [k for k in installs if high is not None and version_key(k[0]) > version_key(high)]
+        if after:
+            check(after[0], False, f"predicted <= {high}")
+        needs = report.oldest_tensorstore
+        for k in installs:
+            if (
+                needs is not None
+                and version_key(k[1]) < version_key(needs)
+                and version_key(k[0]) >= low
+            ):
+                check(k, False, f"needs tensorstore >= {needs}")
     assert not wrong, "\n".join(wrong)
-    assert {"0.3.5", "0.4.8", "0.5.16", "0.11.28", "0.12.8"} <= oldest_seen
+    assert {o for o, _ in seen} >= {"0.3.5", "0.4.0", "0.4.2", "0.5.21", "0.7.0"}
+    assert {t for _, t in seen} >= {None, "0.1.78", "0.1.86"}

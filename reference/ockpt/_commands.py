@@ -188,18 +188,20 @@ def _cmd_fingerprint(args: argparse.Namespace) -> int:
 def _cmd_compat(args: argparse.Namespace) -> int:
     from .compatibility import compat, version_key
 
-    if args.require_orbax is not None:
-        version_key(args.require_orbax)  # a usage error (ValueError) unless a release number
+    for release in (args.require_orbax, args.tensorstore):
+        if release is not None:
+            version_key(release)  # a usage error (ValueError) unless a release number
     report = compat(args.path)
     if args.json:
         _dump(report.to_json())
     else:
         for line in report.format_text().splitlines():
             print(printable(line))
-    if args.require_orbax is None or report.readable_by(args.require_orbax):
+    if args.require_orbax is None or report.readable_by(args.require_orbax, args.tensorstore):
         return EXIT_OK
+    with_ts = "" if args.tensorstore is None else f" with tensorstore {args.tensorstore}"
     print(
-        f"ockpt compat: Orbax {args.require_orbax} cannot restore {printable(args.path)}",
+        f"ockpt compat: Orbax {args.require_orbax}{with_ts} cannot restore {printable(args.path)}",
         file=sys.stderr,
     )
     return EXIT_INVALID
@@ -453,6 +455,12 @@ def add_parsers(sub: Any) -> None:
     )
     p.add_argument("path", help=PATH_HELP)
     p.add_argument("--require-orbax", metavar="VERSION", help="exit 1 unless VERSION restores it")
+    p.add_argument(
+        "--tensorstore",
+        metavar="VERSION",
+        help="with --require-orbax: the tensorstore that Orbax is installed with (element types "
+        "such as int2 or float4 need a recent one)",
+    )
     p.add_argument("--json", action="store_true", help=JSON_HELP)
     p.set_defaults(func=_cmd_compat)
 

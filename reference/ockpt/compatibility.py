@@ -6,16 +6,16 @@ from spec/history.md and from restores by real releases (tests/test_compat.py ru
 through the releases of `ockpt.testing.orbax_venvs` and checks each date). A *required* feature
 sets the oldest release; an informative one is reported with the release that gives it meaning
 (older releases restore the checkpoint without it: a typed PRNG key comes back as its uint32
-data). "Restores" means ``PyTreeCheckpointer().restore`` of the pytree item, arrays as numpy;
-element types depend on the tensorstore a release is installed with, and their dates are those
-of the pins of fixtures/README.md.
+data). "Restores" means ``PyTreeCheckpointer().restore`` of the pytree item, arrays as numpy.
+Element types (int2, float4, ...) depend on the tensorstore a release is installed with, not on
+the release: they give the oldest tensorstore instead.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from .fingerprints import fingerprint
@@ -34,8 +34,9 @@ SPEC_VERSION = "1.1.0"
 class Feature:
     """One format feature a checkpoint uses: `orbax` is the oldest release that restores a
     checkpoint using it (`required`), or that gives it its meaning (not `required`); `until`
-    the newest that restores it, where later releases no longer do; `source` the history row
-    or observation that dates it; `spec` the specification version that describes it."""
+    the newest that restores it, where later releases no longer do; `tensorstore` the oldest
+    tensorstore that opens it (element types: whatever the Orbax release); `source` the history
+    row or observation that dates it; `spec` the specification version that describes it."""
 
     name: str
     found: str
@@ -44,26 +45,32 @@ class Feature:
     required: bool = True
     spec: str = "1.0.0"
     until: str | None = None  # the newest release that restores it, where later ones cannot
+    tensorstore: str | None = None
 
 
 @dataclass(frozen=True)
 class CompatReport:
     """What `compat` found: the features, the oldest Orbax release that restores the checkpoint
     (the latest `orbax` of its required features, at least `BASELINE`), the newest where a
-    feature is no longer read by later releases (else None), and the specification version a
-    reader needs."""
+    feature is no longer read by later releases (else None), the oldest tensorstore that opens
+    its element types (None: any), and the specification version a reader needs."""
 
     path: str
     features: tuple[Feature, ...]
     oldest_orbax: str
     newest_orbax: str | None
+    oldest_tensorstore: str | None
     spec_version: str
 
-    def readable_by(self, release: str) -> bool:
-        """Whether Orbax `release` restores the checkpoint, as far as its features say."""
+    def readable_by(self, release: str, tensorstore: str | None = None) -> bool:
+        """Whether Orbax `release` restores the checkpoint, as far as its features say; with
+        `tensorstore`, installed with that tensorstore."""
         key = version_key(release)
         if self.newest_orbax is not None and key > version_key(self.newest_orbax):
             return False
+        if tensorstore is not None and self.oldest_tensorstore is not None:
+            if version_key(tensorstore) < version_key(self.oldest_tensorstore):
+                return False
         return key >= version_key(self.oldest_orbax)
 
     def to_json(self) -> dict[str, Any]:
@@ -72,16 +79,22 @@ class CompatReport:
             "features": [asdict(f) for f in self.features],
             "oldest_orbax": self.oldest_orbax,
             "newest_orbax": self.newest_orbax,
+            "oldest_tensorstore": self.oldest_tensorstore,
             "spec_version": self.spec_version,
         }
 
     def format_text(self) -> str:
         upto = "" if self.newest_orbax is None else f" and <= {self.newest_orbax}"
-        lines = [f"{self.path}: restorable by Orbax >= {self.oldest_orbax}{upto}"]
+        ts = self.oldest_tensorstore
+        with_ts = "" if ts is None else f", installed with tensorstore >= {ts}"
+        lines = [f"{self.path}: restorable by Orbax >= {self.oldest_orbax}{upto}{with_ts}"]
         lines.append(f"specification version {self.spec_version}")
         for f in self.features:
-            kind = "needs" if f.required else "informative, since"
-            lines.append(f"  {f.name}: {f.found} ({kind} {f.orbax}; {f.source})")
+            if f.tensorstore is not None:
+                need = f"needs tensorstore {f.tensorstore}"
+            else:
+                need = f"needs {f.orbax}" if f.required else f"informative, since {f.orbax}"
+            lines.append(f"  {f.name}: {f.found} ({need}; {f.source})")
         return "\n".join(lines)
 
 
@@ -97,16 +110,14 @@ def version_key(release: str) -> tuple[int, ...]:
 # What dates each feature.
 
 _HISTORY = "spec/history.md"
-#: Element types that the tensorstore pinned with earlier releases cannot open: name -> (the
-#: oldest release that restores it, with its pinned tensorstore; the release before that fails).
+#: Element types older tensorstores cannot open, whatever the Orbax release (Orbax 0.10.3 opens
+#: all four when installed with tensorstore 0.1.86): name -> the oldest tensorstore seen to
+#: open it, and the newest seen not to.
 _DTYPES = {
-    "int2": ("0.11.28", "0.10.3 (tensorstore 0.1.71) cannot open it; 0.11.28 (0.1.78) can"),
-    "float8_e3m4": ("0.11.28", "0.10.3 (tensorstore 0.1.71) cannot open it; 0.11.28 (0.1.78) can"),
-    "float4_e2m1fn": ("0.12.8", "0.11.28 (tensorstore 0.1.78) cannot open it; 0.12.8 (0.1.86) can"),
-    "float8_e8m0fnu": (
-        "0.12.8",
-        "0.11.28 (tensorstore 0.1.78) cannot open it; 0.12.8 (0.1.86) can",
-    ),
+    "int2": ("0.1.78", "0.1.71"),
+    "float8_e3m4": ("0.1.78", "0.1.71"),
+    "float4_e2m1fn": ("0.1.86", "0.1.78"),
+    "float8_e8m0fnu": ("0.1.86", "0.1.78"),
 }
 
 
@@ -116,14 +127,25 @@ def compat(path: Any) -> CompatReport:
     found: dict[str, Feature] = {}
     for feature in _features(described):
         found.setdefault(feature.name, feature)
+    root_strings = found.get("strings_at_root")
+    if root_strings is not None and not _first_string_is_nested(path):
+        # 0.4.0 and 0.4.1 look in the first string leaf's parent: the root, for a top-level leaf
+        found["strings_at_root"] = replace(
+            root_strings,
+            orbax="0.4.0",
+            source="0.3.5 looks for it in the first string leaf's own directory; 0.4.0 in its "
+            "parent's, the root for a top-level leaf",
+        )
     features = tuple(sorted(found.values(), key=lambda f: (version_key(f.orbax), f.name)))
     required = [f.orbax for f in features if f.required] + [BASELINE]
     until = [f.until for f in features if f.until is not None]
+    stores = [f.tensorstore for f in features if f.tensorstore is not None]
     return CompatReport(
         path=str(path),
         features=features,
         oldest_orbax=max(required, key=version_key),
         newest_orbax=min(until, key=version_key) if until else None,
+        oldest_tensorstore=max(stores, key=version_key) if stores else None,
         spec_version=max([f.spec for f in features] + ["1.0.0"], key=version_key),
     )
 
@@ -187,15 +209,16 @@ def _item_features(node: dict[str, Any], files: set[str]) -> Iterator[Feature]:
         yield Feature(
             "ocdbt_per_process",
             "per-process OCDBT databases merged by the root database",
-            "0.4.4",
-            f"{_HISTORY} 0.4.4",
+            "0.4.0",
+            f"{_HISTORY} 0.4.4 (written); 0.4.0 already restores them, through the root",
         )
     if storage != "inline" and MSGPACK_FILE not in files:
         yield Feature(
             "no_msgpack",
             "the tree only in `_METADATA` (no msgpack `checkpoint` file)",
-            "0.5.16",
-            f"{_HISTORY} 0.5.16: releases up to 0.5.15 take the tree from the msgpack file",
+            "0.5.21",
+            "releases up to 0.5.20 take the tree from the msgpack file (0.5.20 cannot restore "
+            "without it; 0.5.21 can)",
         )
     if any(ZARR3_METADATA in array for array in _arrays(node)):
         yield Feature("zarr3", "zarr v3 arrays", "0.4.5", f"{_HISTORY} 0.4.5")
@@ -203,8 +226,9 @@ def _item_features(node: dict[str, Any], files: set[str]) -> Iterator[Feature]:
         yield Feature(
             "strings_at_root",
             "string leaves in `_strings.json` at the item root",
-            "0.4.8",
-            f"{_HISTORY} 0.4.8",
+            "0.4.2",
+            "0.4.1 looks for it in the directory of the first string leaf's parent, which is "
+            "not the root: 0.4.2 reads the root",
         )
     elif f"<leaf>/{STRINGS_FILE}" in files:
         yield Feature(
@@ -217,9 +241,23 @@ def _item_features(node: dict[str, Any], files: set[str]) -> Iterator[Feature]:
         )
     for dtype in node.get("dtypes", ()):
         if dtype in _DTYPES:
-            release, why = _DTYPES[dtype]
-            yield Feature(f"dtype_{dtype}", f"{dtype} arrays", release, why)
+            opens, not_before = _DTYPES[dtype]
+            yield Feature(
+                f"dtype_{dtype}",
+                f"{dtype} arrays",
+                BASELINE,
+                f"tensorstore {not_before} cannot open them, {opens} can",
+                tensorstore=opens,
+            )
     documents = json.dumps(node.get("documents", {}))
+    if '"string=Tuple"' in documents:
+        yield Feature(
+            "empty_tuple",
+            "an empty tuple recorded as value type `Tuple` in `_METADATA`",
+            "0.7.0",
+            f"{_HISTORY} <= 0.5.15 wrote it as `None`; 0.6.4 cannot restore `Tuple` "
+            "(Unrecognized typestr), 0.7.0 can",
+        )
     if "random_key_impl" in documents:
         yield Feature(
             "typed_prng_keys",
@@ -237,6 +275,29 @@ def _item_features(node: dict[str, Any], files: set[str]) -> Iterator[Feature]:
             f"{_HISTORY} 0.10: a missing chunk is an error when the flag is true",
             required=False,
         )
+
+
+def _first_string_is_nested(path: Any) -> bool:
+    """Whether the first string leaf of the pytree at `path`, in tree order (dict keys by code
+    point, level by level; list items by index), is below the top level: releases 0.4.0 and
+    0.4.1 look for `_strings.json` in its parent's directory, 0.3.5 in its own."""
+    from .errors import OckptError
+    from .reader import pytree_metadata
+
+    try:
+        tree = pytree_metadata(path)
+    except OckptError:
+        return True  # several pytrees, or none to read: the older readers' case is not excluded
+    stack: list[tuple[int, Any]] = [(0, tree)]
+    while stack:
+        depth, node = stack.pop()
+        if isinstance(node, dict):
+            stack.extend((depth + 1, node[k]) for k in sorted(node, reverse=True))
+        elif isinstance(node, (list, tuple)):
+            stack.extend((depth + 1, v) for v in reversed(node))
+        elif node is not None and node.value_type == "string":
+            return depth > 1
+    return False
 
 
 def _arrays(node: dict[str, Any]) -> list[dict[str, Any]]:

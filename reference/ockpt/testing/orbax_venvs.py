@@ -26,31 +26,27 @@ import sys
 from pathlib import Path
 
 _NEW = ("numpy==2.4.6", "ml_dtypes==0.6.0")
-#: release -> the packages pinned with it (fixtures/README.md, "Pins").
+_OLD_NUMPY = "numpy==1.26.4"
+_JAX_0413 = ("jax==0.4.13", "jaxlib==0.4.13", "tensorstore==0.1.41", _OLD_NUMPY, "ml_dtypes==0.2.0")
+_JAX_0423 = ("jax==0.4.23", "jaxlib==0.4.23", "tensorstore==0.1.51", _OLD_NUMPY, "ml_dtypes==0.5.4")
+_JAX_0430 = ("jax==0.4.30", "jaxlib==0.4.30", "tensorstore==0.1.63", _OLD_NUMPY, "ml_dtypes==0.4.0")
+_JAX_0438 = ("jax==0.4.38", "jaxlib==0.4.38", "tensorstore==0.1.71", *_NEW)
+#: release -> the packages pinned with it (fixtures/README.md, "Pins"). Releases without
+#: fixtures (0.4.0-0.4.2, 0.5.20, 0.5.21, 0.6.4, 0.7.0: the neighbours tests/test_compat.py
+#: restores with to check `ockpt compat`'s dates) take the pins of the nearest one with them.
 PINS: dict[str, tuple[str, ...]] = {
-    "0.3.5": (
-        "jax==0.4.13",
-        "jaxlib==0.4.13",
-        "tensorstore==0.1.41",
-        "numpy==1.26.4",
-        "ml_dtypes==0.2.0",
-    ),
-    "0.4.8": (
-        "jax==0.4.23",
-        "jaxlib==0.4.23",
-        "tensorstore==0.1.51",
-        "numpy==1.26.4",
-        "ml_dtypes==0.5.4",
-    ),
-    "0.5.15": (
-        "jax==0.4.30",
-        "jaxlib==0.4.30",
-        "tensorstore==0.1.63",
-        "numpy==1.26.4",
-        "ml_dtypes==0.4.0",
-    ),
-    "0.10.3": ("jax==0.4.38", "jaxlib==0.4.38", "tensorstore==0.1.71", *_NEW),
-    "0.11.1": ("jax==0.4.38", "jaxlib==0.4.38", "tensorstore==0.1.71", *_NEW),
+    "0.3.5": _JAX_0413,
+    "0.4.0": _JAX_0423,
+    "0.4.1": _JAX_0423,
+    "0.4.2": _JAX_0423,
+    "0.4.8": _JAX_0423,
+    "0.5.15": _JAX_0430,
+    "0.5.20": _JAX_0430,
+    "0.5.21": _JAX_0430,
+    "0.6.4": _JAX_0430,
+    "0.7.0": _JAX_0438,
+    "0.10.3": _JAX_0438,
+    "0.11.1": _JAX_0438,
     "0.11.8": ("jax==0.5.0", "jaxlib==0.5.0", "tensorstore==0.1.71", *_NEW),
     "0.11.9": ("jax==0.5.0", "jaxlib==0.5.0", "tensorstore==0.1.71", *_NEW),
     "0.11.28": ("jax==0.8.0", "jaxlib==0.8.0", "tensorstore==0.1.78", *_NEW),
@@ -58,7 +54,10 @@ PINS: dict[str, tuple[str, ...]] = {
 #: The releases that restore ockpt's output, checked in ockpt's CI (tests/test_writer_releases.py).
 MATRIX = ("0.10.3", "0.11.28")
 #: The releases that check `ockpt compat`'s dates in ockpt's CI (tests/test_compat.py).
-COMPAT = ("0.3.5", "0.4.8", "0.5.15", "0.10.3", "0.11.28")
+COMPAT = (
+    "0.3.5", "0.4.0", "0.4.1", "0.4.2", "0.4.8", "0.5.15", "0.5.20", "0.5.21", "0.6.4", "0.7.0",
+    "0.10.3", "0.11.28",
+)  # fmt: skip
 #: A generous bound on one build (downloads from the registry mirror included).
 BUILD_TIMEOUT_S = 900
 
