@@ -199,7 +199,8 @@ def _python_blocks() -> list[tuple[str, int, str]]:
 
 @pytest.mark.parametrize("where, index, code", _python_blocks(), ids=lambda v: str(v)[:40])
 def test_python_examples_run(where, index, code):
-    if not HAVE_TENSORSTORE and 'backend="tensorstore"' in code:
+    needs_tensorstore = 'backend="tensorstore"' in code or "import orbax" in code  # Orbax: too
+    if not HAVE_TENSORSTORE and needs_tensorstore:
         pytest.skip("needs tensorstore: OCKPT_BLOCK_TENSORSTORE is set")
     for package in ("torch", "transformers"):  # the Hugging Face example (ockpt[test] has them)
         if f"import {package}\n" in code and importlib.util.find_spec(package) is None:
