@@ -23,9 +23,9 @@ from .names import MSGPACK_FILE, ROOT_METADATA_FILE, STRINGS_FILE, ZARR3_METADAT
 
 __all__ = ["Feature", "CompatReport", "compat", "version_key", "BASELINE"]
 
-#: The oldest release the real-release matrix holds: a checkpoint of no dated feature reads there
-#: (older releases may read it too; nothing here says).
-BASELINE = "0.3.5"
+#: The oldest release the real-release matrix installs (0.2.2 and older do not resolve with the
+#: oldest pins, jax 0.4.13): a checkpoint of no dated feature restores there.
+BASELINE = "0.2.3"
 #: The specification version of this table, and the features added after 1.0.0.
 SPEC_VERSION = "1.1.0"
 
@@ -234,9 +234,9 @@ def _item_features(node: dict[str, Any], files: set[str]) -> Iterator[Feature]:
         yield Feature(
             "strings_flat_form",
             "string leaves in the flat `_strings.json` of the first string leaf's directory",
-            BASELINE,
-            f"{_HISTORY} <= 0.3.5: releases from 0.4.8 read `_strings.json` at the item root "
-            "only (0.4.8 cannot restore it)",
+            "0.3.0",
+            f"{_HISTORY} <= 0.3.5: 0.2.7 has no string leaves; releases from 0.4.0 look for "
+            "`_strings.json` elsewhere",
             until="0.3.5",
         )
     for dtype in node.get("dtypes", ()):

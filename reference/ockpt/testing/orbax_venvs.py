@@ -32,9 +32,13 @@ _JAX_0423 = ("jax==0.4.23", "jaxlib==0.4.23", "tensorstore==0.1.51", _OLD_NUMPY,
 _JAX_0430 = ("jax==0.4.30", "jaxlib==0.4.30", "tensorstore==0.1.63", _OLD_NUMPY, "ml_dtypes==0.4.0")
 _JAX_0438 = ("jax==0.4.38", "jaxlib==0.4.38", "tensorstore==0.1.71", *_NEW)
 #: release -> the packages pinned with it (fixtures/README.md, "Pins"). Releases without
-#: fixtures (0.4.0-0.4.2, 0.5.20, 0.5.21, 0.6.4, 0.7.0: the neighbours tests/test_compat.py
-#: restores with to check `ockpt compat`'s dates) take the pins of the nearest one with them.
+#: fixtures (0.2.3, 0.2.7, 0.3.0, 0.4.0-0.4.2, 0.5.20, 0.5.21, 0.6.4, 0.7.0: the neighbours
+#: tests/test_compat.py restores with to check `ockpt compat`'s dates) take the pins of the
+#: nearest release with them.
 PINS: dict[str, tuple[str, ...]] = {
+    "0.2.3": _JAX_0413,
+    "0.2.7": _JAX_0413,
+    "0.3.0": _JAX_0413,
     "0.3.5": _JAX_0413,
     "0.4.0": _JAX_0423,
     "0.4.1": _JAX_0423,
@@ -55,8 +59,8 @@ PINS: dict[str, tuple[str, ...]] = {
 MATRIX = ("0.10.3", "0.11.28")
 #: The releases that check `ockpt compat`'s dates in ockpt's CI (tests/test_compat.py).
 COMPAT = (
-    "0.3.5", "0.4.0", "0.4.1", "0.4.2", "0.4.8", "0.5.15", "0.5.20", "0.5.21", "0.6.4", "0.7.0",
-    "0.10.3", "0.11.28",
+    "0.2.3", "0.2.7", "0.3.0", "0.3.5", "0.4.0", "0.4.1", "0.4.2", "0.4.8", "0.5.15", "0.5.20",
+    "0.5.21", "0.6.4", "0.7.0", "0.10.3", "0.11.28",
 )  # fmt: skip
 #: A generous bound on one build (downloads from the registry mirror included).
 BUILD_TIMEOUT_S = 900
