@@ -168,8 +168,7 @@ def _node(layout: Layout, *, shapes: bool) -> dict[str, Any]:
 def _entries(loc: Store, *, skip: Iterable[str] = ()) -> list[tuple[str, bool]]:
     """(relative path, is a directory) of everything under `loc`, recursively, leaving out the
     top-level names in `skip` (the steps and items described on their own)."""
-    skipped = set(skip)
-    return [e for e in _walk(loc, "", depth=0, skip=skipped)]
+    return list(_walk(loc, "", depth=0, skip=set(skip)))
 
 
 def _walk(loc: Store, prefix: str, *, depth: int, skip: set[str]) -> Iterator[tuple[str, bool]]:
@@ -254,14 +253,15 @@ def _pytree_item(layout: Layout, loc: Store, *, shapes: bool) -> dict[str, Any]:
     arrays: dict[str, dict[str, Any]] = {}  # leaf -> its zarr documents
     if loc.size(MANIFEST_FILE) is not None:
         with Database(loc) as root:
-            keys = [k.decode("utf-8", "replace") for k in root.list()]
+            keys = []
+            for raw, entry in root.entries():  # one walk: keys, and the zarr documents' values
+                key = raw.decode("utf-8", "replace")
+                keys.append(key)
+                leaf, _, doc = key.rpartition("/")
+                if leaf and doc in ZARR_DOCUMENTS:
+                    value = root.read_value(entry, key=raw)
+                    arrays.setdefault(leaf, {})[doc] = _json(value, root.where(key))
             out["ocdbt"] = _ocdbt(loc, root, keys)
-            for key in keys:
-                if key.rsplit("/", 1)[-1] in ZARR_DOCUMENTS:
-                    value = root.get(key)
-                    if value is not None:
-                        leaf, doc = key.rsplit("/", 1)
-                        arrays.setdefault(leaf, {})[doc] = _json(value, root.where(key))
     else:
         for rel, is_dir in entries:
             doc = rel.rsplit("/", 1)[-1]
