@@ -20,11 +20,11 @@ import numpy as np
 import pytest
 
 import ockpt
-from conftest import FIXTURES, flat_leaves
 from ockpt import cli
 from ockpt.documents._json import parse_json
 from ockpt.errors import DocumentError, FormatError, UnsupportedError
 from ockpt.layout import Kind, detect, resolve
+from tests.support import FIXTURES, flat_leaves
 
 CASES = FIXTURES / "orbax-0.12.8"
 ALL = CASES / "checkpointables_all"

@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from conftest import FIXTURES
+from tests.support import FIXTURES
 
 CASES = FIXTURES / "orbax-0.12.8"
 

@@ -12,7 +12,7 @@ import ml_dtypes  # noqa: F401 - registers bfloat16 with numpy (safetensors.nump
 import numpy as np
 import pytest
 
-from conftest import FIXTURES
+from tests.support import FIXTURES
 
 CASES = FIXTURES / "orbax-0.12.8"
 safetensors_numpy = pytest.importorskip("safetensors.numpy")

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 
 import ockpt as ockpt_api
-from conftest import FIXTURES
+from tests.support import FIXTURES
 
 CASES = FIXTURES / "orbax-0.12.8"
 

@@ -13,7 +13,7 @@ import _record
 import numpy as np
 import pytest
 
-from conftest import FIXTURES
+from tests.support import FIXTURES
 
 CASES = FIXTURES / "orbax-0.12.8"
 

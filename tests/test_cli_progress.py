@@ -18,7 +18,7 @@ import termios
 
 import pytest
 
-from conftest import FIXTURES
+from tests.support import FIXTURES
 
 CASES = FIXTURES / "orbax-0.12.8"
 #: one redraw of a tqdm bar: "desc:  42%|####  | 1.00k/2.00k [...]"

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from conftest import FIXTURES, ROOT
+from tests.support import FIXTURES, ROOT
 
 CASES = FIXTURES / "orbax-0.12.8"
 #: safetensors dtype names of the fixture's dtypes (the safetensors format's own table)

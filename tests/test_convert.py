@@ -18,11 +18,11 @@ import numpy as np
 import pytest
 
 import ockpt
-from conftest import FIXTURES
 from ockpt.convert import convert, parse_size
 from ockpt.errors import UnsupportedError
 from ockpt.limits import Limits, applied
 from ockpt.sources import open_source
+from tests.support import FIXTURES
 
 safetensors = pytest.importorskip("safetensors")
 from safetensors import safe_open  # noqa: E402

@@ -21,9 +21,9 @@ import pytest
 
 import ockpt
 import ockpt.convert as conv
-from conftest import FIXTURES, ROOT
 from ockpt.convert_rules import load_rules_file, parse_rules
 from ockpt.sources import OrbaxSource
+from tests.support import FIXTURES, ROOT
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("safetensors")

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 import ockpt
-from conftest import FIXTURES
 from ockpt.errors import FormatError
 from ockpt.item_files import ItemFiles, take_array_metadatas
 from ockpt.reader.item import OpenedItem
 from ockpt.store import as_store
+from tests.support import FIXTURES
 
 CASE = FIXTURES / "orbax-0.12.8" / "multiprocess12"
 CHECKPOINT = CASE / "checkpoint"

@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ockpt
-from conftest import case_id, fixture_cases
 from ockpt.layout import Kind, Storage, is_temporary_name, parse_step_name
+from tests.support import case_id, fixture_cases
 
 CASES = fixture_cases()
 
@@ -227,7 +227,7 @@ def test_directories_linked_into_themselves_end(tmp_path):
 def _root_with_steps(tmp_path: Path, names: list[str]) -> Path:
     import shutil
 
-    from conftest import FIXTURES
+    from tests.support import FIXTURES
 
     root = tmp_path / "root"
     step = FIXTURES / "orbax-0.12.8" / "manager" / "checkpoint" / "0"

@@ -15,12 +15,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ockpt
-from conftest import FIXTURES
 from ockpt.cli import main
 from ockpt.convert import convert
 from ockpt.engines import tensorstore as ts_engine
 from ockpt.paths import LeafPattern, leaf_name, param_name, parse_leaf_name, select_paths
-from test_reader import assert_same, expected_items
+from tests.support import FIXTURES
+from tests.support.expected import assert_same, expected_items
 
 CASES = FIXTURES / "orbax-0.12.8"
 ODD = CASES / "odd_keys"

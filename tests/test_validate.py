@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 
 import ockpt
-from conftest import FIXTURES, case_id, deadline, fixture_cases
 from ockpt.rules import RULES
 from ockpt.validate import Report, validate
+from tests.support import FIXTURES, case_id, deadline, fixture_cases
 
 BAD = FIXTURES / "bad"
 EXPECTED = json.loads((BAD / "expected.json").read_text(encoding="utf-8"))["variants"]

@@ -291,7 +291,7 @@ def test_own_encoders_equal_tensorstore_drivers(tmp_path, monkeypatch, options):
     is byte for byte what tensorstore's zarr drivers store for the same arrays (WRITE-011,
     WRITE-012, WRITE-013): edge chunks, 0-d arrays, bfloat16 and int4, shards with inner chunks
     outside the array; and ockpt's merge reads tensorstore's per-process databases."""
-    import ts_writer
+    from tests.support import ts_writer
 
     options = dict(options)
     if options.pop("shards", None) == "slice":

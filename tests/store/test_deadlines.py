@@ -13,9 +13,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from conftest import HAVE_TENSORSTORE
-from object_stores import ockpt
 from ockpt.store import deadline
+from tests.support import HAVE_TENSORSTORE
+from tests.support.object_stores import ockpt
 
 pytestmark = pytest.mark.slow  # the slow matrix: servers that never answer, each waited out
 

@@ -1,0 +1,192 @@
+"""`ockpt.ocdbt.verify`: a whole database checked against its records and against damaged copies
+(the real databases of `fixtures/tensorstore-0.1.86`); statistics and each fault's rule, file
+and offset. None needs tensorstore.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import _record_ocdbt as rec  # noqa: E402
+import pytest
+
+from ockpt.ocdbt import format as fmt
+from ockpt.ocdbt.tree import Database
+from ockpt.ocdbt.verify import DatabaseStats, verify_database
+from tests.support import FIXTURES
+from tests.support.ocdbt import build_database
+
+SET = FIXTURES / "tensorstore-0.1.86"
+
+
+def _case(name: str) -> Path:
+    return SET / name / rec.DATABASE_DIR
+
+
+def _copy(name: str, tmp_path: Path) -> Path:
+    dest = tmp_path / name
+    shutil.copytree(_case(name), dest)
+    return dest
+
+
+def _rewrite_root(path: Path, root: fmt.BtreeNode, height: int) -> fmt.IndirectDataReference:
+    db = Database(path)
+    m = db.manifest
+    v = m.versions[-1]
+    enc = fmt.encode_btree_node(root, compression=0)
+    (path / "d" / "root").write_bytes(enc)
+    ref = fmt.IndirectDataReference(fmt.DataFileId(b"", b"d/root"), 0, len(enc))
+    v2 = fmt.BtreeGenerationReference(
+        fmt.BtreeNodeReference(ref, v.root.statistics), v.generation_number, height, v.commit_time
+    )
+    (path / "manifest.ocdbt").write_bytes(
+        fmt.encode_manifest(fmt.Manifest(m.config, m.versions[:-1] + (v2,), m.version_tree_nodes))
+    )
+    return ref
+
+
+# --------------------------------------------------------------------------------------------
+# verify_database
+
+
+def _stats(path) -> tuple[list[str], DatabaseStats, int]:
+    stats = DatabaseStats()
+    ticks = []
+    errors = [
+        str(e) for e in verify_database(Database(path), stats=stats, tick=lambda: ticks.append(1))
+    ]
+    return errors, stats, len(ticks)
+
+
+def _count(path):
+    """Distinct B+tree nodes and out-of-line values over every generation, and their bytes:
+    counted here by a plain walk."""
+    db = Database(path)
+    nodes, values, nbytes = set(), set(), 0
+    todo = [(v.root, v.root_height) for v in db.versions() if v.root.location is not None]
+    while todo:
+        ref, h = todo.pop()
+        key = (ref.location.file_id.path, ref.location.offset, ref.location.length)
+        if key in nodes:
+            continue
+        nodes.add(key)
+        node = db.read_btree_node(ref.location)
+        for e in node.entries:
+            if h:
+                todo.append((e.node, h - 1))
+            elif not isinstance(e.value, bytes):
+                vk = (e.value.file_id.path, e.value.offset, e.value.length)
+                if vk not in values:
+                    values.add(vk)
+                    nbytes += e.value.length
+    return len(nodes), len(values), nbytes
+
+
+@pytest.mark.parametrize(
+    "name", ["btree_example", "deep_btree", "many_generations", "version_tree_arity2"]
+)
+def test_verify_counts_every_generation_node_and_value_once(name):
+    """`verify_database` on a sound real database: no error; `stats` counts every generation,
+    every distinct B+tree node (shared nodes once) and every distinct out-of-line value and its
+    bytes; `tick` is called once per node. Kills the mutants of the counters, of the seen
+    sets, of the `root.location is None` skip and of `tick`."""
+    path = _case(name)
+    errors, stats, ticks = _stats(path)
+    nodes, values, nbytes = _count(path)
+    assert errors == []
+    assert stats.generations == len(Database(path).versions())
+    assert (stats.nodes, stats.values, stats.value_bytes) == (nodes, values, nbytes)
+    assert ticks == nodes and nodes > 3
+    assert list(verify_database(Database(path))) == []  # stats and tick are optional
+
+
+def test_verify_reports_a_broken_manifest_once(tmp_path):
+    """A manifest that does not decode: `verify_database` yields its error and stops."""
+    path = _copy("btree_example", tmp_path)
+    (path / "manifest.ocdbt").write_bytes(b"garbage")
+    stats = DatabaseStats()
+    errors = list(verify_database(Database(path), stats=stats))
+    assert [str(e) for e in errors] == [
+        f"{path / 'manifest.ocdbt'} at @0: manifest too short for its envelope "
+        "(expected '>= 18 bytes', got 7) [OCDBT-002]"
+    ]
+    assert stats.generations == 0
+
+
+def test_verify_goes_on_after_each_fault(tmp_path):
+    """Damaged nodes and values: one error each, and the walk goes on through the rest (other
+    children, other generations): a leaf whose CRC-32C is wrong, a missing value file, a value
+    past the end of its file. Kills the mutants that stop the walk (`return` for `continue`),
+    drop the errors, or lose `origin`/`pointer`."""
+    build_database(tmp_path / "db", {b"a": b"v" * 20, b"b": bytes(range(30)), b"c": b"in"})
+    path = tmp_path / "db"
+    (path / "d" / "values").write_bytes(b"v" * 20 + bytes(range(29)))
+    errors, stats, ticks = _stats(path)
+    assert errors == [
+        f"{path / 'd' / 'values'} at @20: reference reaches past the end of the data file "
+        "(expected 'offset + length <= 49', got '20 + 30') [OCDBT-022]"
+    ]
+    assert (stats.generations, stats.nodes, stats.values, stats.value_bytes) == (1, 1, 1, 20)
+    (path / "d" / "values").unlink()
+    errors, stats, _ = _stats(path)
+    assert errors == [
+        f"{path / 'd' / 'values'} at referenced from value b'a': referenced data file is "
+        "missing [OCDBT-022]",
+        f"{path / 'd' / 'values'} at referenced from value b'b': referenced data file is "
+        "missing [OCDBT-022]",
+    ]
+    assert stats.values == 0
+    # a damaged leaf of btree_example: its error, and every other leaf still walked
+    path = _copy("btree_example", tmp_path)
+    db = Database(path)
+    root = db.read_btree_node(db.version().root.location)
+    child = db.read_btree_node(root.entries[0].node.location)
+    leaf = child.entries[0].node.location
+    f = path / leaf.file_id.path.decode()
+    data = bytearray(f.read_bytes())
+    data[leaf.offset + leaf.length - 1] ^= 0xFF
+    f.write_bytes(bytes(data))
+    errors, stats, ticks = _stats(path)
+    nodes, _, _ = _count(_case("btree_example"))
+    assert len(errors) == 1 and "[OCDBT-005]" in errors[0]
+    assert errors[0].startswith(f"{f} at @")
+    assert stats.nodes == ticks == nodes - 1
+
+
+def test_verify_checks_the_height_and_depth(tmp_path, in_force):
+    """`verify_database` refuses a node whose height differs from its parent's implied one
+    (OCDBT-040 with file, offset, expected, got) and a tree deeper than the limits' `max_depth`
+    (OCDBT-040 naming the database). Kills the mutants of both checks."""
+
+    path = _copy("btree_example", tmp_path)
+    db = Database(path)
+    v = db.version()
+    root = db.read_btree_node(v.root.location)
+    _rewrite_root(path, fmt.BtreeNode(3, root.entries), 3)
+    errors, stats, _ = _stats(path)
+    child = root.entries[0].node.location
+    child2 = root.entries[1].node.location
+    text = (
+        "{} at @{}: B+tree node height differs from the height its parent implies "
+        "(expected 2, got 1) [OCDBT-040]"
+    )
+    assert errors == [
+        text.format(path / child.file_id.path.decode(), child.offset),
+        text.format(path / child2.file_id.path.decode(), child2.offset),
+    ]
+    assert stats.nodes == 3
+    in_force(max_depth=1)
+    errors, stats, _ = _stats(_case("btree_example"))
+    assert errors == [f"{_case('btree_example')}: B+tree too deep [OCDBT-040]"] * 4
+    in_force(max_depth=2)
+    assert _stats(_case("btree_example"))[0] == []
+
+
+def test_verify_builds_child_key_ranges_with_prefixes(tmp_path):
+    """`verify_database` gives each child the range [its key, the next key) under the
+    parent's prefix plus the entry's subtree common prefix (spec ocdbt §8.1) on `deep_btree`
+    (prefixes at every level: any other prefix fails there), and the last child the parent's
+    upper bound. Kills the mutants of the child range."""
+    assert _stats(_case("deep_btree"))[0] == []
+    assert _stats(_case("version_tree_arity2"))[0] == []

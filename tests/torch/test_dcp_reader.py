@@ -1,0 +1,268 @@
+"""`ockpt.torch.OrbaxReader`, a torch.distributed.checkpoint storage reader (spec/loading.md
+§9.2): in one process (``no_dist=True``) and under ``torchrun`` with 2 and 4 ranks on gloo,
+where each rank fills DTensors of a real Orbax checkpoint and reads only the chunks its shards
+touch (bytes counted in `_torch_dcp_reader_child.py`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import ockpt
+
+torch = pytest.importorskip("torch", reason="ockpt.torch needs PyTorch (the torch extra)")
+dcp = pytest.importorskip("torch.distributed.checkpoint", reason="torch without distributed")
+
+from torch.distributed.checkpoint.api import CheckpointException  # noqa: E402
+from torch.distributed.checkpoint.metadata import (  # noqa: E402
+    BytesStorageMetadata,
+    TensorStorageMetadata,
+)
+
+from ockpt.torch import OrbaxReader  # noqa: E402
+from tests.support import CHILDREN, FIXTURES, ROOT  # noqa: E402
+
+#: 12 leaves saved by Orbax 0.12.8 in OCDBT, each chunk a separate value of ~2-4 KB: kernels
+#: (64, 64) in (16, 32) chunks, embeddings (32, 64) in (32, 32) chunks, biases (32,).
+COUNTED = FIXTURES / "orbax-0.12.8/ocdbt_target_data_file_size/checkpoint"
+#: Loaded whole on every mesh: saved by 2 processes (strings, bfloat16, a 0-d step), and an
+#: older release's (4, 2)-mesh arrays.
+OTHERS = [
+    FIXTURES / "orbax-0.12.8/multiprocess/checkpoint",
+    FIXTURES / "orbax-0.10.3/sharded/checkpoint",
+]
+
+
+def _load(state: dict, reader: OrbaxReader) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "assuming the intent is to load in a single process"
+        dcp.load(state, storage_reader=reader, no_dist=True)
+
+
+def _flat_metadata(node):  # type: ignore[no-untyped-def]
+    """Every leaf of a `pytree_metadata` tree."""
+    if isinstance(node, dict):
+        node = list(node.values())
+    if isinstance(node, (list, tuple)):
+        for child in node:
+            yield from _flat_metadata(child)
+    elif node is not None:
+        yield node
+
+
+def _bits(t: torch.Tensor) -> bytes:
+    return t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+
+
+def test_metadata_from_the_tree_alone(monkeypatch):
+    """read_metadata reads no chunk (per-leaf zarr here: every chunk its own file), and gives a
+    tensor entry per array (global shape, torch dtype, one chunk), a bytes entry per string."""
+    files: list[str] = []
+    pread, preadv = os.pread, os.preadv
+
+    def seen(fd: int) -> None:
+        files.append(os.readlink(f"/proc/self/fd/{fd}"))
+
+    monkeypatch.setattr(os, "pread", lambda fd, *a: seen(fd) or pread(fd, *a))
+    monkeypatch.setattr(os, "preadv", lambda fd, *a: seen(fd) or preadv(fd, *a))
+    reader = OrbaxReader(FIXTURES / "orbax-0.12.8/no_ocdbt/checkpoint")
+    meta = reader.read_metadata().state_dict_metadata
+    monkeypatch.undo()
+    assert files and not [f for f in files if re.fullmatch(r"[0-9.]+", os.path.basename(f))]
+    assert isinstance(meta["b.c"], TensorStorageMetadata)
+    sharded = meta["sharded"]
+    assert isinstance(sharded, TensorStorageMetadata)
+    assert sharded.size == torch.Size([8, 2]) and sharded.properties.dtype == torch.float32
+    assert [(c.offsets, c.sizes) for c in sharded.chunks] == [(torch.Size([0, 0]), sharded.size)]
+    assert meta["bf16"].properties.dtype == torch.bfloat16
+    assert meta["zero_d"].size == torch.Size([])
+    values = {k for k, v in meta.items() if isinstance(v, BytesStorageMetadata)}
+    leaves = {m.param_name: m for m in _flat_metadata(ockpt.pytree_metadata(reader.path))}
+    assert values == {k for k, m in leaves.items() if m.dtype is None or m.value_type == "scalar"}
+    assert any(leaves[k].dtype is None for k in values)  # strings
+    assert any(leaves[k].value_type == "scalar" for k in values)  # Python scalars (§9.2)
+
+
+def test_no_dist_load_of_plain_tensors_nested_dicts_and_strings():
+    """DCP flattens nested dicts and lists to dotted names, the reader's names (LOAD-060);
+    0-d leaves fill 0-d tensors and strings come back as str (LOAD-062)."""
+    path = FIXTURES / "orbax-0.12.8/nested/checkpoint"
+    want = ockpt.torch.load_state_dict(path)
+    assert "layers.0.w" in want and "deep.a.b.c.d" in want
+    state = {
+        "layers": [{"w": torch.empty_like(want["layers.0.w"])}],
+        "deep": {"a": {"b": {"c": {"d": torch.empty_like(want["deep.a.b.c.d"])}}}},
+    }
+    _load(state, OrbaxReader(path))
+    assert torch.equal(state["layers"][0]["w"], want["layers.0.w"])
+    assert torch.equal(state["deep"]["a"]["b"]["c"]["d"], want["deep.a.b.c.d"])
+
+    path = FIXTURES / "orbax-0.12.8/scalars_strings/checkpoint"
+    state = {"int": 0, "float": 0.0, "str": None, "nested": {"inner": {"s": 0}}}
+    _load(state, OrbaxReader(path))
+    assert type(state["int"]) is int and state["int"] == 42  # a Python value (loading §9.2)
+    assert type(state["float"]) is float and state["float"] == ockpt.load_pytree(path)["float"]
+    assert state["str"] == "hello" and state["nested"]["inner"]["s"] == "deep"
+
+
+@pytest.mark.parametrize("case", ["orbax-0.12.8/multiprocess", "orbax-0.4.8/scalars_strings"])
+def test_no_dist_load_of_every_leaf_equals_load_state_dict(case):
+    path = FIXTURES / case / "checkpoint"
+    want = ockpt.torch.load_state_dict(path)
+    described = OrbaxReader(path).read_metadata().state_dict_metadata
+    values = {k for k, v in described.items() if isinstance(v, BytesStorageMetadata)}
+    state = {k: None if k in values else torch.empty_like(v) for k, v in want.items()}
+    _load(state, OrbaxReader(path))
+    for name, value in want.items():
+        got = state[name]
+        if isinstance(value, str):
+            assert got == value, name
+        elif name in values:  # a Python scalar: its value, the tensor load_state_dict gives
+            assert not isinstance(got, torch.Tensor), name
+            assert np.asarray(got).tobytes() == np.asarray(value.item()).tobytes(), name
+        else:
+            assert _bits(got) == _bits(value), name
+
+
+def test_a_target_of_another_dtype_is_cast_by_torch_and_checkpoint_id_replaces_the_path():
+    path = FIXTURES / "orbax-0.12.8/sharded/checkpoint"
+    state = {"xy": torch.empty(8, 4, dtype=torch.float64)}
+    reader = OrbaxReader(FIXTURES / "orbax-0.12.8/nested/checkpoint")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dcp.load(state, checkpoint_id=str(path), storage_reader=reader, no_dist=True)
+    want = ockpt.load_pytree(path)["xy"]
+    np.testing.assert_array_equal(state["xy"].numpy(), want.astype(np.float64))
+    assert reader.checkpoint_id == str(path)
+
+
+def _failure(e: pytest.ExceptionInfo) -> BaseException:
+    """The exception rank 0 raised inside dcp.load (DCP wraps it)."""
+    return e.value.failures[0][0]
+
+
+def test_a_shape_mismatch_and_a_missing_name_are_refused():
+    path = FIXTURES / "orbax-0.12.8/sharded/checkpoint"
+    with pytest.raises(CheckpointException) as e:
+        _load({"xy": torch.empty(4, 4)}, OrbaxReader(path))
+    assert "Size mismatch" in str(_failure(e))
+    with pytest.raises(CheckpointException) as e:
+        _load({"params.xy": torch.empty(8, 4)}, OrbaxReader(path))
+    assert "Missing key" in str(_failure(e))
+
+
+def test_load_061_a_dtype_torch_lacks_is_refused_unless_widened():
+    path = FIXTURES / "orbax-0.12.8/dtype_bit_patterns/checkpoint"
+    meta = OrbaxReader(path).read_metadata().state_dict_metadata
+    assert meta["int4"].properties.dtype == torch.int8  # described widened, read only if asked
+    state = {"int4": torch.empty(16, dtype=torch.int8)}
+    with pytest.raises(CheckpointException) as e:
+        _load(state, OrbaxReader(path))
+    error = _failure(e)
+    assert isinstance(error, ockpt.UnsupportedError) and error.rule == "LOAD-061"
+    assert "leaf 'int4': PyTorch has no tensor dtype int4" in str(error)
+    _load(state, OrbaxReader(path, widen=True))
+    want = ockpt.load_pytree(path)["int4"]
+    assert state["int4"].tolist() == want.astype(np.int8).tolist()
+
+
+def test_validate_checkpoint_id():
+    assert OrbaxReader.validate_checkpoint_id(COUNTED)
+    assert OrbaxReader.validate_checkpoint_id(FIXTURES / "orbax-0.12.8/manager/checkpoint")
+    assert not OrbaxReader.validate_checkpoint_id(FIXTURES / "no-such-checkpoint")
+    assert not OrbaxReader.validate_checkpoint_id(FIXTURES / "orbax-0.12.8")
+
+
+def _torchrun(nproc: int, out: Path) -> list[dict]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "reference"), env.get("PYTHONPATH", "")])
+    env["OMP_NUM_THREADS"] = "1"
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={nproc}",
+        str(CHILDREN / "torch_dcp_reader.py"),
+        str(out),
+        str(COUNTED),
+        *map(str, OTHERS),
+    ]
+    try:
+        done = subprocess.run(
+            command, env=env, capture_output=True, text=True, timeout=300, cwd=ROOT
+        )
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"torchrun with {nproc} ranks hung (killed after 300 s): {e.stderr}")
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(nproc)]
+
+
+@pytest.mark.parametrize(
+    "nproc",
+    [2, pytest.param(4, marks=pytest.mark.slow)],  # 2 ranks keep LOAD-063 in the default
+)
+def test_load_063_each_rank_reads_only_its_chunks(nproc, tmp_path):
+    """Under torchrun (gloo, CPU) each rank fills DTensors (Shard(0), Shard(1), replicated; a
+    (2, 2) mesh for 4 ranks) and a plain tensor; its local shards equal the matching slices of
+    load_pytree. The data-file bytes it reads through dcp.load equal those of reading the same
+    regions with ockpt.open directly, are less than the whole of the leaves, and are its chunk
+    share of them (LOAD-063)."""
+    ranks = _torchrun(nproc, tmp_path)
+    for r in ranks:
+        assert r["differences"] == [], r
+        assert r["others"] == {str(p): [] for p in OTHERS}, r
+        assert r["bytes"] == r["direct_bytes"], r
+        assert r["bytes"] < r["whole_bytes"], r
+        # the share counts tree nodes once per leaf, a rank reads them once: allow a node or two
+        assert abs(r["bytes"] - r["share_bytes"]) <= 0.1 * r["share_bytes"] + 2500, r
+    if nproc == 2:
+        assert ranks[0]["shards"]["layer_0.kernel"] == [32, 64]
+        assert all(r["bytes"] < 0.6 * r["whole_bytes"] for r in ranks)
+    else:
+        assert sorted(tuple(r["coordinate"]) for r in ranks) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+        assert ranks[0]["shards"]["layer_0.kernel"] == [32, 32]
+        assert all(r["bytes"] < 0.45 * r["whole_bytes"] for r in ranks)
+
+
+def test_conformance_row_reads_every_fixture_through_dcp():
+    """`ockpt conformance --impl ockpt-torch-dcp`: every golden fixture of every release loads
+    through dcp.load; the only failures are the documented NaN payloads of a widened dtype."""
+    from ockpt.conformance import run
+
+    result = run(["ockpt-torch-dcp"], fixtures=FIXTURES, groups=["fixtures"])
+    passed = [r for r in result.results if r.status == "pass"]
+    assert len(passed) >= 100
+    assert not result.failures(documented=False), result.failures(documented=False)
+    assert {r.case for r in result.failures()} <= {
+        "0.12.8/dtype_bit_patterns",
+        "0.12.8/dtype_bit_patterns_zarr3",
+    }
+
+
+@pytest.mark.slow  # the slow matrix: torchrun
+def test_readme_torchrun_example():
+    """The README's torchrun example runs as written: each of its 2 ranks holds its half of the
+    rows of ``layer_0.kernel``, whose values Orbax saved."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("\n## PyTorch\n", 1)[1].split("\n## ", 1)[0]
+    (block,) = re.findall(r"```sh\n(.*?)```", section, re.S)
+    done = subprocess.run(
+        ["bash", "-e", "-c", block], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    kernel = np.asarray(ockpt.load_pytree(COUNTED)["layer_0"]["kernel"])
+    found = re.findall(r"rank (\d): rows \((\d+), (\d+)\), sum (-?\d+\.\d)", done.stdout)
+    assert sorted(r for r, *_ in found) == ["0", "1"], done.stdout
+    for rank, rows, cols, total in found:
+        half = kernel[32 * int(rank) : 32 * (int(rank) + 1)]
+        assert (int(rows), int(cols)) == half.shape
+        assert abs(float(total) - float(half.sum(dtype=np.float64))) <= 0.06  # printed .1f

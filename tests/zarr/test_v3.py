@@ -1,0 +1,375 @@
+"""`ockpt.zarr.v3`: `ArrayV3Metadata` (zarr.json of zarr v3 arrays): every field, its bounds and the
+error of each fault. None needs tensorstore (the mutants each kills: tests/mutation/RESULTS.md).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ockpt.errors import ZarrFormatError
+from ockpt.zarr.codecs import BytesCodec, TransposeCodec
+from ockpt.zarr.shard_index import ShardingCodec
+from ockpt.zarr.v3 import ArrayV3Metadata
+
+
+def _raises(fn, kind=ZarrFormatError):
+    with pytest.raises(kind) as info:
+        fn()
+    return info.value
+
+
+# --------------------------------------------------------------------------------------------
+# v3: ArrayV3Metadata
+
+_LE = {"name": "bytes", "configuration": {"endian": "little"}}
+
+
+def _sharding(inner, codecs=None, index_location=None) -> dict:
+    conf = {
+        "chunk_shape": list(inner),
+        "codecs": codecs or [_LE],
+        "index_codecs": [_LE, {"name": "crc32c"}],
+    }
+    if index_location:
+        conf["index_location"] = index_location
+    return {"name": "sharding_indexed", "configuration": conf}
+
+
+def _v3(shape=(5, 7), chunk=(2, 3), codecs=None, **change) -> dict:
+    d = {
+        "zarr_format": 3,
+        "node_type": "array",
+        "shape": list(shape),
+        "data_type": "int32",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": list(chunk)}},
+        "chunk_key_encoding": {"name": "default"},
+        "fill_value": 7,
+        "codecs": codecs or [_LE],
+    }
+    d.update(change)
+    return {k: v for k, v in d.items() if v != "absent"}
+
+
+def _v3_error(d, file="a/zarr.json"):
+    return _raises(lambda: ArrayV3Metadata.from_dict(d, file=file))
+
+
+def test_v3_metadata_fields_and_round_trip():
+    """Every field of a zarr.json is kept as read, the derived fields are those of the
+    document, and to_dict gives it back, keys in tensorstore's (sorted) order, unknown keys
+    (must_understand: false) last. Kills ArrayV3Metadata.from_dict return-value mutants and
+    to_dict 1-45."""
+    d = _v3(
+        attributes={"a": 1},
+        dimension_names=["x", None],
+        storage_transformers=[],
+        chunk_key_encoding={"name": "v2", "configuration": {"separator": "/"}},
+        fill_value="0x00000009",
+        ext={"must_understand": False, "y": 2},
+    )
+    m = ArrayV3Metadata.from_dict(d, file="a/zarr.json")
+    assert (m.shape, m.chunk_shape, m.data_type) == ((5, 7), (2, 3), "int32")
+    assert m.chunk_grid == d["chunk_grid"] and m.chunk_key_encoding == d["chunk_key_encoding"]
+    assert (m.fill_value, m.codecs, m.attributes) == ("0x00000009", (_LE,), {"a": 1})
+    assert (m.dimension_names, m.storage_transformers) == (("x", None), ())
+    assert m.extra == {"ext": {"must_understand": False, "y": 2}}
+    assert (m.separator, m.key_encoding, m.zarr_format) == ("/", "v2", 3)
+    assert m.numpy_dtype == np.dtype("int32") and m.fill.item() == 9
+    assert m.fill.dtype == np.dtype("int32")
+    assert m.pipeline.array_to_bytes == BytesCodec("little") and m.sharding is None
+    out = m.to_dict()
+    assert out == d
+    assert list(out) == [
+        "attributes",
+        "chunk_grid",
+        "chunk_key_encoding",
+        "codecs",
+        "data_type",
+        "dimension_names",
+        "fill_value",
+        "node_type",
+        "shape",
+        "storage_transformers",
+        "zarr_format",
+        "ext",
+    ]
+    assert type(out["codecs"]) is list and type(out["shape"]) is list
+    assert type(out["dimension_names"]) is list and type(out["storage_transformers"]) is list
+    m = ArrayV3Metadata.from_dict(_v3())
+    assert (m.attributes, m.dimension_names, m.storage_transformers, m.extra) == (
+        None,
+        None,
+        None,
+        {},
+    )
+    assert (m.separator, m.key_encoding) == ("/", "default")
+    assert m.to_dict() == _v3()
+    assert list(m.to_dict()) == [
+        "chunk_grid",
+        "chunk_key_encoding",
+        "codecs",
+        "data_type",
+        "fill_value",
+        "node_type",
+        "shape",
+        "zarr_format",
+    ]
+
+
+def test_v3_chunk_keys():
+    """default: "c" then each index after the separator ("/" unless configured); v2: the
+    indices joined by the separator ("." unless configured), "0" for a 0-d array.
+    Kills ArrayV3Metadata.chunk_key 1-12 and the separator default mutants."""
+    key = lambda enc, index, shape=(5, 7), chunk=(2, 3): ArrayV3Metadata.from_dict(  # noqa: E731
+        _v3(shape=shape, chunk=chunk, chunk_key_encoding=enc)
+    ).chunk_key(index)
+    assert key({"name": "default"}, (1, 10)) == "c/1/10"
+    assert key({"name": "default", "configuration": {}}, (1, 10)) == "c/1/10"
+    assert key({"name": "default", "configuration": {"separator": "."}}, (1, 10)) == "c.1.10"
+    assert key({"name": "default"}, (), (), ()) == "c"
+    assert key({"name": "v2"}, (1, 10)) == "1.10"
+    assert key({"name": "v2", "configuration": {"separator": "/"}}, (1, 10)) == "1/10"
+    assert key({"name": "v2"}, (), (), ()) == "0"
+
+
+def test_v3_from_bytes_parses_and_names_the_file():
+    """from_bytes parses JSON, then the dict, both naming the file.
+    Kills ArrayV3Metadata.from_bytes 1-8."""
+    d = _v3()
+    m = ArrayV3Metadata.from_bytes(json.dumps(d).encode(), file="p/zarr.json")
+    assert m.to_dict() == d
+    err = _raises(lambda: ArrayV3Metadata.from_bytes(b"[1", file="p/zarr.json"))
+    assert err.file == "p/zarr.json" and err.rule == "JSON-001"
+    bad = json.dumps(_v3(node_type="group")).encode()
+    err = _raises(lambda: ArrayV3Metadata.from_bytes(bad, file="p/zarr.json"))
+    assert str(err) == (
+        "p/zarr.json at /node_type: node_type must be 'array' (got 'group') [ZARR-010]"
+    )
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "zarr_format",
+        "node_type",
+        "shape",
+        "data_type",
+        "chunk_grid",
+        "chunk_key_encoding",
+        "fill_value",
+        "codecs",
+    ],
+)
+def test_v3_required_fields(key):
+    """Each required field missing is ZARR-010 at its pointer.
+    Kills ArrayV3Metadata.from_dict required-field mutants."""
+    d = _v3()
+    del d[key]
+    err = _v3_error(d)
+    assert str(err) == f"a/zarr.json at /{key}: missing required field {key!r} [ZARR-010]"
+    assert (err.rule, err.pointer) == ("ZARR-010", f"/{key}")
+
+
+_ENC_ERR = "at /chunk_key_encoding/configuration: chunk_key_encoding separator must be '/' or '.'"
+_GRID = "at /chunk_grid: chunk_grid must be the regular grid"
+
+
+@pytest.mark.parametrize(
+    ("change", "text"),
+    [
+        ({"ext": 1}, "at /ext: unknown field 'ext' without must_understand: false [ZARR-010]"),
+        (
+            {"ext": {"must_understand": True}},
+            "at /ext: unknown field 'ext' without must_understand: false [ZARR-010]",
+        ),
+        (
+            {"ext": {"must_understand": 0}},
+            "at /ext: unknown field 'ext' without must_understand: false [ZARR-010]",
+        ),
+        ({"ext": {}}, "at /ext: unknown field 'ext' without must_understand: false [ZARR-010]"),
+        ({"zarr_format": 2}, "at /zarr_format: zarr_format must be 3 (got 2) [ZARR-010]"),
+        ({"zarr_format": True}, "at /zarr_format: zarr_format must be 3 (got True) [ZARR-010]"),
+        (
+            {"node_type": "group"},
+            "at /node_type: node_type must be 'array' (got 'group') [ZARR-010]",
+        ),
+        ({"shape": [5, -1]}, "at /shape/1: must be an integer >= 0 (got -1) [ZARR-005]"),
+        (
+            {"data_type": "float128"},
+            'at /data_type: unsupported element type (expected "a numeric zarr dtype '
+            "(e.g. '<f4', 'bfloat16', 'int4')\", got 'float128') [ZARR-001]",
+        ),
+        ({"chunk_grid": [2, 3]}, f"{_GRID} (got [2, 3]) [ZARR-011]"),
+        (
+            {"chunk_grid": {"name": "rectangular", "configuration": {"chunk_shape": [2, 3]}}},
+            f"{_GRID} (got {{'name': 'rectangular', 'configuration': {{'chunk_shape': [2, 3]}}}})"
+            " [ZARR-011]",
+        ),
+        (
+            {"chunk_grid": {"name": "regular", "configuration": [2, 3]}},
+            f"{_GRID} (got {{'name': 'regular', 'configuration': [2, 3]}}) [ZARR-011]",
+        ),
+        (
+            {"chunk_grid": {"name": "regular"}},
+            f"{_GRID} (got {{'name': 'regular'}}) [ZARR-011]",
+        ),
+        (
+            {"chunk_grid": {"name": "regular", "configuration": {}}},
+            "at /chunk_grid/configuration/chunk_shape: must be a list of at most 32 integers "
+            "(got None) [ZARR-011]",
+        ),
+        (
+            {"chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [2, 0]}}},
+            "at /chunk_grid/configuration/chunk_shape/1: must be an integer >= 1 (got 0) "
+            "[ZARR-011]",
+        ),
+        (
+            {"chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [2]}}},
+            "at /chunk_grid/configuration: chunk_shape must have the rank of shape "
+            "(expected 2, got 1) [ZARR-011]",
+        ),
+        (
+            {"chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [2, 3, 1]}}},
+            "at /chunk_grid/configuration: chunk_shape must have the rank of shape "
+            "(expected 2, got 3) [ZARR-011]",
+        ),
+        (
+            {
+                "chunk_grid": {
+                    "name": "regular",
+                    "configuration": {"chunk_shape": [2, 3], "x": 1},
+                }
+            },
+            "at /chunk_grid/configuration: chunk_shape must have the rank of shape "
+            "(expected 2, got 2) [ZARR-011]",
+        ),
+        (
+            {"chunk_key_encoding": "default"},
+            "at /chunk_key_encoding: chunk_key_encoding must be 'default' or 'v2' "
+            "(got 'default') [ZARR-012]",
+        ),
+        (
+            {"chunk_key_encoding": {"name": "v3"}},
+            "at /chunk_key_encoding: chunk_key_encoding must be 'default' or 'v2' "
+            "(got {'name': 'v3'}) [ZARR-012]",
+        ),
+        (
+            {"chunk_key_encoding": {"name": "default", "configuration": {"separator": "-"}}},
+            f"{_ENC_ERR} (got {{'separator': '-'}}) [ZARR-012]",
+        ),
+        (
+            {"chunk_key_encoding": {"name": "v2", "configuration": {"separator": None}}},
+            f"{_ENC_ERR} (got {{'separator': None}}) [ZARR-012]",
+        ),
+        (
+            {"chunk_key_encoding": {"name": "default", "configuration": ["/"]}},
+            f"{_ENC_ERR} (got ['/']) [ZARR-012]",
+        ),
+        (
+            {"chunk_key_encoding": {"name": "v2", "configuration": {"separator": ".", "x": 1}}},
+            f"{_ENC_ERR} (got {{'separator': '.', 'x': 1}}) [ZARR-012]",
+        ),
+        (
+            {"chunk_key_encoding": {"name": "v2", "configuration": {"x": 1}}},
+            f"{_ENC_ERR} (got {{'x': 1}}) [ZARR-012]",
+        ),
+        (
+            {"storage_transformers": [{"name": "t"}]},
+            "at /storage_transformers: storage_transformers must be empty "
+            "(got [{'name': 't'}]) [ZARR-010]",
+        ),
+        (
+            {"storage_transformers": {}},
+            "at /storage_transformers: storage_transformers must be empty (got {}) [ZARR-010]",
+        ),
+        (
+            {"dimension_names": ["x"]},
+            "at /dimension_names: dimension_names must list one name (or null) per dimension "
+            "(got ['x']) [ZARR-010]",
+        ),
+        (
+            {"dimension_names": "xy"},
+            "at /dimension_names: dimension_names must list one name (or null) per dimension "
+            "(got 'xy') [ZARR-010]",
+        ),
+        (
+            {"dimension_names": ["x", "y", "z"]},
+            "at /dimension_names: dimension_names must list one name (or null) per dimension "
+            "(got ['x', 'y', 'z']) [ZARR-010]",
+        ),
+        ({"attributes": []}, "at /attributes: attributes must be an object (got []) [ZARR-010]"),
+        (
+            {"attributes": "a"},
+            "at /attributes: attributes must be an object (got 'a') [ZARR-010]",
+        ),
+        (
+            {"shape": [2**38 + 1, 1], "data_type": "float32"},
+            "at /chunk_grid/configuration/chunk_shape: array too large for this reader "
+            "(expected '<= 1099511627776 bytes', got 1099511627780) [ZARR-005]",
+        ),
+        (
+            {"fill_value": "Infinity"},
+            "at /fill_value: fill_value does not fit the element type int32 (got 'Infinity') "
+            "[ZARR-007]",
+        ),
+    ],
+)
+def test_v3_refusals_name_file_pointer_and_rule(change, text):
+    """Each check of a zarr.json, its whole error: file, pointer, message, details, rule.
+    Kills ArrayV3Metadata.from_dict check mutants."""
+    assert str(_v3_error(_v3(**change))) == "a/zarr.json " + text
+
+
+def test_v3_not_an_object():
+    """A zarr.json that is no object is ZARR-010 at the root.
+    Kills ArrayV3Metadata.from_dict 1-15."""
+    err = _v3_error([1], file=Path("q/zarr.json"))
+    assert str(err) == "q/zarr.json: zarr.json must be a JSON object [ZARR-010]"
+    assert (err.rule, err.file, err.pointer) == ("ZARR-010", "q/zarr.json", "")
+
+
+def test_v3_codecs_are_parsed_for_the_rank_dtype_and_file():
+    """The codec chain is parsed with the array's rank (transpose order), element type
+    (bytes endian) and file. Kills the parse_codecs call mutants."""
+    codecs = [{"name": "transpose", "configuration": {"order": [1, 0]}}, _LE]
+    m = ArrayV3Metadata.from_dict(_v3(codecs=codecs))
+    assert m.pipeline.array_to_array == (TransposeCodec((1, 0)),)
+    err = _v3_error(_v3(codecs=[{"name": "transpose", "configuration": {"order": [0]}}, _LE]))
+    assert (err.rule, err.file) == ("ZARR-013", "a/zarr.json")
+    err = _v3_error(_v3(codecs=[{"name": "bytes"}]))  # int32 needs an endian
+    assert (err.rule, err.file) == ("ZARR-013", "a/zarr.json")
+    m = ArrayV3Metadata.from_dict(_v3(codecs=[{"name": "bytes"}], data_type="uint8"))
+    assert m.numpy_dtype == np.dtype("uint8")
+
+
+def test_v3_sharding_checks():
+    """Sharding: no array->array codec before it (ZARR-014), the shard shape a multiple of
+    the inner chunk shape (ZARR-014, with both shapes), and the inner grid within the limits
+    (ZARR-005 at /codecs). Kills ArrayV3Metadata.from_dict sharding mutants."""
+    m = ArrayV3Metadata.from_dict(_v3(shape=(8, 6), chunk=(4, 6), codecs=[_sharding((2, 3))]))
+    assert m.sharding is m.pipeline.array_to_bytes
+    assert isinstance(m.sharding, ShardingCodec) and m.sharding.chunk_shape == (2, 3)
+    m = ArrayV3Metadata.from_dict(_v3(shape=(8, 6), chunk=(4, 6), codecs=[_sharding((4, 6))]))
+    assert m.sharding.chunk_shape == (4, 6)
+    transpose = {"name": "transpose", "configuration": {"order": [1, 0]}}
+    err = _v3_error(_v3(shape=(8, 6), chunk=(4, 6), codecs=[transpose, _sharding((2, 3))]))
+    assert str(err) == (
+        "a/zarr.json at /codecs: array->array codecs before sharding_indexed are not in the "
+        "spec's subset [ZARR-014]"
+    )
+    for inner in ((3, 3), (4, 4), (2, 4)):
+        err = _v3_error(_v3(shape=(8, 6), chunk=(4, 6), codecs=[_sharding(inner)]))
+        assert str(err) == (
+            "a/zarr.json at /codecs: the shard shape must be a multiple of the inner chunk "
+            f"shape (expected 'divisors of [4, 6]', got {list(inner)}) [ZARR-014]"
+        )
+    err = _v3_error(_v3(shape=(2**25, 1), chunk=(2**25, 1), codecs=[_sharding((1, 1))]))
+    assert str(err) == (
+        "a/zarr.json at /codecs: the chunk grid holds more chunks than the limit "
+        "(expected '<= 16777216', got 33554432) [ZARR-005]"
+    )
+    ArrayV3Metadata.from_dict(_v3(shape=(2**24, 1), chunk=(2**24, 1), codecs=[_sharding((1, 1))]))
