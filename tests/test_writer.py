@@ -233,7 +233,7 @@ def test_chunk_byte_size_splits_chunks(tmp_path):
 
 def test_chunk_shape_for():
     """WRITE-010: the largest dimension first (the sharded ones before the others), to the
-    next smaller divisor of the slice (tests/test_chunk_subdivision.py: against Orbax)."""
+    next smaller divisor of the slice (tests/test_chunkwrite.py: against Orbax)."""
     assert _zarr_write.chunk_shape_for((8, 4), 4, None) == (8, 4)
     assert _zarr_write.chunk_shape_for((8, 4), 4, 1 << 20) == (8, 4)
     assert _zarr_write.chunk_shape_for((8, 4), 4, 32) == (2, 4)
@@ -662,7 +662,7 @@ def test_parent_is_a_file(tmp_path):
 
 
 def test_no_write_permission_simulated(tmp_path, monkeypatch):
-    """The mkdir failure, simulated (tests/test_permissions.py has the kernel's own, run as an
+    """The mkdir failure, simulated (tests/hostile/test_permissions.py has the kernel's own, run as an
     unprivileged user)."""
 
     def denied(path, *args, **kwargs):

@@ -2,7 +2,7 @@
 of an overwrite, two writers racing for one step, a reader listing while a writer saves, and a
 full disk.
 
-The writer runs in a child process (tests/_crash_child.py) that counts the file-system calls
+The writer runs in a child process (tests/support/children/crash.py) that counts the file-system calls
 the save makes from Python (and each item that tensorstore writes) and kills itself just before
 event N. After each kill: every checkpoint committed before still loads bit-equal; nothing
 partial is listed or detected as committed; the manager reports the temporary directories left

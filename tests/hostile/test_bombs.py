@@ -8,7 +8,7 @@ far more memory than they hold, built from copies of real Orbax checkpoints.
   manifest's configuration gives (`format.node_bound`, spec/ocdbt.md section 5.1) and no
   further, keeping one copy, and refused with `OCDBT-006` naming the data file and the bound.
 
-Entry points run in a subprocess under an address-space limit (tests/_hostile_child.py).
+Entry points run in a subprocess under an address-space limit (tests/support/children/hostile.py).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Invariant: for any input a parser returns or raises `ockpt.FormatError`, nothing
 a second. The JSON documents, zarr metadata, chunk payloads and zarr v3 shard indexes, OCDBT
 bodies (behind a valid envelope) and whole checkpoints (one file of a golden fixture replaced)
 are fuzzed here; the msgpack file and raw OCDBT envelopes have their own fuzz tests
-(tests/test_msgpack_legacy.py, tests/test_ocdbt_corrupt.py). `python fuzz/run.py` runs the same
+(tests/test_msgpack_legacy.py, tests/ocdbt/test_format_corrupt.py). `python fuzz/run.py` runs the same
 targets for as long as one likes (fuzz/README.md). About a minute in all on two cores.
 """
 

@@ -1,5 +1,5 @@
 """Hostile checkpoints: every entry point, in a subprocess under a 4 GiB address-space limit and a
-time limit (tests/_hostile_child.py), on copies of real Orbax checkpoints with one file replaced.
+time limit (tests/support/children/hostile.py), on copies of real Orbax checkpoints with one file replaced.
 
 Each case replaces one file of a real checkpoint by a FIFO or a symbolic link loop (PATH-005),
 or by a link to a copy of it outside the checkpoint (PATH-004). Every entry point that reads the
@@ -225,7 +225,7 @@ WIDE = {
 
 
 #: The 34M-value JSON documents take a minute each on 2 cores: the slow matrix (the msgpack
-#: one, and tests/test_bombs.py's bracket bomb, keep JSON breadth in the default run).
+#: one, and tests/hostile/test_bombs.py's bracket bomb, keep JSON breadth in the default run).
 _WIDE_PARAMS = [
     pytest.param(*key, marks=pytest.mark.slow) if key[2] == "JSON-003" else key for key in WIDE
 ]

@@ -1,7 +1,7 @@
 """Dates of the format history proven on fixture bytes (issue 18, spec/history.md): which
 release first writes the `_CHECKPOINT_METADATA` fields, `custom` before `custom_metadata`, and
 `metadata/_ROOT_METADATA` only for a manager given metadata. (The OCDBT configuration and value
-placement by release: tests/test_ocdbt.py.)"""
+placement by release: tests/ocdbt/test_tree_tensorstore.py.)"""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ from tests.support import HAVE_TENSORSTORE
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = ROOT / "spec"
-TESTS = Path(__file__).resolve().parent
+TESTS = ROOT / "tests"
 SPEC_VERSION = "1.1.0"
 
 #: Chapters spec/README.md must link, in reading order.

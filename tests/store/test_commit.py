@@ -2,7 +2,7 @@
 putting back a checkpoint that an interrupted overwrite left under ``-replaced`` (DIR-006,
 DIR-007), and what readers and the manager do with such a name (LAYOUT-006).
 
-The SIGKILL tests of tests/test_crash.py kill real overwrites at every event; these tests
+The SIGKILL tests of tests/durability/test_crash.py kill real overwrites at every event; these tests
 check each piece alone, in process.
 """
 

@@ -1,4 +1,4 @@
-"""What the object-store tests share (tests/test_s3.py, tests/test_gcs.py, the store contract
+"""What the object-store tests share (tests/test_s3.py, tests/store/test_url_gcs.py, the store contract
 tests): an emulator server on loopback for a module (`s3`: moto; `gcs`: fake-gcs-server),
 and the `ockpt` command or a Python script run against it in a child process with the
 emulator's environment."""

@@ -5,7 +5,7 @@ A linen transformer block with a bfloat16 MLP and dropout, and an nnx model with
 ``MultiSteps(chain(clip, multi_transform(inject_hyperparams(adamw), set_to_zero)))`` on a (4, 2)
 mesh of 8 CPU devices. Each step is saved by a `CheckpointManager` as
 ``Composite(state=StandardSave, nnx=StandardSave, metadata=JsonSave)``; the last state once more
-with Orbax's v1 ``save_pytree``. Used by tests/test_training_run.py.
+with Orbax's v1 ``save_pytree``. Used by tests/interop/test_training_run.py.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ def _kind(item) -> tuple[Storage, bool]:
     return fmt.storage, fmt.has_root_manifest
 
 
-# The engine contract (tests/test_engine_contract.py) compares this engine with the tensorstore
+# The engine contract (tests/engines/test_contract.py) compares this engine with the tensorstore
 # engine on every fixture item, per-process databases, missing arrays and chunks.
 
 

@@ -1,4 +1,4 @@
-"""Child process of tests/test_concurrent_saves.py: one writer among several, saving to the
+"""Child process of tests/durability/test_concurrent_saves.py: one writer among several, saving to the
 same paths in lockstep with the others.
 
     python _concurrent_child.py MODE DIR WRITER TRIALS WRITERS

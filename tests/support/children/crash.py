@@ -1,4 +1,4 @@
-"""Child process of tests/test_crash.py: one save, killed (SIGKILL) at a chosen file-system event.
+"""Child process of tests/durability/test_crash.py: one save, killed (SIGKILL) at a chosen file-system event.
 
     python _crash_child.py manager ROOT STEP [MAX_TO_KEEP] [USE_OCDBT]
     python _crash_child.py pytree PATH STEP

@@ -1,4 +1,4 @@
-"""Child process of tests/test_hostile_suite.py: every entry point on one hostile checkpoint,
+"""Child process of tests/hostile/test_hostile_suite.py: every entry point on one hostile checkpoint,
 each in its own forked process under a hard address-space limit and a time limit.
 
     python _hostile_child.py PATH ENTRY [ENTRY ...]

@@ -1,4 +1,4 @@
-"""One rank of tests/test_torch_dcp_reader.py, started by ``torch.distributed.run``.
+"""One rank of tests/torch/test_dcp_reader.py, started by ``torch.distributed.run``.
 
 argv: OUT_DIR CHECKPOINT [CHECKPOINT ...]. Each rank joins a gloo process group, builds a state
 dict of DTensors (and plain tensors) for the first checkpoint, counts the bytes it reads from

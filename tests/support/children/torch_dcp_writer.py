@@ -1,4 +1,4 @@
-"""Worker of tests/test_torch_dcp_writer.py: one rank of a DCP save with `OrbaxWriter`.
+"""Worker of tests/torch/test_dcp_writer.py: one rank of a DCP save with `OrbaxWriter`.
 
     python -m torch.distributed.run --standalone --nproc-per-node N _torch_dcp_writer_child.py \
         MODE OUT

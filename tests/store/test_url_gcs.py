@@ -33,7 +33,7 @@ from tests.support.object_stores import Bucket, child_env, ockpt, python
 
 #: gs:// URLs are opened by tensorstore: without it (the suite run with OCKPT_BLOCK_TENSORSTORE,
 #: or ockpt installed without its `tensorstore` extra) they are refused, which
-#: tests/test_no_tensorstore.py checks.
+#: tests/package/test_without_tensorstore.py checks.
 pytestmark = [
     pytest.mark.slow,  # the slow matrix: a GCS emulator (fake-gcs-server) per module
     pytest.mark.skipif(

@@ -283,17 +283,18 @@ def test_every_fixture_loads_through_the_stage_as_jax_arrays(case, rel, monkeypa
     """Several shards of one array are read from the stage at once (its values stay staged
     until the last is read)."""
     import jax
-    from test_reader_jax import _check_jax, _jax_target, mesh
+
+    from tests.support.jax_targets import check_jax, jax_target, mesh
 
     _stage_everything(monkeypatch)
     expected = expected_items(case, target=True)[rel]
     m = mesh((2, 2), ("a", "b"))
-    target = _jax_target(expected, m, [4])
+    target = jax_target(expected, m, [4])
     with jax.enable_x64(True):
         got = ockpt.load_pytree(
             case / "checkpoint", target, max_in_flight=3, **load_kwargs(case, rel)
         )
-        _check_jax(got, target, expected)
+        check_jax(got, target, expected)
 
 
 # ---------------------------------------------------------------------------------------------

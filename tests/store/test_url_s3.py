@@ -20,7 +20,7 @@ from tests.support.object_stores import free_port, ockpt, python, upload
 
 #: s3:// URLs are opened by tensorstore: without it (the suite run with OCKPT_BLOCK_TENSORSTORE,
 #: or ockpt installed without its `tensorstore` extra) they are refused, which
-#: tests/test_no_tensorstore.py checks.
+#: tests/package/test_without_tensorstore.py checks.
 pytestmark = [
     pytest.mark.slow,  # the slow matrix: an S3 emulator (moto) per module
     pytest.mark.skipif(
