@@ -132,7 +132,7 @@ def _skip_tensorstore_params(items: list[pytest.Item]) -> None:
 
 # ---------------------------------------------------------------------------------------------
 # The slow matrix (issue 34): tests marked ``slow`` run only with ``--slow`` (`.ci/run` passes
-# it); the default run keeps every contract, rule and fixture release (tests/test_tiers.py).
+# it); the default run keeps every contract, rule and fixture release (tests/package/test_tiers.py).
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

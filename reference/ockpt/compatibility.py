@@ -2,7 +2,7 @@
 
 Each feature is found in the checkpoint's fingerprint (`fingerprints`: the one description of
 how a checkpoint is stored) and dated by the release that first restores a checkpoint using it,
-from spec/history.md and from restores by real releases (tests/test_compat.py runs every fixture
+from spec/history.md and from restores by real releases (tests/test_compatibility.py runs every fixture
 through the releases of `ockpt.testing.orbax_venvs` and checks each date). A *required* feature
 sets the oldest release; an informative one is reported with the release that gives it meaning
 (older releases restore the checkpoint without it: a typed PRNG key comes back as its uint32

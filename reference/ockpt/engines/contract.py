@@ -2,7 +2,7 @@
 
 An engine opens the zarr arrays of one item (`ArrayStore`) and reads regions of them
 (`StoredArray`). ockpt has two, behind this one contract and tested by one suite
-(tests/test_engine_contract.py):
+(tests/engines/test_contract.py):
 
 * `engines.python`: OCDBT and zarr decoded by ockpt itself (local directories);
 * `engines.tensorstore`: tensorstore's drivers (local directories and kvstore URLs).

@@ -13,7 +13,7 @@
 * `datafile`, `byterange`: a value read a byte range at a time, and streamed.
 
 Nothing else in ockpt opens a file of a checkpoint or branches on where a store is
-(tests/test_architecture.py checks both): callers take a `Store` (`as_store(path)`) and ask it.
+(tests/package/test_architecture.py checks both): callers take a `Store` (`as_store(path)`) and ask it.
 """
 
 from __future__ import annotations

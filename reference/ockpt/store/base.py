@@ -7,7 +7,7 @@ by an atomic rename where it has one, by ``commit_success.txt`` written last whe
 not (spec/writing.md §6). `child` narrows a store to a subdirectory; children share their
 parent's resources (descriptors, tensorstore context) and are closed with it.
 
-Every implementation passes the shared contract tests (tests/store/test_contract.py) on
+Every implementation passes the shared contract tests (tests/store/test_store_contract.py) on
 every capability it declares in `Capabilities`.
 """
 

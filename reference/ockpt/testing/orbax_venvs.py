@@ -33,7 +33,7 @@ _JAX_0430 = ("jax==0.4.30", "jaxlib==0.4.30", "tensorstore==0.1.63", _OLD_NUMPY,
 _JAX_0438 = ("jax==0.4.38", "jaxlib==0.4.38", "tensorstore==0.1.71", *_NEW)
 #: release -> the packages pinned with it (fixtures/README.md, "Pins"). Releases without
 #: fixtures (0.2.3, 0.2.7, 0.3.0, 0.4.0-0.4.2, 0.5.20, 0.5.21, 0.6.4, 0.7.0: the neighbours
-#: tests/test_compat.py restores with to check `ockpt compat`'s dates) take the pins of the
+#: tests/test_compatibility.py restores with to check `ockpt compat`'s dates) take the pins of the
 #: nearest release with them.
 PINS: dict[str, tuple[str, ...]] = {
     "0.2.3": _JAX_0413,
@@ -55,9 +55,9 @@ PINS: dict[str, tuple[str, ...]] = {
     "0.11.9": ("jax==0.5.0", "jaxlib==0.5.0", "tensorstore==0.1.71", *_NEW),
     "0.11.28": ("jax==0.8.0", "jaxlib==0.8.0", "tensorstore==0.1.78", *_NEW),
 }
-#: The releases that restore ockpt's output, checked in ockpt's CI (tests/test_writer_releases.py).
+#: The releases that restore ockpt's output, checked in ockpt's CI (tests/interop/test_writer_releases.py).
 MATRIX = ("0.10.3", "0.11.28")
-#: The releases that check `ockpt compat`'s dates in ockpt's CI (tests/test_compat.py).
+#: The releases that check `ockpt compat`'s dates in ockpt's CI (tests/test_compatibility.py).
 COMPAT = (
     "0.2.3", "0.2.7", "0.3.0", "0.3.5", "0.4.0", "0.4.1", "0.4.2", "0.4.8", "0.5.15", "0.5.20",
     "0.5.21", "0.6.4", "0.7.0", "0.10.3", "0.11.28",
