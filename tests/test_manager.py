@@ -17,6 +17,7 @@ from ockpt.manager import CheckpointManager  # noqa: E402
 from ockpt.names import TMP_MARKER  # noqa: E402
 from ockpt.store import commit  # noqa: E402
 from ockpt.writer import JsonItem  # noqa: E402
+from tests.support.errors import assert_error  # noqa: E402
 
 
 def _mesh():
@@ -205,8 +206,9 @@ def test_step_removed_while_listing_or_restoring(tmp_path, monkeypatch):
     step = mngr._step(3)
     commit.remove_path(step.display)
     monkeypatch.setattr(mngr, "_step", lambda number: step)  # listed just before the delete
-    with pytest.raises(ockpt.NotACheckpointError, match="removed meanwhile"):
+    with pytest.raises(ockpt.NotACheckpointError) as e:
         mngr.restore(3)
+    assert_error(e, rule="LOAD-055", file=step.display, message="step 3 was removed meanwhile")
 
 
 def test_json_item_with_nan_written_by_orbax(tmp_path):

@@ -17,6 +17,7 @@ from jax.sharding import PartitionSpec as P
 
 import ockpt
 from ockpt.random_keys import RandomKey
+from tests.support.errors import assert_error
 
 ROOT = Path(__file__).resolve().parents[1]
 IMPLS = ("threefry2x32", "rbg", "unsafe_rbg")
@@ -129,6 +130,24 @@ def test_typed_key_targets_load_on_any_mesh(orbax_keys, shape, names) -> None:  
     # a raw key saved as uint32 loads into a typed-key target of the implementation it fits
     raw = ockpt.load_pytree(path, {"raw": jax.eval_shape(lambda: jax.random.key(0))}, partial=True)
     assert np.array_equal(jax.random.key_data(raw["raw"]), tree["raw"])
+
+
+def test_saving_a_random_key_without_jax_is_refused_naming_the_leaf(tmp_path, monkeypatch):
+    """WRITE-006: a RandomKey goes back as the typed key it was, which needs jax; without jax
+    the save is refused before anything is written, naming the leaf and the way out (save
+    RandomKey.data as plain uint32)."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "jax" else real(name, *a)
+    )
+    key = RandomKey(impl="threefry2x32", data=np.zeros(2, np.uint32))
+    with pytest.raises(ockpt.UnsupportedError) as e:
+        ockpt.save_pytree(tmp_path / "k", {"step": np.ones(1), "rng": key})
+    assert_error(e, rule="WRITE-006", file=None)
+    assert "'rng'" in e.value.message and "RandomKey.data" in e.value.message
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_target_of_another_implementation_is_refused(orbax_keys) -> None:  # type: ignore[no-untyped-def]

@@ -24,6 +24,7 @@ jax = pytest.importorskip("jax")
 from jax.sharding import NamedSharding, SingleDeviceSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
+from tests.support.errors import assert_error  # noqa: E402
 from tests.support.jax_targets import check_jax, jax_target, mesh  # noqa: E402
 
 MESHES = [
@@ -124,13 +125,16 @@ def test_64_bit_jax_targets_need_x64():
     exp = expected_items(case)[""]["int64"]  # (2, 2, 3) with int64 min and max
     with jax.enable_x64(False):
         wide = {"int64": jax.ShapeDtypeStruct((2, 2, 3), np.int64)}
-        with pytest.raises(TargetError, match="LOAD-024"):
+        with pytest.raises(TargetError) as e:
             ockpt.load_pytree(case / "checkpoint", wide, partial=True)
+        assert_error(e, rule="LOAD-024", leaf="int64")
         narrow = {"int64": jax.ShapeDtypeStruct((2, 2, 3), np.int32)}
-        with pytest.raises(TargetError, match="LOAD-020"):
+        with pytest.raises(TargetError) as e:
             ockpt.load_pytree(case / "checkpoint", narrow, partial=True)
-        with pytest.raises(TargetError, match="LOAD-021"):
+        assert_error(e, rule="LOAD-020", leaf="int64")
+        with pytest.raises(TargetError) as e:
             ockpt.load_pytree(case / "checkpoint", narrow, partial=True, cast="checked")
+        assert_error(e, rule="LOAD-021", leaf="int64")
         got = ockpt.load_pytree(case / "checkpoint", narrow, partial=True, cast="lossy")
         assert np.array_equal(np.asarray(got["int64"]), exp.astype(np.int32))
     with jax.enable_x64(True):

@@ -47,6 +47,21 @@ def test_temporary_directory_is_not_a_checkpoint(tmp_path):
     assert layout.kind is Kind.TEMPORARY and not layout.committed
 
 
+def test_validate_reports_a_temporary_directory_and_a_temporary_item(tmp_path):
+    """LAYOUT-001: the validator reports an unfinished save (a temporary directory, or an item
+    of a committed step under a temporary name) and validates nothing inside it."""
+    import ockpt
+
+    tmp = _item(tmp_path / "item.orbax-checkpoint-tmp")
+    found = [(f.rule, f.file) for f in ockpt.validate(tmp).findings]
+    assert found == [("LAYOUT-001", str(tmp))]
+    step = _step(tmp_path / "root" / "1", {"default": "h"})
+    _item(step / "default")
+    _item(step / "extra.orbax-checkpoint-tmp-1731000000")
+    found = [(f.rule, f.file) for f in ockpt.validate(step).findings if f.rule == "LAYOUT-001"]
+    assert found == [("LAYOUT-001", str(step / "extra.orbax-checkpoint-tmp-1731000000"))]
+
+
 def test_temporary_step_is_not_listed_as_committed(tmp_path):
     """LAYOUT-001: a manager root lists a temporary step as uncommitted."""
     root = tmp_path / "root"

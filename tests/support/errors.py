@@ -40,6 +40,8 @@ def assert_error(err: OckptError | pytest.ExceptionInfo, **want: Any) -> None:
     """Assert the named fields of `err` (`rule=`, `file=`, `pointer=`, `message=`, `expected=`,
     `got=` ...); the others are not checked. The rule must always be given."""
     assert "rule" in want, "assert_error: say which rule the error must cite"
+    if isinstance(err, pytest.ExceptionInfo):
+        err = err.value
     fields = error_fields(err)
     unknown = set(want) - set(fields) - {"expected", "got"}
     assert not unknown, f"{type(err).__name__} has no fields {sorted(unknown)}"
