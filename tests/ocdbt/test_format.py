@@ -16,6 +16,7 @@ from ockpt import bytecodecs
 from ockpt.errors import OcdbtError, ZarrFormatError
 from ockpt.limits import LIMITS
 from ockpt.ocdbt import format as fmt
+from tests.support.errors import assert_error, error_fields
 
 # --------------------------------------------------------------------------------------------
 # decode_varint
@@ -27,9 +28,12 @@ def test_decode_varint_reads_from_pos_and_stops_at_end():
     assert fmt.decode_varint(data, 3, end=4) == (5, 4)
     with pytest.raises(OcdbtError) as info:
         fmt.decode_varint(data, 1, end=2, file="m.bin")  # 0x96 continues past `end`
-    err = info.value
-    assert err.rule == "OCDBT-007"
-    assert str(err) == "m.bin at @1: truncated varint varint [OCDBT-007]"
+    assert error_fields(info) == {
+        "rule": "OCDBT-007",
+        "file": "m.bin",
+        "message": "truncated varint value",
+        "pointer": "@1",
+    }
 
 
 @pytest.mark.parametrize("value", [-1, 2**64])
@@ -86,20 +90,18 @@ def test_version_node_errors_point_at_file_offsets_from_the_node_offset():
     data[-1] ^= 1  # the stored CRC-32C
     with pytest.raises(OcdbtError) as info:
         fmt.decode_version_tree_node(bytes(data), file="d/x", offset=100)
-    assert info.value.rule == "OCDBT-005"
-    assert f"d/x at @{100 + len(data) - 4}:" in str(info.value)
+    assert_error(info, rule="OCDBT-005", file="d/x", pointer=f"@{100 + len(data) - 4}")
     data[0] ^= 1  # the magic: reported at the node's first byte, 0 when no offset is given
     with pytest.raises(OcdbtError) as info:
         fmt.decode_version_tree_node(bytes(data), file="d/x")
-    assert info.value.rule == "OCDBT-001"
-    assert "d/x at @0:" in str(info.value)
+    assert_error(info, rule="OCDBT-001", file="d/x", pointer="@0")
 
 
-def error_of(fn) -> str:
-    """What the OcdbtError `fn()` raises says: file, offset, message, expected/got and rule."""
+def error_of(fn) -> dict:
+    """What the OcdbtError `fn()` raises says: its file, offset, message, expected/got and rule."""
     with pytest.raises(OcdbtError) as info:
         fn()
-    return str(info.value)
+    return error_fields(info.value)
 
 
 V = fmt.VERSION_NODE_MAGIC
@@ -112,39 +114,71 @@ V = fmt.VERSION_NODE_MAGIC
             b"",
             0,
             None,
-            "@114: truncated: version_tree_arity_log2 needs 1 bytes (expected 1, got 0) "
-            "[OCDBT-007]",
+            {
+                "rule": "OCDBT-007",
+                "message": "truncated: version_tree_arity_log2 needs 1 bytes",
+                "pointer": "@114",
+                "expected": 1,
+                "got": 0,
+            },
         ),
         (
             b"\4",
             0,
             None,
-            "@115: truncated: height needs 1 bytes (expected 1, got 0) [OCDBT-007]",
+            {
+                "rule": "OCDBT-007",
+                "message": "truncated: height needs 1 bytes",
+                "pointer": "@115",
+                "expected": 1,
+                "got": 0,
+            },
         ),
         (
             b"\0\0",
             0,
             None,
-            "@114: version_tree_arity_log2 out of range (expected '1..16', got 0) [OCDBT-011]",
+            {
+                "rule": "OCDBT-011",
+                "message": "version_tree_arity_log2 out of range",
+                "pointer": "@114",
+                "expected": "1..16",
+                "got": 0,
+            },
         ),
         (
             b"\4\17",
             0,
             None,
-            "@115: version tree node height too large for its arity (got 15) [OCDBT-032]",
+            {
+                "rule": "OCDBT-032",
+                "message": "version tree node height too large for its arity",
+                "pointer": "@115",
+                "got": 15,
+            },
         ),
         (
             b"\4\17",
             1,
             None,
-            "@100+body[1]: version tree node height too large for its arity (got 15) [OCDBT-032]",
+            {
+                "rule": "OCDBT-032",
+                "message": "version tree node height too large for its arity",
+                "pointer": "@100+body[1]",
+                "got": 15,
+            },
         ),
         (
             b"\4\17" * 10,
             0,
             19,
-            "@114: version tree node body exceeds the decoded size limit "
-            "(expected '<= 19', got 20) [OCDBT-006]",
+            {
+                "rule": "OCDBT-006",
+                "message": "version tree node body exceeds the decoded size limit",
+                "pointer": "@114",
+                "expected": "<= 19",
+                "got": 20,
+            },
         ),
     ],
 )
@@ -152,7 +186,7 @@ def test_version_node_body_errors_name_file_offset_and_field(body, compression, 
     data = fmt.encode_envelope(V, body, compression=compression)
     kw = {} if limit is None else {"max_decoded_bytes": limit}
     got = error_of(lambda: fmt.decode_version_tree_node(data, file="d/x", offset=100, **kw))
-    assert got == "d/x at " + message
+    assert got == {"file": "d/x", **message}
 
 
 @pytest.mark.parametrize("arity_log2, generations", [(1, (1,)), (4, (1, 2)), (16, (1, 2))])
@@ -181,26 +215,42 @@ def test_interior_version_nodes_decode_whole(height, generations):
     [
         (
             0,
-            "@117: a version tree leaf node must reference at least one version (got 0) "
-            "[OCDBT-031]",
+            {
+                "rule": "OCDBT-031",
+                "message": "a version tree leaf node must reference at least one version",
+                "pointer": "@117",
+                "got": 0,
+            },
         ),
-        (1, "@117: an interior version node must have children (got 0) [OCDBT-031]"),
+        (
+            1,
+            {
+                "rule": "OCDBT-031",
+                "message": "an interior version node must have children",
+                "pointer": "@117",
+                "got": 0,
+            },
+        ),
     ],
 )
 def test_a_version_node_with_no_entries_is_named_by_kind(height, message):
     data = fmt.encode_envelope(V, bytes([4, height, 0, 0]))  # no files, no entries
     got = error_of(lambda: fmt.decode_version_tree_node(data, file="d/x", offset=100))
-    assert got == "d/x at " + message
+    assert got == {"file": "d/x", **message}
 
 
 def test_bytes_after_a_version_node_body_are_counted_and_named():
     body = fmt.decode_envelope(_version_leaf(), magic=V).body
     data = fmt.encode_envelope(V, body + b"\0\0")
     got = error_of(lambda: fmt.decode_version_tree_node(data, file="d/x"))
-    assert got == (
-        f"d/x at @{14 + len(body)}: 2 unexpected bytes after the version tree node "
-        "(expected 0, got 2) [OCDBT-007]"
-    )
+    assert got == {
+        "rule": "OCDBT-007",
+        "file": "d/x",
+        "message": "2 unexpected bytes after the version tree node",
+        "pointer": f"@{14 + len(body)}",
+        "expected": 0,
+        "got": 2,
+    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -214,16 +264,28 @@ def test_bytes_after_a_version_node_body_are_counted_and_named():
         (b"\7" + b"\x80" * 9 + b"\0", (0, 11)),  # 10 bytes, the most a varint may take
         (
             b"\7" + b"\xff" * 9 + b"\2",
-            "@1: varint varint exceeds 2**64-1 (got 27670116110564327423) [OCDBT-008]",
+            {
+                "rule": "OCDBT-008",
+                "message": "varint value exceeds 2**64-1",
+                "pointer": "@1",
+                "got": 27670116110564327423,
+            },
         ),
-        (b"\7" + b"\x80" * 10 + b"\0", "@1: varint varint longer than 10 bytes [OCDBT-008]"),
+        (
+            b"\7" + b"\x80" * 10 + b"\0",
+            {
+                "rule": "OCDBT-008",
+                "message": "varint value longer than 10 bytes",
+                "pointer": "@1",
+            },
+        ),
     ],
 )
 def test_varints_take_at_most_ten_bytes_and_64_bits(data, result):
     if isinstance(result, tuple):
         assert fmt.decode_varint(data, 1, file="f") == result
     else:
-        assert error_of(lambda: fmt.decode_varint(data, 1, file="f")) == "f at " + result
+        assert error_of(lambda: fmt.decode_varint(data, 1, file="f")) == {"file": "f", **result}
 
 
 B = fmt.BTREE_NODE_MAGIC
@@ -243,15 +305,32 @@ def _btree(body: bytes, **kw) -> fmt.BtreeNode:
         (b"\0\0\1\1k\5\0abcde", [(b"k", b"abcde")]),
         (
             b"\0\0\12" + b"\0" * 5,
-            "@116: num_entries = 10 does not fit in the 5 bytes that remain (got 10) [OCDBT-007]",
+            {
+                "rule": "OCDBT-007",
+                "message": "num_entries = 10 does not fit in the 5 bytes that remain",
+                "pointer": "@116",
+                "got": 10,
+            },
         ),
         (
             b"\0\0\1\1k\5\0abc",
-            "@121: truncated: inline values needs 5 bytes (expected 5, got 3) [OCDBT-007]",
+            {
+                "rule": "OCDBT-007",
+                "message": "truncated: inline values needs 5 bytes",
+                "pointer": "@121",
+                "expected": 5,
+                "got": 3,
+            },
         ),
         (
             b"\0\0\1\1k\5",
-            "@120: truncated: value_kind needs 1 bytes (expected 1, got 0) [OCDBT-007]",
+            {
+                "rule": "OCDBT-007",
+                "message": "truncated: value_kind needs 1 bytes",
+                "pointer": "@120",
+                "expected": 1,
+                "got": 0,
+            },
         ),
     ],
 )
@@ -259,7 +338,7 @@ def test_btree_leaf_counts_and_lengths_are_checked_against_what_remains(body, re
     if isinstance(result, list):
         assert [(e.key, e.value) for e in _btree(body).entries] == result
     else:
-        assert error_of(lambda: _btree(body)) == "d/n at " + result
+        assert error_of(lambda: _btree(body)) == {"file": "d/n", **result}
 
 
 def _manifest(generations: tuple[int, ...], *, arity_log2: int = 1) -> fmt.Manifest:
@@ -278,9 +357,14 @@ def test_a_manifest_holds_up_to_two_to_the_arity_inline_versions():
     full = _manifest((1, 2))
     assert fmt.decode_manifest(fmt.encode_manifest(full)) == full
     data = fmt.encode_manifest(_manifest((1, 2, 3)))
-    assert error_of(lambda: fmt.decode_manifest(data, file="m")) == (
-        "m at @43: num_versions out of range (expected '<= 2', got 3) [OCDBT-008]"
-    )
+    assert error_of(lambda: fmt.decode_manifest(data, file="m")) == {
+        "rule": "OCDBT-008",
+        "file": "m",
+        "message": "num_versions out of range",
+        "pointer": "@43",
+        "expected": "<= 2",
+        "got": 3,
+    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -319,75 +403,133 @@ def test_an_envelope_decodes_to_its_fields():
         (
             fmt.encode_envelope(M, b"")[:-1],
             {},
-            "@100: manifest too short for its envelope "
-            "(expected '>= 18 bytes', got 17) [OCDBT-002]",
+            {
+                "rule": "OCDBT-002",
+                "message": "manifest too short for its envelope",
+                "pointer": "@100",
+                "expected": ">= 18 bytes",
+                "got": 17,
+            },
         ),
         (
             b"\1\2\3\4" + BODY[4:],
             {},
-            "@100: bad manifest magic (expected '0x0cdb3a2a', got '0x01020304') [OCDBT-001]",
+            {
+                "rule": "OCDBT-001",
+                "message": "bad manifest magic",
+                "pointer": "@100",
+                "expected": "0x0cdb3a2a",
+                "got": "0x01020304",
+            },
         ),
         (
             b"\1\2\3\4" + BODY[4:],
             {"magic": 0x01020305},
-            "@100: bad structure magic (expected '0x01020305', got '0x01020304') [OCDBT-001]",
+            {
+                "rule": "OCDBT-001",
+                "message": "bad structure magic",
+                "pointer": "@100",
+                "expected": "0x01020305",
+                "got": "0x01020304",
+            },
         ),
         (
             BODY[:4] + struct.pack("<Q", 99) + BODY[12:],
             {},
-            "@104: manifest length field does not match its size (expected 22, got 99) [OCDBT-002]",
+            {
+                "rule": "OCDBT-002",
+                "message": "manifest length field does not match its size",
+                "pointer": "@104",
+                "expected": 22,
+                "got": 99,
+            },
         ),
         (
             BODY[:-1] + bytes([BODY[-1] ^ 1]),
             {},
-            "@118: manifest CRC-32C mismatch (expected '0x17de652f', got '0x16de652f') [OCDBT-005]",
+            {
+                "rule": "OCDBT-005",
+                "message": "manifest CRC-32C mismatch",
+                "pointer": "@118",
+                "expected": "0x17de652f",
+                "got": "0x16de652f",
+            },
         ),
         (
             reseal(BODY[:12] + b"\1" + BODY[13:]),
             {},
-            "@112: unsupported manifest format version (expected 0, got 1) [OCDBT-003]",
+            {
+                "rule": "OCDBT-003",
+                "message": "unsupported manifest format version",
+                "pointer": "@112",
+                "expected": 0,
+                "got": 1,
+            },
         ),
         (
             reseal(BODY[:13] + b"\2" + BODY[14:]),
             {},
-            "@113: unknown manifest compression_format (expected '0 or 1', got 2) [OCDBT-004]",
+            {
+                "rule": "OCDBT-004",
+                "message": "unknown manifest compression_format",
+                "pointer": "@113",
+                "expected": "0 or 1",
+                "got": 2,
+            },
         ),
         (
             BODY,
             {"max_decoded_bytes": 3},
-            "@114: manifest body exceeds the decoded size limit "
-            "(expected '<= 3', got 4) [OCDBT-006]",
+            {
+                "rule": "OCDBT-006",
+                "message": "manifest body exceeds the decoded size limit",
+                "pointer": "@114",
+                "expected": "<= 3",
+                "got": 4,
+            },
         ),
         (
             fmt.encode_envelope(M, b"body" * 10, compression=1),
             {"max_decoded_bytes": 39},
-            "@114: zstd content size exceeds the limit (expected '<= 39', got 40) [OCDBT-006]",
+            {
+                "rule": "OCDBT-006",
+                "message": "zstd content size exceeds the limit",
+                "pointer": "@114",
+                "expected": "<= 39",
+                "got": 40,
+            },
         ),
         (
             reseal(fmt.encode_envelope(M, b"")[:12] + b"\x80\x80" + b"\0" * 4),
             {},
-            "@112: truncated varint version [OCDBT-007]",
+            {"rule": "OCDBT-007", "message": "truncated varint version", "pointer": "@112"},
         ),
         (
             reseal(fmt.encode_envelope(M, b"")[:12] + b"\0\x80" + b"\0" * 4),
             {},
-            "@113: truncated varint compression_format [OCDBT-007]",
+            {
+                "rule": "OCDBT-007",
+                "message": "truncated varint compression_format",
+                "pointer": "@113",
+            },
         ),
     ],
 )
 def test_envelope_errors_name_file_offset_and_values(data, kw, message):
     kw = {"magic": M, **kw}
     got = error_of(lambda: fmt.decode_envelope(data, file="f", offset=100, **kw))
-    assert got == "f at " + message
+    assert got == {"file": "f", **message}
 
 
 def test_envelope_offsets_count_from_zero_by_default():
     got = error_of(lambda: fmt.decode_envelope(b"\1\2\3\4" + BODY[4:], magic=M, file="f"))
-    assert got.startswith("f at @0: bad manifest magic")
+    assert (got["rule"], got["file"], got["pointer"]) == ("OCDBT-001", "f", "@0")
+    assert got["message"] == "bad manifest magic"
     data = reseal(BODY[:14] + b"junk" + BODY[18:])  # compression 1, but no zstd frame
     data = data[:13] + b"\1" + data[14:]
     got = error_of(lambda: fmt.decode_envelope(reseal(data), magic=M, file="f", offset=100))
-    assert got.startswith("f at @114: not a zstd frame: ") and got.endswith(" [OCDBT-006]")
+    assert (got["rule"], got["file"], got["pointer"]) == ("OCDBT-006", "f", "@114")
+    assert got["message"].startswith("not a zstd frame: ")
 
 
 # --------------------------------------------------------------------------------------------
@@ -448,20 +590,41 @@ def test_an_empty_frame_is_checked_by_the_stream(content_size, calls, zstd_calls
 @pytest.mark.parametrize(
     "frame, bound, message",
     [
-        (KNOWN, 10239, "zstd content size exceeds the limit (expected '<= 10239', got 10240)"),
+        (
+            KNOWN,
+            10239,
+            {
+                "message": "zstd content size exceeds the limit",
+                "expected": "<= 10239",
+                "got": 10240,
+            },
+        ),
         (
             UNKNOWN,
             10239,
-            "zstd stream decodes to more than the limit (expected '<= 10239', got '> 10239')",
+            {
+                "message": "zstd stream decodes to more than the limit",
+                "expected": "<= 10239",
+                "got": "> 10239",
+            },
         ),
-        (KNOWN + b"xy", 10240, "bytes after the zstd frame (expected 0, got 2)"),
-        (UNKNOWN + b"xy", 10240, "bytes after the zstd frame (expected 0, got 2)"),
-        (KNOWN[:-3], 10240, "truncated zstd frame"),
-        (UNKNOWN[:-3], 10240, "truncated zstd frame"),
+        (KNOWN + b"xy", 10240, {"message": "bytes after the zstd frame", "expected": 0, "got": 2}),
+        (
+            UNKNOWN + b"xy",
+            10240,
+            {"message": "bytes after the zstd frame", "expected": 0, "got": 2},
+        ),
+        (KNOWN[:-3], 10240, {"message": "truncated zstd frame"}),
+        (UNKNOWN[:-3], 10240, {"message": "truncated zstd frame"}),
         (
             UNKNOWN[:-1] + bytes([UNKNOWN[-1] ^ 1]),
             10240,
-            "corrupt zstd frame: zstd decompressor error: Restored data doesn't match checksum",
+            {
+                "message": (
+                    "corrupt zstd frame: zstd decompressor error: Restored data doesn't match "
+                    "checksum"
+                )
+            },
         ),
     ],
 )
@@ -469,7 +632,7 @@ def test_zstd_errors_name_file_pointer_rule_and_sizes(frame, bound, message):
     got = error_of(
         lambda: bytecodecs.zstd_decompress(frame, max_output_size=bound, file="f", pointer="@5")
     )
-    assert got == f"f at @5: {message} [OCDBT-006]"
+    assert got == {"rule": "OCDBT-006", "file": "f", "pointer": "@5", **message}
 
 
 def test_a_frame_of_known_size_that_the_one_call_refuses_is_named_corrupt():
@@ -479,10 +642,14 @@ def test_a_frame_of_known_size_that_the_one_call_refuses_is_named_corrupt():
     frame = zstandard.ZstdCompressor(write_checksum=True).compress(DATA)
     bad = frame[:-1] + bytes([frame[-1] ^ 1])
     got = error_of(lambda: bytecodecs.zstd_decompress(bad, max_output_size=10240, file="f"))
-    assert got == (
-        "f: corrupt zstd frame: decompression error: Restored data doesn't match checksum "
-        "[OCDBT-006]"
-    )
+    assert got == {
+        "rule": "OCDBT-006",
+        "file": "f",
+        "message": (
+            "corrupt zstd frame: decompression error: Restored data doesn't match checksum"
+        ),
+        "pointer": None,
+    }
 
 
 RANDOM = random.Random(21).randbytes(300_000)  # three blocks, stored raw
@@ -496,12 +663,24 @@ LONG = zstandard.ZstdCompressor(write_content_size=False).compress(RANDOM)
         (
             LONG,
             len(RANDOM) - 1,
-            "zstd stream decodes to more than the limit (expected '<= 299999', got '> 299999')",
+            {
+                "message": "zstd stream decodes to more than the limit",
+                "expected": "<= 299999",
+                "got": "> 299999",
+            },
         ),
         # steps of 512 bytes go on to the end of a frame much longer than two of them
-        (LONG + b"xy", len(RANDOM), "bytes after the zstd frame (expected 0, got 2)"),
+        (
+            LONG + b"xy",
+            len(RANDOM),
+            {"message": "bytes after the zstd frame", "expected": 0, "got": 2},
+        ),
         # trailing bytes past the last step read are counted with those in it
-        (KNOWN + b"\0" * 1000, 10240, "bytes after the zstd frame (expected 0, got 1000)"),
+        (
+            KNOWN + b"\0" * 1000,
+            10240,
+            {"message": "bytes after the zstd frame", "expected": 0, "got": 1000},
+        ),
     ],
     ids=["limit over steps", "long frame", "trailing past the step"],
 )
@@ -511,7 +690,7 @@ def test_the_stream_reads_every_step_and_counts_all_it_gives(frame, bound, messa
     Kills `zstd_decompress` 71 (the position stuck at one step), 73 (only the last piece
     counted), 90 (bytes past the last step subtracted); ids at 88f069a."""
     got = error_of(lambda: bytecodecs.zstd_decompress(frame, max_output_size=bound, file="f"))
-    assert got == f"f: {message} [OCDBT-006]"
+    assert got == {"rule": "OCDBT-006", "file": "f", "pointer": None, **message}
 
 
 def test_a_frame_without_content_size_is_decoded_into_what_its_blocks_give(monkeypatch):
@@ -542,8 +721,8 @@ def test_zstd_errors_take_the_callers_error_class_and_rule():
         bytecodecs.zstd_decompress(
             b"nope", max_output_size=9, file="c/0", rule="ZARR-1", error=ZarrFormatError
         )
-    assert info.value.rule == "ZARR-1"
-    assert str(info.value).startswith("c/0: not a zstd frame: ")
+    assert_error(info, rule="ZARR-1", file="c/0")
+    assert info.value.message.startswith("not a zstd frame: ")
 
 
 # --------------------------------------------------------------------------------------------
@@ -567,23 +746,36 @@ def test_a_value_may_end_at_the_last_byte_a_64_bit_range_reaches():
     [
         (
             _indirect(5, 0, 2**64 - 5),
-            "@125: data_file_offset + data_file_length overflows 64 bits "
-            "(got (18446744073709551611, 5)) [OCDBT-022]",
+            {
+                "rule": "OCDBT-022",
+                "message": "data_file_offset + data_file_length overflows 64 bits",
+                "pointer": "@125",
+                "got": (18446744073709551611, 5),
+            },
         ),
         (
             _indirect(2**64 - 1, 0, 1),
-            "@134: data_file_offset + data_file_length overflows 64 bits "
-            "(got (1, 18446744073709551615)) [OCDBT-022]",
+            {
+                "rule": "OCDBT-022",
+                "message": "data_file_offset + data_file_length overflows 64 bits",
+                "pointer": "@134",
+                "got": (1, 18446744073709551615),
+            },
         ),
         (
             _indirect(5, 1, 0),
-            "@124: data_file_id out of range of the data file table "
-            "(expected '< 1', got 1) [OCDBT-021]",
+            {
+                "rule": "OCDBT-021",
+                "message": "data_file_id out of range of the data file table",
+                "pointer": "@124",
+                "expected": "< 1",
+                "got": 1,
+            },
         ),
     ],
 )
 def test_a_leaf_value_must_lie_in_a_listed_file_within_64_bits(body, message):
-    assert error_of(lambda: _btree(body)) == "d/n at " + message
+    assert error_of(lambda: _btree(body)) == {"file": "d/n", **message}
 
 
 def _version(generation: int, location: fmt.IndirectDataReference | None):
@@ -603,26 +795,38 @@ SMALL = fmt.IndirectDataReference(FILE, 1, 2)
     [
         (
             [_version(1, HUGE)],
-            "@47: data_file_offset + data_file_length overflows 64 bits "
-            "(got (1, 18446744073709551615)) [OCDBT-022]",
+            {
+                "rule": "OCDBT-022",
+                "message": "data_file_offset + data_file_length overflows 64 bits",
+                "pointer": "@47",
+                "got": (1, 18446744073709551615),
+            },
         ),
         # a version with no root (both fields 2**64-1) is skipped, not the versions after it
         (
             [_version(1, None), _version(2, HUGE)],
-            "@53: data_file_offset + data_file_length "
-            "overflows 64 bits (got (1, 18446744073709551615)) [OCDBT-022]",
+            {
+                "rule": "OCDBT-022",
+                "message": "data_file_offset + data_file_length overflows 64 bits",
+                "pointer": "@53",
+                "got": (1, 18446744073709551615),
+            },
         ),
         (
             [_version(1, SMALL), _version(1, SMALL)],
-            "@44: generation numbers must be non-zero and "
-            "strictly increasing (got [1, 1]) [OCDBT-030]",
+            {
+                "rule": "OCDBT-030",
+                "message": "generation numbers must be non-zero and strictly increasing",
+                "pointer": "@44",
+                "got": [1, 1],
+            },
         ),
     ],
 )
 def test_manifest_versions_are_checked_one_by_one(versions, message):
     config = fmt.Config(b"\1" * 16, 0, 8, 1 << 20, 1, None)
     data = fmt.encode_manifest(fmt.Manifest(config, tuple(versions), ()))
-    assert error_of(lambda: fmt.decode_manifest(data, file="m")) == "m at " + message
+    assert error_of(lambda: fmt.decode_manifest(data, file="m")) == {"file": "m", **message}
 
 
 # --------------------------------------------------------------------------------------------
@@ -639,23 +843,40 @@ def test_a_two_byte_value_length_starting_with_0x80_is_not_taken_for_one_byte():
     [
         (
             LEAF + b"\x80" * 10 + b"\0\0",
-            "@122: varint value_length longer than 10 bytes [OCDBT-008]",
+            {
+                "rule": "OCDBT-008",
+                "message": "varint value_length longer than 10 bytes",
+                "pointer": "@122",
+            },
         ),
-        (LEAF + b"\x80", "@122: truncated varint value_length [OCDBT-007]"),
+        (
+            LEAF + b"\x80",
+            {
+                "rule": "OCDBT-007",
+                "message": "truncated varint value_length",
+                "pointer": "@122",
+            },
+        ),
         # one data file whose path suffix is one byte longer than a path may be
         (
             b"\0\1" + fmt.encode_varint(65536) + b"\0",
-            "@116: path_suffix_length out of range (expected '<= 65535', got 65536) [OCDBT-008]",
+            {
+                "rule": "OCDBT-008",
+                "message": "path_suffix_length out of range",
+                "pointer": "@116",
+                "expected": "<= 65535",
+                "got": 65536,
+            },
         ),
         # 65535 is allowed: the decoder goes on to the (missing) entries
         (
             b"\0\1" + fmt.encode_varint(65535) + b"\0" + b"x" * 65535,
-            "@65655: truncated varint num_entries [OCDBT-007]",
+            {"rule": "OCDBT-007", "message": "truncated varint num_entries", "pointer": "@65655"},
         ),
     ],
 )
 def test_a_column_of_varints_checks_each_for_length_end_and_range(body, message):
-    assert error_of(lambda: _btree(body)) == "d/n at " + message
+    assert error_of(lambda: _btree(body)) == {"file": "d/n", **message}
 
 
 # --------------------------------------------------------------------------------------------
@@ -676,10 +897,14 @@ def test_fixed_width_fields_keep_their_sign():
     assert got == manifest
     assert got.config.compression.level == -5 and got.versions[0].commit_time == 2**64 - 1
     data = BODY[:4] + struct.pack("<Q", 2**64 - 1) + BODY[12:]
-    assert error_of(lambda: fmt.decode_envelope(data, magic=M, file="f", offset=100)) == (
-        "f at @104: manifest length field does not match its size "
-        "(expected 22, got 18446744073709551615) [OCDBT-002]"
-    )
+    assert error_of(lambda: fmt.decode_envelope(data, magic=M, file="f", offset=100)) == {
+        "rule": "OCDBT-002",
+        "file": "f",
+        "message": "manifest length field does not match its size",
+        "pointer": "@104",
+        "expected": 22,
+        "got": 18446744073709551615,
+    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -762,9 +987,14 @@ def test_a_version_tree_node_lists_at_most_two_to_the_arity_children():
     loc = fmt.IndirectDataReference(FILE, 5, 7)
     children = tuple(fmt.VersionNodeReference(loc, 16 * i, 0, 16, i) for i in range(1, 18))
     data = fmt.encode_version_tree_node(fmt.VersionTreeNode(1, 4, children), compression=0)
-    assert error_of(lambda: fmt.decode_version_tree_node(data, file="d/x", offset=100)) == (
-        "d/x at @122: num_children out of range (expected '<= 16', got 17) [OCDBT-008]"
-    )
+    assert error_of(lambda: fmt.decode_version_tree_node(data, file="d/x", offset=100)) == {
+        "rule": "OCDBT-008",
+        "file": "d/x",
+        "message": "num_children out of range",
+        "pointer": "@122",
+        "expected": "<= 16",
+        "got": 17,
+    }
 
 
 def _manifest_listing(arity_log2: int, n: int) -> bytes:
@@ -783,16 +1013,60 @@ def _manifest_listing(arity_log2: int, n: int) -> bytes:
 @pytest.mark.parametrize(
     "arity_log2, n, message",
     [
-        (1, 66, "@60: num_children out of range (expected '<= 65', got 66) [OCDBT-008]"),
-        (3, 23, "@60: num_children out of range (expected '<= 22', got 23) [OCDBT-008]"),
-        (4, 18, "@60: num_children out of range (expected '<= 17', got 18) [OCDBT-008]"),
-        (5, 14, "@60: num_children out of range (expected '<= 13', got 14) [OCDBT-008]"),
+        (
+            1,
+            66,
+            {
+                "rule": "OCDBT-008",
+                "message": "num_children out of range",
+                "pointer": "@60",
+                "expected": "<= 65",
+                "got": 66,
+            },
+        ),
+        (
+            3,
+            23,
+            {
+                "rule": "OCDBT-008",
+                "message": "num_children out of range",
+                "pointer": "@60",
+                "expected": "<= 22",
+                "got": 23,
+            },
+        ),
+        (
+            4,
+            18,
+            {
+                "rule": "OCDBT-008",
+                "message": "num_children out of range",
+                "pointer": "@60",
+                "expected": "<= 17",
+                "got": 18,
+            },
+        ),
+        (
+            5,
+            14,
+            {
+                "rule": "OCDBT-008",
+                "message": "num_children out of range",
+                "pointer": "@60",
+                "expected": "<= 13",
+                "got": 14,
+            },
+        ),
         # 64 / 4 = 16 nodes pass the count; their generation numbers (0) do not
         (
             4,
             16,
-            "@61: generation numbers must be non-zero and strictly increasing (got [0, 0, 0, "
-            "0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]) [OCDBT-030]",
+            {
+                "rule": "OCDBT-030",
+                "message": "generation numbers must be non-zero and strictly increasing",
+                "pointer": "@61",
+                "got": [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+            },
         ),
     ],
 )
@@ -800,7 +1074,7 @@ def test_a_manifest_lists_at_most_64_over_the_arity_plus_one_version_tree_nodes(
     arity_log2, n, message
 ):
     data = _manifest_listing(arity_log2, n)
-    assert error_of(lambda: fmt.decode_manifest(data, file="m")) == "m at " + message
+    assert error_of(lambda: fmt.decode_manifest(data, file="m")) == {"file": "m", **message}
 
 
 # --------------------------------------------------------------------------------------------
@@ -838,9 +1112,14 @@ def test_a_zstd_level_may_end_the_manifest_and_is_named_when_cut():
     assert fmt.decode_manifest(data, file="m") == fmt.Manifest(config, (), ())
     body = fmt.decode_envelope(data, magic=M).body
     cut = fmt.encode_envelope(M, body[:-1])
-    assert error_of(lambda: fmt.decode_manifest(cut, file="m")) == (
-        "m at @37: truncated: zstd level needs 4 bytes (expected 4, got 3) [OCDBT-007]"
-    )
+    assert error_of(lambda: fmt.decode_manifest(cut, file="m")) == {
+        "rule": "OCDBT-007",
+        "file": "m",
+        "message": "truncated: zstd level needs 4 bytes",
+        "pointer": "@37",
+        "expected": 4,
+        "got": 3,
+    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -887,44 +1166,88 @@ def test_a_leaf_key_stores_the_whole_prefix_it_shares_with_the_key_before(first,
     [
         (
             b"\0\0\2\3\1\1ab\1\1\0\0xy",
-            "@117: entry 1: key_prefix_length exceeds the previous key "
-            "(expected '<= 1', got 3) [OCDBT-041]",
+            {
+                "rule": "OCDBT-041",
+                "message": "entry 1: key_prefix_length exceeds the previous key",
+                "pointer": "@117",
+                "expected": "<= 1",
+                "got": 3,
+            },
         ),
         (
             b"\0\0\2\0\1\1ba\1\1\0\0xy",
-            "@117: entry 1: keys must be strictly increasing "
-            "(expected \"> b'b'\", got b'a') [OCDBT-041]",
+            {
+                "rule": "OCDBT-041",
+                "message": "entry 1: keys must be strictly increasing",
+                "pointer": "@117",
+                "expected": "> b'b'",
+                "got": b"a",
+            },
         ),
         (
             b"\0\0\2\1\1\0a\1\1\0\0xy",
-            "@117: entry 1: keys must be strictly increasing "
-            "(expected \"> b'a'\", got b'a') [OCDBT-041]",
+            {
+                "rule": "OCDBT-041",
+                "message": "entry 1: keys must be strictly increasing",
+                "pointer": "@117",
+                "expected": "> b'a'",
+                "got": b"a",
+            },
         ),
         (
             b"\0\0\1\x80\x80\x04" + b"k" * 65536 + b"\1\0x",
-            "@117: entry 0: key too long (expected '<= 65535 bytes', got 65536) [OCDBT-008]",
+            {
+                "rule": "OCDBT-008",
+                "message": "entry 0: key too long",
+                "pointer": "@117",
+                "expected": "<= 65535 bytes",
+                "got": 65536,
+            },
         ),
         (
             b"\0\0\2" + b"\x80" * 10 + b"\1" + b"\0" * 8,
-            "@117: varint key_prefix_length longer than 10 bytes [OCDBT-008]",
+            {
+                "rule": "OCDBT-008",
+                "message": "varint key_prefix_length longer than 10 bytes",
+                "pointer": "@117",
+            },
         ),
         (
             b"\0\0\2\0" + b"\x80" * 10 + b"\1" + b"\0" * 8,
-            "@118: varint key_suffix_length longer than 10 bytes [OCDBT-008]",
+            {
+                "rule": "OCDBT-008",
+                "message": "varint key_suffix_length longer than 10 bytes",
+                "pointer": "@118",
+            },
         ),
         (
             b"\0\0\2\0\1\x14ab\1\1\0\0xy",
-            "@120: truncated: key_suffix needs 21 bytes (expected 21, got 8) [OCDBT-007]",
+            {
+                "rule": "OCDBT-007",
+                "message": "truncated: key_suffix needs 21 bytes",
+                "pointer": "@120",
+                "expected": 21,
+                "got": 8,
+            },
         ),
         # an interior node (height 1): the subtree_common_prefix_length column
         (
             b"\1\0\1\1\2a" + b"\0" * 20,
-            "@117: entry 0: subtree_common_prefix_length exceeds the key "
-            "(expected '<= 1', got 2) [OCDBT-042]",
+            {
+                "rule": "OCDBT-042",
+                "message": "entry 0: subtree_common_prefix_length exceeds the key",
+                "pointer": "@117",
+                "expected": "<= 1",
+                "got": 2,
+            },
         ),
         (
             b"\1\0\1\1" + b"\x80" * 10 + b"\1a" + b"\0" * 20,
-            "@118: varint subtree_common_prefix_length longer than 10 bytes [OCDBT-008]",
+            {
+                "rule": "OCDBT-008",
+                "message": "varint subtree_common_prefix_length longer than 10 bytes",
+                "pointer": "@118",
+            },
         ),
     ],
 )
@@ -934,7 +1257,7 @@ def test_key_column_errors_name_the_offset_of_the_columns_the_field_and_the_rule
     what it got. Kills `_keys` 1, 4, 9, 10, 13, 16, 17, 22, 25, 26, 29, 33, 34, 51-62, 68-75,
     80-89, 94, 96 (field names, offsets, messages, rules or expected/got dropped or changed);
     ids at 88f069a."""
-    assert error_of(lambda: _btree(body)) == "d/n at " + message
+    assert error_of(lambda: _btree(body)) == {"file": "d/n", **message}
 
 
 def test_a_database_without_a_node_size_target_bounds_its_nodes_by_the_limit_alone():
@@ -976,52 +1299,119 @@ def test_an_interior_node_decodes_to_its_child_reference_and_statistics():
 @pytest.mark.parametrize(
     "body, message",
     [
-        (b"", "@114: truncated: height needs 1 bytes (expected 1, got 0) [OCDBT-007]"),
-        (b"\0\0\0", "@116: a B+tree node must hold at least one entry (got 0) [OCDBT-040]"),
-        (LEAF + b"\0\2", "@123: value_kind must be 0 or 1 (got 2) [OCDBT-043]"),
+        (
+            b"",
+            {
+                "rule": "OCDBT-007",
+                "message": "truncated: height needs 1 bytes",
+                "pointer": "@114",
+                "expected": 1,
+                "got": 0,
+            },
+        ),
+        (
+            b"\0\0\0",
+            {
+                "rule": "OCDBT-040",
+                "message": "a B+tree node must hold at least one entry",
+                "pointer": "@116",
+                "got": 0,
+            },
+        ),
+        (
+            LEAF + b"\0\2",
+            {
+                "rule": "OCDBT-043",
+                "message": "value_kind must be 0 or 1",
+                "pointer": "@123",
+                "got": 2,
+            },
+        ),
         (
             LEAF + b"\5\1\0" + LONG_VARINT,
-            "@125: varint data_file_offset longer than 10 bytes [OCDBT-008]",
+            {
+                "rule": "OCDBT-008",
+                "message": "varint data_file_offset longer than 10 bytes",
+                "pointer": "@125",
+            },
         ),
         # both fields 2**64-1 mean "no root" in a manifest only, never in a node
         (
             LEAF + NONE + b"\1\0" + NONE,
-            "@134: data_file_offset + data_file_length overflows 64 bits "
-            "(got (18446744073709551615, 18446744073709551615)) [OCDBT-022]",
+            {
+                "rule": "OCDBT-022",
+                "message": "data_file_offset + data_file_length overflows 64 bits",
+                "pointer": "@134",
+                "got": (18446744073709551615, 18446744073709551615),
+            },
         ),
         (
             INTERIOR + NONE + NONE + b"\1\2\3",
-            "@124: data_file_offset + data_file_length overflows 64 bits "
-            "(got (18446744073709551615, 18446744073709551615)) [OCDBT-022]",
+            {
+                "rule": "OCDBT-022",
+                "message": "data_file_offset + data_file_length overflows 64 bits",
+                "pointer": "@124",
+                "got": (18446744073709551615, 18446744073709551615),
+            },
         ),
         (
             INTERIOR + fmt.encode_varint(2**64 - 5) + b"\5\1\2\3",
-            "@124: data_file_offset + data_file_length overflows 64 bits "
-            "(got (18446744073709551611, 5)) [OCDBT-022]",
+            {
+                "rule": "OCDBT-022",
+                "message": "data_file_offset + data_file_length overflows 64 bits",
+                "pointer": "@124",
+                "got": (18446744073709551611, 5),
+            },
         ),
         (
             INTERIOR + LONG_VARINT + b"\4\1\2\3",
-            "@124: varint data_file_offset longer than 10 bytes [OCDBT-008]",
+            {
+                "rule": "OCDBT-008",
+                "message": "varint data_file_offset longer than 10 bytes",
+                "pointer": "@124",
+            },
         ),
         (
             INTERIOR + b"\3" + LONG_VARINT + b"\1\2\3",
-            "@125: varint data_file_length longer than 10 bytes [OCDBT-008]",
+            {
+                "rule": "OCDBT-008",
+                "message": "varint data_file_length longer than 10 bytes",
+                "pointer": "@125",
+            },
         ),
         (
             INTERIOR + b"\3\4\1\2\3\0\0",
-            "@129: 2 unexpected bytes after the B+tree node (expected 0, got 2) [OCDBT-007]",
+            {
+                "rule": "OCDBT-007",
+                "message": "2 unexpected bytes after the B+tree node",
+                "pointer": "@129",
+                "expected": 0,
+                "got": 2,
+            },
         ),
         (
             INTERIOR + b"\3\4" + LONG_VARINT + b"\2\3",
-            "@126: varint num_keys longer than 10 bytes [OCDBT-008]",
+            {
+                "rule": "OCDBT-008",
+                "message": "varint num_keys longer than 10 bytes",
+                "pointer": "@126",
+            },
         ),
         (
             INTERIOR + b"\3\4\1" + LONG_VARINT + b"\3",
-            "@127: varint num_tree_bytes longer than 10 bytes [OCDBT-008]",
+            {
+                "rule": "OCDBT-008",
+                "message": "varint num_tree_bytes longer than 10 bytes",
+                "pointer": "@127",
+            },
         ),
         (
             INTERIOR + b"\3\4\1\2" + LONG_VARINT,
-            "@128: varint num_indirect_value_bytes longer than 10 bytes [OCDBT-008]",
+            {
+                "rule": "OCDBT-008",
+                "message": "varint num_indirect_value_bytes longer than 10 bytes",
+                "pointer": "@128",
+            },
         ),
     ],
 )
@@ -1030,7 +1420,7 @@ def test_btree_node_errors_name_offset_field_and_rule(body, message):
     2**64-1 bytes at 2**64-1 taken for "no root"), 185-230 (field names of the
     interior columns; 210: an interior child of 2**64-1 bytes at 2**64-1), 256-259 (the
     name in the trailing-bytes error); ids at 88f069a."""
-    assert error_of(lambda: _btree(body)) == "d/n at " + message
+    assert error_of(lambda: _btree(body)) == {"file": "d/n", **message}
 
 
 # --------------------------------------------------------------------------------------------
@@ -1048,37 +1438,72 @@ TIME = b"\0" * 8
     [
         (
             VERSION_HEAD + LONG_VARINT + b"\0\5\7\x10" + TIME,
-            "@123: varint generation_number longer than 10 bytes [OCDBT-008]",
+            {
+                "rule": "OCDBT-008",
+                "message": "varint generation_number longer than 10 bytes",
+                "pointer": "@123",
+            },
         ),
         (
             VERSION_HEAD + b"\x10\0" + LONG_VARINT + b"\7\x10" + TIME,
-            "@125: varint data_file_offset longer than 10 bytes [OCDBT-008]",
+            {
+                "rule": "OCDBT-008",
+                "message": "varint data_file_offset longer than 10 bytes",
+                "pointer": "@125",
+            },
         ),
         (
             VERSION_HEAD + b"\x10\0\5" + LONG_VARINT + b"\x10" + TIME,
-            "@126: varint data_file_length longer than 10 bytes [OCDBT-008]",
+            {
+                "rule": "OCDBT-008",
+                "message": "varint data_file_length longer than 10 bytes",
+                "pointer": "@126",
+            },
         ),
         (
             VERSION_HEAD + b"\x10\0" + fmt.encode_varint(2**64 - 5) + b"\5\x10" + TIME,
-            "@125: data_file_offset + data_file_length overflows 64 bits "
-            "(got (18446744073709551611, 5)) [OCDBT-022]",
+            {
+                "rule": "OCDBT-022",
+                "message": "data_file_offset + data_file_length overflows 64 bits",
+                "pointer": "@125",
+                "got": (18446744073709551611, 5),
+            },
         ),
         (
             VERSION_HEAD + b"\x10\0" + NONE + NONE + b"\x10" + TIME,
-            "@125: data_file_offset + data_file_length overflows 64 bits "
-            "(got (18446744073709551615, 18446744073709551615)) [OCDBT-022]",
+            {
+                "rule": "OCDBT-022",
+                "message": "data_file_offset + data_file_length overflows 64 bits",
+                "pointer": "@125",
+                "got": (18446744073709551615, 18446744073709551615),
+            },
         ),
         (
             VERSION_HEAD + b"\x10\0\5\7" + LONG_VARINT + TIME,
-            "@127: varint num_generations longer than 10 bytes [OCDBT-008]",
+            {
+                "rule": "OCDBT-008",
+                "message": "varint num_generations longer than 10 bytes",
+                "pointer": "@127",
+            },
         ),
         (
             VERSION_HEAD + b"\x90\1\0\5\7\x10" + TIME[:7],  # generation 144: two bytes
-            "@129: truncated: commit_time needs 8 bytes (expected 8, got 7) [OCDBT-007]",
+            {
+                "rule": "OCDBT-007",
+                "message": "truncated: commit_time needs 8 bytes",
+                "pointer": "@129",
+                "expected": 8,
+                "got": 7,
+            },
         ),
         (
             VERSION_HEAD + b"\x10\0\5\7\0" + TIME,
-            "@122: num_generations must not be 0 (got [0]) [OCDBT-031]",
+            {
+                "rule": "OCDBT-031",
+                "message": "num_generations must not be 0",
+                "pointer": "@122",
+                "got": [0],
+            },
         ),
     ],
 )
@@ -1087,7 +1512,7 @@ def test_interior_version_node_errors_name_offset_field_and_rule(body, message):
     and 81: a child of 2**64-1 bytes at 2**64-1 taken for "no root"); ids at 88f069a."""
     data = fmt.encode_envelope(V, body)
     got = error_of(lambda: fmt.decode_version_tree_node(data, file="d/x", offset=100))
-    assert got == "d/x at " + message
+    assert got == {"file": "d/x", **message}
 
 
 @pytest.mark.parametrize(
@@ -1106,42 +1531,30 @@ def test_an_interior_version_node_holds_the_children_its_last_generation_allows(
     if limit is None:
         assert fmt.decode_version_tree_node(data) == node
     else:
-        assert error_of(lambda: fmt.decode_version_tree_node(data, file="d/x", offset=100)) == (
-            "d/x at @122: interior version node holds more children than the arity allows "
-            f"(expected '<= {limit}', got {len(generations)}) [OCDBT-031]"
-        )
+        assert error_of(lambda: fmt.decode_version_tree_node(data, file="d/x", offset=100)) == {
+            "rule": "OCDBT-031",
+            "file": "d/x",
+            "message": "interior version node holds more children than the arity allows",
+            "pointer": "@122",
+            "expected": f"<= {limit}",
+            "got": len(generations),
+        }
 
 
 @pytest.mark.parametrize(
-    "arity_log2, heights, message",
+    "arity_log2, heights, error",
     [
         (4, (2, 1), None),
         (4, (14,), None),  # (14 + 1) x 4 = 60 < 64
         (1, (62,), None),
-        (
-            4,
-            (15,),
-            "@74: version_tree_nodes heights must be >= 1 and strictly decreasing (got [15])",
-        ),
-        (
-            1,
-            (63,),
-            "@74: version_tree_nodes heights must be >= 1 and strictly decreasing (got [63])",
-        ),
-        (4, (0,), "@74: version_tree_nodes heights must be >= 1 and strictly decreasing (got [0])"),
-        (
-            4,
-            (1, 1),
-            "@87: version_tree_nodes heights must be >= 1 and strictly decreasing (got [1, 1])",
-        ),
-        (
-            4,
-            (1, 2),
-            "@87: version_tree_nodes heights must be >= 1 and strictly decreasing (got [1, 2])",
-        ),
+        (4, (15,), ("@74", [15])),
+        (1, (63,), ("@74", [63])),
+        (4, (0,), ("@74", [0])),
+        (4, (1, 1), ("@87", [1, 1])),
+        (4, (1, 2), ("@87", [1, 2])),
     ],
 )
-def test_manifest_version_tree_node_heights_decrease_and_fit_64_bits(arity_log2, heights, message):
+def test_manifest_version_tree_node_heights_decrease_and_fit_64_bits(arity_log2, heights, error):
     """Kills `_interior_versions` 96 (offset of the heights), 111 (equal heights), 114-118
     (the bound (height + 1) x arity_log2 < 64 moved), 119-128 (message, rule, value); ids at
     88f069a."""
@@ -1153,18 +1566,27 @@ def test_manifest_version_tree_node_heights_decrease_and_fit_64_bits(arity_log2,
     config = fmt.Config(b"\1" * 16, 0, 8, 1 << 20, arity_log2, None)
     manifest = fmt.Manifest(config, (version,), nodes)
     data = fmt.encode_manifest(manifest, compression=0)
-    if message is None:
+    if error is None:
         assert fmt.decode_manifest(data) == manifest
     else:
-        assert error_of(lambda: fmt.decode_manifest(data, file="m")) == (
-            f"m at {message} [OCDBT-032]"
-        )
+        pointer, got = error
+        assert error_of(lambda: fmt.decode_manifest(data, file="m")) == {
+            "rule": "OCDBT-032",
+            "file": "m",
+            "message": "version_tree_nodes heights must be >= 1 and strictly decreasing",
+            "pointer": pointer,
+            "got": got,
+        }
     # each further node takes 13 bytes before the heights column; the last height cut off
     cut = fmt.encode_envelope(M, fmt.decode_envelope(data, magic=M).body[:-1])
-    assert error_of(lambda: fmt.decode_manifest(cut, file="m")) == (
-        f"m at @{74 + 13 * (len(heights) - 1)}: truncated: entry_height needs {len(heights)} bytes "
-        f"(expected {len(heights)}, got {len(heights) - 1}) [OCDBT-007]"
-    )
+    assert error_of(lambda: fmt.decode_manifest(cut, file="m")) == {
+        "rule": "OCDBT-007",
+        "file": "m",
+        "message": f"truncated: entry_height needs {len(heights)} bytes",
+        "pointer": f"@{74 + 13 * (len(heights) - 1)}",
+        "expected": len(heights),
+        "got": len(heights) - 1,
+    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -1195,69 +1617,139 @@ def test_data_file_paths_are_rebuilt_from_prefix_suffix_and_base(table, transiti
         (
             b"\2\5\1\1\0\0ab",
             b"",
-            "@117: data file 1: path_prefix_length exceeds the previous path "
-            "(expected '<= 1', got 5) [OCDBT-020]",
+            {
+                "rule": "OCDBT-020",
+                "message": "data file 1: path_prefix_length exceeds the previous path",
+                "pointer": "@117",
+                "expected": "<= 1",
+                "got": 5,
+            },
         ),
         (
             b"\1\1\2a",
             b"",
-            "@118: data file 0: base_path_length exceeds the path "
-            "(expected '<= 1', got 2) [OCDBT-020]",
+            {
+                "rule": "OCDBT-020",
+                "message": "data file 0: base_path_length exceeds the path",
+                "pointer": "@118",
+                "expected": "<= 1",
+                "got": 2,
+            },
         ),
         (
             b"\2\2\3\1\2\0a/xy",
             b"",
-            "@124: data file 1: shared prefix extends past a base path that differs from the "
-            "previous one [OCDBT-020]",
+            {
+                "rule": "OCDBT-020",
+                "message": (
+                    "data file 1: shared prefix extends past a base path that differs from the "
+                    "previous one"
+                ),
+                "pointer": "@124",
+            },
         ),
         (
             b"\1\1\0a",
             b"t" * 65535,
-            "@118: data file 0: path longer than 65535 bytes (got 65536) [OCDBT-020]",
+            {
+                "rule": "OCDBT-020",
+                "message": "data file 0: path longer than 65535 bytes",
+                "pointer": "@118",
+                "got": 65536,
+            },
         ),
-        (LONG_VARINT, b"", "@115: varint num_files longer than 10 bytes [OCDBT-008]"),
+        (
+            LONG_VARINT,
+            b"",
+            {
+                "rule": "OCDBT-008",
+                "message": "varint num_files longer than 10 bytes",
+                "pointer": "@115",
+            },
+        ),
         (
             b"\x09\0\0",  # and ENTRY's 6 bytes
             b"",
-            "@115: num_files = 9 does not fit in the 8 bytes that remain (got 9) [OCDBT-007]",
+            {
+                "rule": "OCDBT-007",
+                "message": "num_files = 9 does not fit in the 8 bytes that remain",
+                "pointer": "@115",
+                "got": 9,
+            },
         ),
         # every length column is bounded by the longest path (`_data_file_table` 15, 41)
         (
             b"\2\x80\x80\x04\1\1\0\0ab",
             b"",
-            "@116: path_prefix_length out of range (expected '<= 65535', got 65536) [OCDBT-008]",
+            {
+                "rule": "OCDBT-008",
+                "message": "path_prefix_length out of range",
+                "pointer": "@116",
+                "expected": "<= 65535",
+                "got": 65536,
+            },
         ),
         (
             b"\2\0\1\1\0\x80\x80\x04ab",
             b"",
-            "@120: base_path_length out of range (expected '<= 65535', got 65536) [OCDBT-008]",
+            {
+                "rule": "OCDBT-008",
+                "message": "base_path_length out of range",
+                "pointer": "@120",
+                "expected": "<= 65535",
+                "got": 65536,
+            },
         ),
         # 5 files take at least 14 bytes; with ENTRY, 12 remain: past the count's bound of 2
         # bytes a file, so the columns report the cut (`_data_file_table` 8: 3 a file)
         (
             b"\5" + b"\0" * 6,
             b"",
-            "@125: truncated: base_path_length needs 5 bytes (expected 5, got 3) [OCDBT-007]",
+            {
+                "rule": "OCDBT-007",
+                "message": "truncated: base_path_length needs 5 bytes",
+                "pointer": "@125",
+                "expected": 5,
+                "got": 3,
+            },
         ),
         (
             b"\2" + LONG_VARINT + b"\0" * 8,
             b"",
-            "@116: varint path_prefix_length longer than 10 bytes [OCDBT-008]",
+            {
+                "rule": "OCDBT-008",
+                "message": "varint path_prefix_length longer than 10 bytes",
+                "pointer": "@116",
+            },
         ),
         (
             b"\2\0" + LONG_VARINT + b"\0" * 8,
             b"",
-            "@117: varint path_suffix_length longer than 10 bytes [OCDBT-008]",
+            {
+                "rule": "OCDBT-008",
+                "message": "varint path_suffix_length longer than 10 bytes",
+                "pointer": "@117",
+            },
         ),
         (
             b"\2\0\1\1" + LONG_VARINT + b"\0" * 8,
             b"",
-            "@119: varint base_path_length longer than 10 bytes [OCDBT-008]",
+            {
+                "rule": "OCDBT-008",
+                "message": "varint base_path_length longer than 10 bytes",
+                "pointer": "@119",
+            },
         ),
         (
             b"\1\x14\0ab",
             b"",
-            "@118: truncated: path_suffix needs 20 bytes (expected 20, got 8) [OCDBT-007]",
+            {
+                "rule": "OCDBT-007",
+                "message": "truncated: path_suffix needs 20 bytes",
+                "pointer": "@118",
+                "expected": 20,
+                "got": 8,
+            },
         ),
     ],
 )
@@ -1267,7 +1759,7 @@ def test_data_file_table_errors_name_offset_field_and_rule(table, transitive_pat
     offsets, bounds and messages."""
     body = b"\0" + table + ENTRY
     got = error_of(lambda: _btree(body, transitive_path=transitive_path))
-    assert got == "d/n at " + message
+    assert got == {"file": "d/n", **message}
 
 
 # --------------------------------------------------------------------------------------------
@@ -1314,55 +1806,103 @@ def test_a_version_decodes_to_its_root_statistics_and_time():
     [
         (
             VERSION_LEAF_HEAD + LONG_VARINT + b"\1\0\5\7\1\2\3" + TIME,
-            "@123: varint generation_number longer than 10 bytes [OCDBT-008]",
+            {
+                "rule": "OCDBT-008",
+                "message": "varint generation_number longer than 10 bytes",
+                "pointer": "@123",
+            },
         ),
         (
             VERSION_LEAF_HEAD + b"\1\1" + LONG_VARINT + b"\5\7\1\2\3" + TIME,
-            "@125: varint data_file_id longer than 10 bytes [OCDBT-008]",
+            {
+                "rule": "OCDBT-008",
+                "message": "varint data_file_id longer than 10 bytes",
+                "pointer": "@125",
+            },
         ),
         (
             VERSION_LEAF_HEAD + b"\1\1\1\5\7\1\2\3" + TIME,
-            "@125: data_file_id out of range of the data file table "
-            "(expected '< 1', got 1) [OCDBT-021]",
+            {
+                "rule": "OCDBT-021",
+                "message": "data_file_id out of range of the data file table",
+                "pointer": "@125",
+                "expected": "< 1",
+                "got": 1,
+            },
         ),
         (
             VERSION_LEAF_HEAD + b"\1\1\0" + LONG_VARINT + b"\7\1\2\3" + TIME,
-            "@126: varint data_file_offset longer than 10 bytes [OCDBT-008]",
+            {
+                "rule": "OCDBT-008",
+                "message": "varint data_file_offset longer than 10 bytes",
+                "pointer": "@126",
+            },
         ),
         (
             VERSION_LEAF_HEAD + b"\1\1\0\5" + LONG_VARINT + b"\1\2\3" + TIME,
-            "@127: varint data_file_length longer than 10 bytes [OCDBT-008]",
+            {
+                "rule": "OCDBT-008",
+                "message": "varint data_file_length longer than 10 bytes",
+                "pointer": "@127",
+            },
         ),
         (
             VERSION_LEAF_HEAD + b"\1\1\0" + fmt.encode_varint(2**64 - 5) + b"\5\1\2\3" + TIME,
-            "@126: data_file_offset + data_file_length overflows 64 bits "
-            "(got (18446744073709551611, 5)) [OCDBT-022]",
+            {
+                "rule": "OCDBT-022",
+                "message": "data_file_offset + data_file_length overflows 64 bits",
+                "pointer": "@126",
+                "got": (18446744073709551611, 5),
+            },
         ),
         (
             VERSION_LEAF_HEAD + b"\1\1\0" + NONE + NONE + b"\1\2\3" + TIME,
-            "@122: root_height must be 0 when a version has no root node (got 1) [OCDBT-033]",
+            {
+                "rule": "OCDBT-033",
+                "message": "root_height must be 0 when a version has no root node",
+                "pointer": "@122",
+                "got": 1,
+            },
         ),
         (
             VERSION_LEAF_HEAD + b"\1\1\0\5\7" + LONG_VARINT + b"\2\3" + TIME,
-            "@128: varint num_keys longer than 10 bytes [OCDBT-008]",
+            {
+                "rule": "OCDBT-008",
+                "message": "varint num_keys longer than 10 bytes",
+                "pointer": "@128",
+            },
         ),
         (
             VERSION_LEAF_HEAD + b"\1\1\0\5\7\1" + LONG_VARINT + b"\3" + TIME,
-            "@129: varint num_tree_bytes longer than 10 bytes [OCDBT-008]",
+            {
+                "rule": "OCDBT-008",
+                "message": "varint num_tree_bytes longer than 10 bytes",
+                "pointer": "@129",
+            },
         ),
         (
             VERSION_LEAF_HEAD + b"\1\1\0\5\7\1\2" + LONG_VARINT + TIME,
-            "@130: varint num_indirect_value_bytes longer than 10 bytes [OCDBT-008]",
+            {
+                "rule": "OCDBT-008",
+                "message": "varint num_indirect_value_bytes longer than 10 bytes",
+                "pointer": "@130",
+            },
         ),
         (
             VERSION_LEAF_HEAD + b"\x90\1\1\0\5\7\1\2\3" + TIME[:7],  # generation 144
-            "@132: truncated: commit_time needs 8 bytes (expected 8, got 7) [OCDBT-007]",
+            {
+                "rule": "OCDBT-007",
+                "message": "truncated: commit_time needs 8 bytes",
+                "pointer": "@132",
+                "expected": 8,
+                "got": 7,
+            },
         ),
     ],
 )
 def test_version_errors_name_offset_field_and_rule(body, message):
     """Kills `_leaf_versions`' field names, offsets, and messages."""
-    assert error_of(lambda: _version_leaf_node(body)) == "d/x at " + message
+    assert error_of(lambda: _version_leaf_node(body)) == {"file": "d/x", **message}
 
 
 @pytest.mark.parametrize("last, accepted", [(16, True), (17, False)])
@@ -1384,14 +1924,24 @@ def test_a_leaf_holds_the_versions_of_one_run_of_two_to_the_arity(last, accepted
         assert [v.generation_number for v in _version_leaf_node(body).entries] == [15, 16]
         assert fmt.decode_manifest(data) == manifest
     else:
-        assert error_of(lambda: _version_leaf_node(body)) == (
-            "d/x at @122: a version tree leaf node holds more versions than the version tree "
-            "arity allows (expected '<= 1', got 2) [OCDBT-031]"
-        )
-        assert error_of(lambda: fmt.decode_manifest(data, file="m")) == (
-            "m at @43: the manifest holds more versions than the version tree arity allows "
-            "(expected '<= 1', got 2) [OCDBT-031]"
-        )
+        assert error_of(lambda: _version_leaf_node(body)) == {
+            "rule": "OCDBT-031",
+            "file": "d/x",
+            "message": (
+                "a version tree leaf node holds more versions than the version tree arity allows"
+            ),
+            "pointer": "@122",
+            "expected": "<= 1",
+            "got": 2,
+        }
+        assert error_of(lambda: fmt.decode_manifest(data, file="m")) == {
+            "rule": "OCDBT-031",
+            "file": "m",
+            "message": "the manifest holds more versions than the version tree arity allows",
+            "pointer": "@43",
+            "expected": "<= 1",
+            "got": 2,
+        }
 
 
 # --------------------------------------------------------------------------------------------
@@ -1416,50 +1966,115 @@ def test_a_numbered_kind_manifest_holds_its_configuration_alone():
 @pytest.mark.parametrize(
     "body, message",
     [
-        (UUID[:15], "@14: truncated: uuid needs 16 bytes (expected 16, got 15) [OCDBT-007]"),
-        (UUID, "@30: truncated: manifest_kind needs 1 bytes (expected 1, got 0) [OCDBT-007]"),
+        (
+            UUID[:15],
+            {
+                "rule": "OCDBT-007",
+                "message": "truncated: uuid needs 16 bytes",
+                "pointer": "@14",
+                "expected": 16,
+                "got": 15,
+            },
+        ),
+        (
+            UUID,
+            {
+                "rule": "OCDBT-007",
+                "message": "truncated: manifest_kind needs 1 bytes",
+                "pointer": "@30",
+                "expected": 1,
+                "got": 0,
+            },
+        ),
         (
             UUID + b"\2\x08\x80\x80\x40\x04\0",
-            "@30: unknown manifest_kind (expected '0 or 1', got 2) [OCDBT-010]",
+            {
+                "rule": "OCDBT-010",
+                "message": "unknown manifest_kind",
+                "pointer": "@30",
+                "expected": "0 or 1",
+                "got": 2,
+            },
         ),
         (
             UUID + b"\1" + LONG_VARINT + b"\x80\x80\x40\x04\0",
-            "@31: varint max_inline_value_bytes longer than 10 bytes [OCDBT-008]",
+            {
+                "rule": "OCDBT-008",
+                "message": "varint max_inline_value_bytes longer than 10 bytes",
+                "pointer": "@31",
+            },
         ),
         (
             UUID + b"\1\x08" + LONG_VARINT + b"\x04\0",
-            "@32: varint max_decoded_node_bytes longer than 10 bytes [OCDBT-008]",
+            {
+                "rule": "OCDBT-008",
+                "message": "varint max_decoded_node_bytes longer than 10 bytes",
+                "pointer": "@32",
+            },
         ),
         (
             NUMBERED,
-            "@35: truncated: version_tree_arity_log2 needs 1 bytes (expected 1, got 0) [OCDBT-007]",
+            {
+                "rule": "OCDBT-007",
+                "message": "truncated: version_tree_arity_log2 needs 1 bytes",
+                "pointer": "@35",
+                "expected": 1,
+                "got": 0,
+            },
         ),
         (
             NUMBERED + b"\0\0",
-            "@35: version_tree_arity_log2 out of range (expected '1..16', got 0) [OCDBT-011]",
+            {
+                "rule": "OCDBT-011",
+                "message": "version_tree_arity_log2 out of range",
+                "pointer": "@35",
+                "expected": "1..16",
+                "got": 0,
+            },
         ),
         (
             NUMBERED + b"\x11\0",
-            "@35: version_tree_arity_log2 out of range (expected '1..16', got 17) [OCDBT-011]",
+            {
+                "rule": "OCDBT-011",
+                "message": "version_tree_arity_log2 out of range",
+                "pointer": "@35",
+                "expected": "1..16",
+                "got": 17,
+            },
         ),
         (
             NUMBERED + b"\4" + LONG_VARINT,
-            "@36: varint compression_method longer than 10 bytes [OCDBT-008]",
+            {
+                "rule": "OCDBT-008",
+                "message": "varint compression_method longer than 10 bytes",
+                "pointer": "@36",
+            },
         ),
         (
             NUMBERED + b"\4\2",
-            "@36: unknown compression_method (expected '0 or 1', got 2) [OCDBT-012]",
+            {
+                "rule": "OCDBT-012",
+                "message": "unknown compression_method",
+                "pointer": "@36",
+                "expected": "0 or 1",
+                "got": 2,
+            },
         ),
         (
             NUMBERED + b"\4\0\0",
-            "@37: 1 unexpected bytes after the configuration of a numbered-kind manifest "
-            "(expected 0, got 1) [OCDBT-007]",
+            {
+                "rule": "OCDBT-007",
+                "message": "1 unexpected bytes after the configuration of a numbered-kind manifest",
+                "pointer": "@37",
+                "expected": 0,
+                "got": 1,
+            },
         ),
     ],
 )
 def test_manifest_configuration_errors_name_offset_field_and_rule(body, message):
     """Kills `decode_manifest`'s field names, offsets, bounds and messages."""
-    assert error_of(lambda: _manifest_body(body)) == "m at " + message
+    assert error_of(lambda: _manifest_body(body)) == {"file": "m", **message}
 
 
 @pytest.mark.parametrize("node_generation", [15, 16, 17])
@@ -1478,14 +2093,24 @@ def test_version_tree_nodes_hold_only_generations_before_the_inline_versions(nod
         got = fmt.decode_manifest(data)
         assert (got, got.data_file_table) == (manifest, (FILE,))
     else:
-        assert error_of(lambda: fmt.decode_manifest(data, file="m")) == (
-            "m at @75: version_tree_nodes must hold only generations older than the inline "
-            "versions (got (17, 17)) [OCDBT-032]"
-        )
+        assert error_of(lambda: fmt.decode_manifest(data, file="m")) == {
+            "rule": "OCDBT-032",
+            "file": "m",
+            "message": (
+                "version_tree_nodes must hold only generations older than the inline versions"
+            ),
+            "pointer": "@75",
+            "got": (17, 17),
+        }
     body = fmt.decode_envelope(fmt.encode_manifest(fmt.Manifest(config, (version,), ())), magic=M)
-    assert error_of(lambda: _manifest_body(body.body + b"\0")) == (
-        "m at @61: 1 unexpected bytes after the manifest (expected 0, got 1) [OCDBT-007]"
-    )
+    assert error_of(lambda: _manifest_body(body.body + b"\0")) == {
+        "rule": "OCDBT-007",
+        "file": "m",
+        "message": "1 unexpected bytes after the manifest",
+        "pointer": "@61",
+        "expected": 0,
+        "got": 1,
+    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -1626,8 +2251,13 @@ def test_a_column_of_varints_checks_its_least_size_and_takes_its_bound():
     """n varints need n bytes (named when they are not there); a value equal to the bound,
     read on the slow path (3 bytes), is accepted. Kills `_Cursor.varints` 2 and 48; ids at
     88f069a."""
-    assert error_of(lambda: _btree(b"\0\0\2\0\1\1ab\0")) == (
-        "d/n at @122: truncated: value_length needs 2 bytes (expected 2, got 1) [OCDBT-007]"
-    )
+    assert error_of(lambda: _btree(b"\0\0\2\0\1\1ab\0")) == {
+        "rule": "OCDBT-007",
+        "file": "d/n",
+        "message": "truncated: value_length needs 2 bytes",
+        "pointer": "@122",
+        "expected": 2,
+        "got": 1,
+    }
     node = _btree(b"\0\1\xff\xff\3\0" + b"p" * 65535 + ENTRY)
     assert node.data_file_table == (fmt.DataFileId(b"", b"p" * 65535),)

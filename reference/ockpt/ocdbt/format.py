@@ -111,7 +111,7 @@ def decode_varint(
     Returns (value, position after it).
     """
     cur = _Cursor(data, file=file, start=pos, end=len(data) if end is None else end)
-    value = cur.varint("varint")
+    value = cur.varint("value")
     return value, cur.pos
 
 
