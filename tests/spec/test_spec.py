@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import os
 import re
@@ -14,6 +15,7 @@ import pytest
 
 from ockpt.rules import RULES
 from tests.support import HAVE_TENSORSTORE
+from tests.support.asserted_rules import asserted_in, asserted_rules
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = ROOT / "spec"
@@ -112,6 +114,71 @@ def test_every_registered_rule_is_referenced_by_a_test():
     assert not missing, "rules no test under tests/ mentions, by chapter: " + "; ".join(
         f"{spec}: {', '.join(ids)}" for spec, ids in sorted(missing.items())
     )
+
+
+def _cited_by_the_code() -> dict[str, set[str]]:
+    """Rule id -> the modules of ockpt whose code (not a docstring or comment) cites it: the
+    errors it raises and the findings it reports. The registry (rules.py) and the conformance
+    suite, whose ids name its cases, are left out."""
+    package = ROOT / "reference" / "ockpt"
+    cited: dict[str, set[str]] = {}
+    for path in package.rglob("*.py"):
+        module = path.relative_to(package).as_posix()
+        if module == "rules.py" or module.startswith("conformance/"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                if RULE_ID.fullmatch(node.value):
+                    cited.setdefault(node.value, set()).add(module)
+    return cited
+
+
+def test_every_rule_the_code_cites_is_asserted_by_a_test():
+    """Each rule an error or finding of ockpt can carry is asserted as data by some test: as
+    the error's or finding's rule, not only named in a docstring or matched in a message
+    (tests/support/asserted_rules.py says which forms count)."""
+    paths = [p for p in TESTS.rglob("*.py") if "mutation" not in p.parts]
+    asserted = asserted_in([*paths, *(ROOT / "conformance").glob("*.py")])
+    cited = _cited_by_the_code()
+    missing = {rid: sorted(cited[rid]) for rid in sorted(set(cited) - asserted) if rid in RULES}
+    assert not missing, "rules the code cites that no test asserts as err.rule or a finding's " \
+        "rule: " + "; ".join(f"{rid} ({', '.join(mods)})" for rid, mods in missing.items())
+
+
+def test_asserted_rules_counts_assertions_and_not_mentions():
+    source = '''
+"""Mentions DOC-001 and [MSG-001] in text."""
+import pytest
+TABLE = {"a": ({}, "TAB-001")}
+
+def _check(err, rule):
+    assert err.rule == rule
+
+def test_direct(e):
+    assert e.rule == "DIR-001" and {f.rule for f in e.found} == {"SET-001"}
+    assert (e.rule, e.file) == ("TUP-001", "f")
+    found = [(f.rule, f.pointer) for f in e.findings]
+    assert found == [("BND-001", "/a")]
+    assert_error(e, rule="KW-001")
+    assert error_fields(e) == {"rule": "DICT-001", "file": None}
+    with pytest.raises(ValueError, match="MATCH-001"):
+        pass
+    assert "[STR-001]" in str(e)
+    _check(e, "HLP-001")
+
+@pytest.mark.parametrize("value, rule", [(1, "PAR-001")])
+def test_param(value, rule, e):
+    assert e.rule == rule
+
+@pytest.mark.parametrize("case", sorted(TABLE))
+def test_table(case, e):
+    tree, rule = TABLE[case]
+    assert e.rule == rule
+'''
+    assert asserted_rules(source) == {
+        "DIR-001", "SET-001", "TUP-001", "BND-001", "KW-001", "DICT-001", "HLP-001", "PAR-001",
+        "TAB-001",
+    }
 
 
 def test_registry_entries_are_well_formed():
