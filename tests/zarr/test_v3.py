@@ -14,6 +14,7 @@ from ockpt.errors import ZarrFormatError
 from ockpt.zarr.codecs import BytesCodec, TransposeCodec
 from ockpt.zarr.shard_index import ShardingCodec
 from ockpt.zarr.v3 import ArrayV3Metadata
+from tests.support.errors import error_fields
 
 
 def _raises(fn, kind=ZarrFormatError):
@@ -146,9 +147,13 @@ def test_v3_from_bytes_parses_and_names_the_file():
     assert err.file == "p/zarr.json" and err.rule == "JSON-001"
     bad = json.dumps(_v3(node_type="group")).encode()
     err = _raises(lambda: ArrayV3Metadata.from_bytes(bad, file="p/zarr.json"))
-    assert str(err) == (
-        "p/zarr.json at /node_type: node_type must be 'array' (got 'group') [ZARR-010]"
-    )
+    assert error_fields(err) == {
+        "rule": "ZARR-010",
+        "file": "p/zarr.json",
+        "message": "node_type must be 'array'",
+        "pointer": "/node_type",
+        "got": "group",
+    }
 
 
 @pytest.mark.parametrize(
@@ -170,72 +175,160 @@ def test_v3_required_fields(key):
     d = _v3()
     del d[key]
     err = _v3_error(d)
-    assert str(err) == f"a/zarr.json at /{key}: missing required field {key!r} [ZARR-010]"
-    assert (err.rule, err.pointer) == ("ZARR-010", f"/{key}")
+    assert error_fields(err) == {
+        "rule": "ZARR-010",
+        "file": "a/zarr.json",
+        "message": f"missing required field {key!r}",
+        "pointer": f"/{key}",
+    }
 
 
-_ENC_ERR = "at /chunk_key_encoding/configuration: chunk_key_encoding separator must be '/' or '.'"
-_GRID = "at /chunk_grid: chunk_grid must be the regular grid"
+_ENC_ERR = {
+    "rule": "ZARR-012",
+    "message": "chunk_key_encoding separator must be '/' or '.'",
+    "pointer": "/chunk_key_encoding/configuration",
+}
+_GRID = {
+    "rule": "ZARR-011",
+    "message": "chunk_grid must be the regular grid",
+    "pointer": "/chunk_grid",
+}
 
 
 @pytest.mark.parametrize(
-    ("change", "text"),
+    ("change", "want"),
     [
-        ({"ext": 1}, "at /ext: unknown field 'ext' without must_understand: false [ZARR-010]"),
+        (
+            {"ext": 1},
+            {
+                "rule": "ZARR-010",
+                "message": "unknown field 'ext' without must_understand: false",
+                "pointer": "/ext",
+            },
+        ),
         (
             {"ext": {"must_understand": True}},
-            "at /ext: unknown field 'ext' without must_understand: false [ZARR-010]",
+            {
+                "rule": "ZARR-010",
+                "message": "unknown field 'ext' without must_understand: false",
+                "pointer": "/ext",
+            },
         ),
         (
             {"ext": {"must_understand": 0}},
-            "at /ext: unknown field 'ext' without must_understand: false [ZARR-010]",
+            {
+                "rule": "ZARR-010",
+                "message": "unknown field 'ext' without must_understand: false",
+                "pointer": "/ext",
+            },
         ),
-        ({"ext": {}}, "at /ext: unknown field 'ext' without must_understand: false [ZARR-010]"),
-        ({"zarr_format": 2}, "at /zarr_format: zarr_format must be 3 (got 2) [ZARR-010]"),
-        ({"zarr_format": True}, "at /zarr_format: zarr_format must be 3 (got True) [ZARR-010]"),
+        (
+            {"ext": {}},
+            {
+                "rule": "ZARR-010",
+                "message": "unknown field 'ext' without must_understand: false",
+                "pointer": "/ext",
+            },
+        ),
+        (
+            {"zarr_format": 2},
+            {
+                "rule": "ZARR-010",
+                "message": "zarr_format must be 3",
+                "pointer": "/zarr_format",
+                "got": 2,
+            },
+        ),
+        (
+            {"zarr_format": True},
+            {
+                "rule": "ZARR-010",
+                "message": "zarr_format must be 3",
+                "pointer": "/zarr_format",
+                "got": True,
+            },
+        ),
         (
             {"node_type": "group"},
-            "at /node_type: node_type must be 'array' (got 'group') [ZARR-010]",
+            {
+                "rule": "ZARR-010",
+                "message": "node_type must be 'array'",
+                "pointer": "/node_type",
+                "got": "group",
+            },
         ),
-        ({"shape": [5, -1]}, "at /shape/1: must be an integer >= 0 (got -1) [ZARR-005]"),
+        (
+            {"shape": [5, -1]},
+            {
+                "rule": "ZARR-005",
+                "message": "must be an integer >= 0",
+                "pointer": "/shape/1",
+                "got": -1,
+            },
+        ),
         (
             {"data_type": "float128"},
-            'at /data_type: unsupported element type (expected "a numeric zarr dtype '
-            "(e.g. '<f4', 'bfloat16', 'int4')\", got 'float128') [ZARR-001]",
+            {
+                "rule": "ZARR-001",
+                "message": "unsupported element type",
+                "pointer": "/data_type",
+                "expected": "a numeric zarr dtype (e.g. '<f4', 'bfloat16', 'int4')",
+                "got": "float128",
+            },
         ),
-        ({"chunk_grid": [2, 3]}, f"{_GRID} (got [2, 3]) [ZARR-011]"),
+        ({"chunk_grid": [2, 3]}, {**_GRID, "got": [2, 3]}),
         (
             {"chunk_grid": {"name": "rectangular", "configuration": {"chunk_shape": [2, 3]}}},
-            f"{_GRID} (got {{'name': 'rectangular', 'configuration': {{'chunk_shape': [2, 3]}}}})"
-            " [ZARR-011]",
+            {
+                **_GRID,
+                "got": {"name": "rectangular", "configuration": {"chunk_shape": [2, 3]}},
+            },
         ),
         (
             {"chunk_grid": {"name": "regular", "configuration": [2, 3]}},
-            f"{_GRID} (got {{'name': 'regular', 'configuration': [2, 3]}}) [ZARR-011]",
+            {**_GRID, "got": {"name": "regular", "configuration": [2, 3]}},
         ),
         (
             {"chunk_grid": {"name": "regular"}},
-            f"{_GRID} (got {{'name': 'regular'}}) [ZARR-011]",
+            {**_GRID, "got": {"name": "regular"}},
         ),
         (
             {"chunk_grid": {"name": "regular", "configuration": {}}},
-            "at /chunk_grid/configuration/chunk_shape: must be a list of at most 32 integers "
-            "(got None) [ZARR-011]",
+            {
+                "rule": "ZARR-011",
+                "message": "must be a list of at most 32 integers",
+                "pointer": "/chunk_grid/configuration/chunk_shape",
+                "got": None,
+            },
         ),
         (
             {"chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [2, 0]}}},
-            "at /chunk_grid/configuration/chunk_shape/1: must be an integer >= 1 (got 0) "
-            "[ZARR-011]",
+            {
+                "rule": "ZARR-011",
+                "message": "must be an integer >= 1",
+                "pointer": "/chunk_grid/configuration/chunk_shape/1",
+                "got": 0,
+            },
         ),
         (
             {"chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [2]}}},
-            "at /chunk_grid/configuration: chunk_shape must have the rank of shape "
-            "(expected 2, got 1) [ZARR-011]",
+            {
+                "rule": "ZARR-011",
+                "message": "chunk_shape must have the rank of shape",
+                "pointer": "/chunk_grid/configuration",
+                "expected": 2,
+                "got": 1,
+            },
         ),
         (
             {"chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [2, 3, 1]}}},
-            "at /chunk_grid/configuration: chunk_shape must have the rank of shape "
-            "(expected 2, got 3) [ZARR-011]",
+            {
+                "rule": "ZARR-011",
+                "message": "chunk_shape must have the rank of shape",
+                "pointer": "/chunk_grid/configuration",
+                "expected": 2,
+                "got": 3,
+            },
         ),
         (
             {
@@ -244,92 +337,152 @@ _GRID = "at /chunk_grid: chunk_grid must be the regular grid"
                     "configuration": {"chunk_shape": [2, 3], "x": 1},
                 }
             },
-            "at /chunk_grid/configuration: chunk_shape must have the rank of shape "
-            "(expected 2, got 2) [ZARR-011]",
+            {
+                "rule": "ZARR-011",
+                "message": "chunk_shape must have the rank of shape",
+                "pointer": "/chunk_grid/configuration",
+                "expected": 2,
+                "got": 2,
+            },
         ),
         (
             {"chunk_key_encoding": "default"},
-            "at /chunk_key_encoding: chunk_key_encoding must be 'default' or 'v2' "
-            "(got 'default') [ZARR-012]",
+            {
+                "rule": "ZARR-012",
+                "message": "chunk_key_encoding must be 'default' or 'v2'",
+                "pointer": "/chunk_key_encoding",
+                "got": "default",
+            },
         ),
         (
             {"chunk_key_encoding": {"name": "v3"}},
-            "at /chunk_key_encoding: chunk_key_encoding must be 'default' or 'v2' "
-            "(got {'name': 'v3'}) [ZARR-012]",
+            {
+                "rule": "ZARR-012",
+                "message": "chunk_key_encoding must be 'default' or 'v2'",
+                "pointer": "/chunk_key_encoding",
+                "got": {"name": "v3"},
+            },
         ),
         (
             {"chunk_key_encoding": {"name": "default", "configuration": {"separator": "-"}}},
-            f"{_ENC_ERR} (got {{'separator': '-'}}) [ZARR-012]",
+            {**_ENC_ERR, "got": {"separator": "-"}},
         ),
         (
             {"chunk_key_encoding": {"name": "v2", "configuration": {"separator": None}}},
-            f"{_ENC_ERR} (got {{'separator': None}}) [ZARR-012]",
+            {**_ENC_ERR, "got": {"separator": None}},
         ),
         (
             {"chunk_key_encoding": {"name": "default", "configuration": ["/"]}},
-            f"{_ENC_ERR} (got ['/']) [ZARR-012]",
+            {**_ENC_ERR, "got": ["/"]},
         ),
         (
             {"chunk_key_encoding": {"name": "v2", "configuration": {"separator": ".", "x": 1}}},
-            f"{_ENC_ERR} (got {{'separator': '.', 'x': 1}}) [ZARR-012]",
+            {**_ENC_ERR, "got": {"separator": ".", "x": 1}},
         ),
         (
             {"chunk_key_encoding": {"name": "v2", "configuration": {"x": 1}}},
-            f"{_ENC_ERR} (got {{'x': 1}}) [ZARR-012]",
+            {**_ENC_ERR, "got": {"x": 1}},
         ),
         (
             {"storage_transformers": [{"name": "t"}]},
-            "at /storage_transformers: storage_transformers must be empty "
-            "(got [{'name': 't'}]) [ZARR-010]",
+            {
+                "rule": "ZARR-010",
+                "message": "storage_transformers must be empty",
+                "pointer": "/storage_transformers",
+                "got": [{"name": "t"}],
+            },
         ),
         (
             {"storage_transformers": {}},
-            "at /storage_transformers: storage_transformers must be empty (got {}) [ZARR-010]",
+            {
+                "rule": "ZARR-010",
+                "message": "storage_transformers must be empty",
+                "pointer": "/storage_transformers",
+                "got": {},
+            },
         ),
         (
             {"dimension_names": ["x"]},
-            "at /dimension_names: dimension_names must list one name (or null) per dimension "
-            "(got ['x']) [ZARR-010]",
+            {
+                "rule": "ZARR-010",
+                "message": "dimension_names must list one name (or null) per dimension",
+                "pointer": "/dimension_names",
+                "got": ["x"],
+            },
         ),
         (
             {"dimension_names": "xy"},
-            "at /dimension_names: dimension_names must list one name (or null) per dimension "
-            "(got 'xy') [ZARR-010]",
+            {
+                "rule": "ZARR-010",
+                "message": "dimension_names must list one name (or null) per dimension",
+                "pointer": "/dimension_names",
+                "got": "xy",
+            },
         ),
         (
             {"dimension_names": ["x", "y", "z"]},
-            "at /dimension_names: dimension_names must list one name (or null) per dimension "
-            "(got ['x', 'y', 'z']) [ZARR-010]",
+            {
+                "rule": "ZARR-010",
+                "message": "dimension_names must list one name (or null) per dimension",
+                "pointer": "/dimension_names",
+                "got": ["x", "y", "z"],
+            },
         ),
-        ({"attributes": []}, "at /attributes: attributes must be an object (got []) [ZARR-010]"),
+        (
+            {"attributes": []},
+            {
+                "rule": "ZARR-010",
+                "message": "attributes must be an object",
+                "pointer": "/attributes",
+                "got": [],
+            },
+        ),
         (
             {"attributes": "a"},
-            "at /attributes: attributes must be an object (got 'a') [ZARR-010]",
+            {
+                "rule": "ZARR-010",
+                "message": "attributes must be an object",
+                "pointer": "/attributes",
+                "got": "a",
+            },
         ),
         (
             {"shape": [2**38 + 1, 1], "data_type": "float32"},
-            "at /chunk_grid/configuration/chunk_shape: array too large for this reader "
-            "(expected '<= 1099511627776 bytes', got 1099511627780) [ZARR-005]",
+            {
+                "rule": "ZARR-005",
+                "message": "array too large for this reader",
+                "pointer": "/chunk_grid/configuration/chunk_shape",
+                "expected": "<= 1099511627776 bytes",
+                "got": 1099511627780,
+            },
         ),
         (
             {"fill_value": "Infinity"},
-            "at /fill_value: fill_value does not fit the element type int32 (got 'Infinity') "
-            "[ZARR-007]",
+            {
+                "rule": "ZARR-007",
+                "message": "fill_value does not fit the element type int32",
+                "pointer": "/fill_value",
+                "got": "Infinity",
+            },
         ),
     ],
 )
-def test_v3_refusals_name_file_pointer_and_rule(change, text):
+def test_v3_refusals_name_file_pointer_and_rule(change, want):
     """Each check of a zarr.json, its whole error: file, pointer, message, details, rule.
     Kills ArrayV3Metadata.from_dict check mutants."""
-    assert str(_v3_error(_v3(**change))) == "a/zarr.json " + text
+    assert error_fields(_v3_error(_v3(**change))) == {"file": "a/zarr.json", **want}
 
 
 def test_v3_not_an_object():
     """A zarr.json that is no object is ZARR-010 at the root.
     Kills ArrayV3Metadata.from_dict 1-15."""
     err = _v3_error([1], file=Path("q/zarr.json"))
-    assert str(err) == "q/zarr.json: zarr.json must be a JSON object [ZARR-010]"
-    assert (err.rule, err.file, err.pointer) == ("ZARR-010", "q/zarr.json", "")
+    assert error_fields(err) == {
+        "rule": "ZARR-010",
+        "file": "q/zarr.json",
+        "message": "zarr.json must be a JSON object",
+        "pointer": "",
+    }
 
 
 def test_v3_codecs_are_parsed_for_the_rank_dtype_and_file():
@@ -357,19 +510,29 @@ def test_v3_sharding_checks():
     assert m.sharding.chunk_shape == (4, 6)
     transpose = {"name": "transpose", "configuration": {"order": [1, 0]}}
     err = _v3_error(_v3(shape=(8, 6), chunk=(4, 6), codecs=[transpose, _sharding((2, 3))]))
-    assert str(err) == (
-        "a/zarr.json at /codecs: array->array codecs before sharding_indexed are not in the "
-        "spec's subset [ZARR-014]"
-    )
+    assert error_fields(err) == {
+        "rule": "ZARR-014",
+        "file": "a/zarr.json",
+        "message": "array->array codecs before sharding_indexed are not in the spec's subset",
+        "pointer": "/codecs",
+    }
     for inner in ((3, 3), (4, 4), (2, 4)):
         err = _v3_error(_v3(shape=(8, 6), chunk=(4, 6), codecs=[_sharding(inner)]))
-        assert str(err) == (
-            "a/zarr.json at /codecs: the shard shape must be a multiple of the inner chunk "
-            f"shape (expected 'divisors of [4, 6]', got {list(inner)}) [ZARR-014]"
-        )
+        assert error_fields(err) == {
+            "rule": "ZARR-014",
+            "file": "a/zarr.json",
+            "message": "the shard shape must be a multiple of the inner chunk shape",
+            "pointer": "/codecs",
+            "expected": "divisors of [4, 6]",
+            "got": list(inner),
+        }
     err = _v3_error(_v3(shape=(2**25, 1), chunk=(2**25, 1), codecs=[_sharding((1, 1))]))
-    assert str(err) == (
-        "a/zarr.json at /codecs: the chunk grid holds more chunks than the limit "
-        "(expected '<= 16777216', got 33554432) [ZARR-005]"
-    )
+    assert error_fields(err) == {
+        "rule": "ZARR-005",
+        "file": "a/zarr.json",
+        "message": "the chunk grid holds more chunks than the limit",
+        "pointer": "/codecs",
+        "expected": "<= 16777216",
+        "got": 33554432,
+    }
     ArrayV3Metadata.from_dict(_v3(shape=(2**24, 1), chunk=(2**24, 1), codecs=[_sharding((1, 1))]))
