@@ -33,6 +33,7 @@ from ockpt.msgpack_legacy import (
     to_json_view,
 )
 from ockpt.rules import RULES as RULE_REGISTRY
+from tests.support.errors import assert_error, error_fields
 
 MAX_DEPTH = LIMITS.max_depth
 ROOT = Path(__file__).resolve().parent.parent
@@ -102,12 +103,8 @@ def expect_error(
     err = info.value
     assert err.rule == rule, str(err)
     assert err.file == file
-    text = str(err)
-    assert file in text and f"[{rule}]" in text
     if pointer is not None:
-        assert err.pointer == pointer, text
-        if pointer:
-            assert f" at {pointer}" in text
+        assert err.pointer == pointer, str(err)
     return err
 
 
@@ -589,7 +586,7 @@ def test_read_checkpoint_file(tmp_path):
     assert read_checkpoint_file(path) == {"a": 1}
     with pytest.raises(MsgpackError) as info:
         read_checkpoint_file(path, max_bytes=3)
-    assert info.value.rule == "MSGPACK-001" and str(path) in str(info.value)
+    assert_error(info, rule="MSGPACK-001", file=str(path))
     with pytest.raises(NotACheckpointError):
         read_checkpoint_file(tmp_path / "missing")
     with pytest.raises(FormatError) as info:  # a directory in its place (PATH-005)
@@ -839,8 +836,7 @@ def test_017_duplicate_param_names():
     tree = decode_checkpoint(pack({"a.b": "PLACEHOLDER://a.b", "a": {"b": "PLACEHOLDER://a.b"}}))
     with pytest.raises(MsgpackError) as info:
         placeholders(tree, file="item/checkpoint")
-    assert info.value.rule == "MSGPACK-017" and info.value.pointer == "/a/b"
-    assert "item/checkpoint" in str(info.value)
+    assert_error(info, rule="MSGPACK-017", pointer="/a/b", file="item/checkpoint")
 
 
 def test_pointer_escaping():
@@ -1104,30 +1100,44 @@ def test_extra_bytes_after_the_file_and_after_a_payload():
     MSGPACK-009 at the ext value (a payload), with the lengths. Kills `_unpack` 34, 36, 37,
     41, 42, 45, 46, 48, 50, 51, 55, 56 (ids at 88f069a)."""
     e = _error(msgpack.packb({"a": 1}) + b"\xc0")
-    assert str(e) == (
-        "ckpt at @4: extra bytes after the top-level msgpack value "
-        "(expected '4 bytes', got '5 bytes') [MSGPACK-004]"
-    )
+    assert error_fields(e) == {
+        "rule": "MSGPACK-004",
+        "file": "ckpt",
+        "message": "extra bytes after the top-level msgpack value",
+        "pointer": "@4",
+        "expected": "4 bytes",
+        "got": "5 bytes",
+    }
     e = _error({"t": msgpack.ExtType(4, msgpack.packb([1]) + b"\xc0")})
-    assert str(e) == (
-        "ckpt at /t: tuple (ext 4) payload: extra bytes after the payload value "
-        "(expected '2 bytes', got '3 bytes') [MSGPACK-009]"
-    )
+    assert error_fields(e) == {
+        "rule": "MSGPACK-009",
+        "file": "ckpt",
+        "message": "tuple (ext 4) payload: extra bytes after the payload value",
+        "pointer": "/t",
+        "expected": "2 bytes",
+        "got": "3 bytes",
+    }
 
 
 def test_nesting_past_the_unpackers_stack_in_the_file_and_in_a_payload():
     """msgpack's own stack limit is MSGPACK-005: for the file with no pointer, for an ext
     payload at the ext value. Kills `_unpack` 61, 62, 63, 67, 71, 73 (ids at 88f069a)."""
     e = _error(b"\x91" * 100_000 + b"\xc0")
-    assert str(e) == (
-        "ckpt: checkpoint: msgpack nesting exceeds the unpacker's stack "
-        f"(expected 'depth <= {MAX_DEPTH}') [MSGPACK-005]"
-    )
+    assert error_fields(e) == {
+        "rule": "MSGPACK-005",
+        "file": "ckpt",
+        "message": "checkpoint: msgpack nesting exceeds the unpacker's stack",
+        "pointer": None,
+        "expected": f"depth <= {MAX_DEPTH}",
+    }
     e = _error({"t": msgpack.ExtType(4, b"\x91" * 5000 + b"\xc0")})
-    assert str(e) == (
-        "ckpt at /t: tuple (ext 4) payload: msgpack nesting exceeds the unpacker's stack "
-        f"(expected 'depth <= {MAX_DEPTH}') [MSGPACK-005]"
-    )
+    assert error_fields(e) == {
+        "rule": "MSGPACK-005",
+        "file": "ckpt",
+        "message": "tuple (ext 4) payload: msgpack nesting exceeds the unpacker's stack",
+        "pointer": "/t",
+        "expected": f"depth <= {MAX_DEPTH}",
+    }
 
 
 def _in_tuple(payload: bytes) -> bytes:
@@ -1140,44 +1150,106 @@ def _in_tuple(payload: bytes) -> bytes:
     [
         (  # msgpack raises UnicodeDecodeError
             b"\xa1\xff",
-            "ckpt: checkpoint: a string is not valid UTF-8 (invalid start byte) [MSGPACK-002]",
-            "ckpt at /t: tuple (ext 4) payload: a string is not valid UTF-8 (invalid start byte) "
-            "[MSGPACK-009]",
+            {
+                "rule": "MSGPACK-002",
+                "file": "ckpt",
+                "message": "checkpoint: a string is not valid UTF-8 (invalid start byte)",
+                "pointer": None,
+            },
+            {
+                "rule": "MSGPACK-009",
+                "file": "ckpt",
+                "message": (
+                    "tuple (ext 4) payload: a string is not valid UTF-8 (invalid start byte)"
+                ),
+                "pointer": "/t",
+            },
         ),
         (  # a map of 2 in 3 bytes: its first key is read (msgpack's default limit, n // 2
             # entries, would refuse the header first and call it truncated)
             b"\x82\xa1\xff",
-            "ckpt: checkpoint: a string is not valid UTF-8 (invalid start byte) [MSGPACK-002]",
-            "ckpt at /t: tuple (ext 4) payload: a string is not valid UTF-8 (invalid start byte) "
-            "[MSGPACK-009]",
+            {
+                "rule": "MSGPACK-002",
+                "file": "ckpt",
+                "message": "checkpoint: a string is not valid UTF-8 (invalid start byte)",
+                "pointer": None,
+            },
+            {
+                "rule": "MSGPACK-009",
+                "file": "ckpt",
+                "message": (
+                    "tuple (ext 4) payload: a string is not valid UTF-8 (invalid start byte)"
+                ),
+                "pointer": "/t",
+            },
         ),
         (  # ValueError "15 exceeds max_array_len(1)": a header longer than the input
             b"\x9f",
-            "ckpt at @1: data ends inside the msgpack value "
-            "(expected 'more bytes', got '1 bytes') [MSGPACK-003]",
-            "ckpt at /t: tuple (ext 4) payload: payload ends inside its msgpack value "
-            "(expected 'more bytes', got '1 bytes') [MSGPACK-009]",
+            {
+                "rule": "MSGPACK-003",
+                "file": "ckpt",
+                "message": "data ends inside the msgpack value",
+                "pointer": "@1",
+                "expected": "more bytes",
+                "got": "1 bytes",
+            },
+            {
+                "rule": "MSGPACK-009",
+                "file": "ckpt",
+                "message": "tuple (ext 4) payload: payload ends inside its msgpack value",
+                "pointer": "/t",
+                "expected": "more bytes",
+                "got": "1 bytes",
+            },
         ),
         (  # ValueError "incomplete input"
             b"\x92\x01",
-            "ckpt at @2: data ends inside the msgpack value "
-            "(expected 'more bytes', got '2 bytes') [MSGPACK-003]",
-            "ckpt at /t: tuple (ext 4) payload: payload ends inside its msgpack value "
-            "(expected 'more bytes', got '2 bytes') [MSGPACK-009]",
+            {
+                "rule": "MSGPACK-003",
+                "file": "ckpt",
+                "message": "data ends inside the msgpack value",
+                "pointer": "@2",
+                "expected": "more bytes",
+                "got": "2 bytes",
+            },
+            {
+                "rule": "MSGPACK-009",
+                "file": "ckpt",
+                "message": "tuple (ext 4) payload: payload ends inside its msgpack value",
+                "pointer": "/t",
+                "expected": "more bytes",
+                "got": "2 bytes",
+            },
         ),
         (  # another ValueError: a timestamp (ext -1) of 1 byte (msgpack's text varies)
             b"\xd4\xff\x00",
-            ("ckpt: checkpoint: not well-formed msgpack (ValueError: ", ") [MSGPACK-002]"),
-            (
-                "ckpt at /t: tuple (ext 4) payload: not well-formed msgpack (ValueError: ",
-                ") [MSGPACK-009]",
-            ),
+            {
+                "rule": "MSGPACK-002",
+                "file": "ckpt",
+                "message": ("checkpoint: not well-formed msgpack (ValueError: ", ")"),
+                "pointer": None,
+            },
+            {
+                "rule": "MSGPACK-009",
+                "file": "ckpt",
+                "message": ("tuple (ext 4) payload: not well-formed msgpack (ValueError: ", ")"),
+                "pointer": "/t",
+            },
         ),
         (  # msgpack.FormatError (a ValueError): 0xc1 is never used
             b"\xc1",
-            "ckpt: checkpoint: not well-formed msgpack (FormatError: ) [MSGPACK-002]",
-            "ckpt at /t: tuple (ext 4) payload: not well-formed msgpack (FormatError: ) "
-            "[MSGPACK-009]",
+            {
+                "rule": "MSGPACK-002",
+                "file": "ckpt",
+                "message": "checkpoint: not well-formed msgpack (FormatError: )",
+                "pointer": None,
+            },
+            {
+                "rule": "MSGPACK-009",
+                "file": "ckpt",
+                "message": "tuple (ext 4) payload: not well-formed msgpack (FormatError: )",
+                "pointer": "/t",
+            },
         ),
     ],
     ids=["utf8", "utf8-map-key", "exceeds-max", "incomplete", "ValueError", "FormatError"],
@@ -1188,14 +1260,15 @@ def test_malformed_msgpack_in_the_file_and_in_a_payload(payload, file_error, pay
     Kills `_unpack` 24 (``max_map_len`` left to msgpack's default), 98, 105, 106, 111 (the
     UnicodeDecodeError branch), 140, 145 (the ValueError branch) and `decode_checkpoint` 37,
     42, 43 (the file's ``what``) (ids at 88f069a)."""
-    for text, want in [
-        (str(_error(payload)), file_error),
-        (str(_error(_in_tuple(payload))), payload_error),
+    for got, want in [
+        (error_fields(_error(payload)), file_error),
+        (error_fields(_error(_in_tuple(payload))), payload_error),
     ]:
-        if isinstance(want, tuple):  # (start, end) around msgpack's own words
-            assert text.startswith(want[0]) and text.endswith(want[1]), text
-        else:
-            assert text == want
+        if isinstance(want["message"], tuple):  # (start, end) around msgpack's own words
+            start, end = want["message"]
+            assert got["message"].startswith(start) and got["message"].endswith(end), got
+            want = {**want, "message": got["message"]}
+        assert got == want
 
 
 def _failing_unpackb(monkeypatch, exc: BaseException, *, after: int) -> None:
@@ -1217,22 +1290,56 @@ def _failing_unpackb(monkeypatch, exc: BaseException, *, after: int) -> None:
     [
         (
             RecursionError("deep"),
-            f"ckpt: checkpoint: nesting too deep (expected 'depth <= {MAX_DEPTH}') [MSGPACK-005]",
-            "ckpt at /t: tuple (ext 4) payload: nesting too deep "
-            f"(expected 'depth <= {MAX_DEPTH}') [MSGPACK-005]",
+            {
+                "rule": "MSGPACK-005",
+                "file": "ckpt",
+                "message": "checkpoint: nesting too deep",
+                "pointer": None,
+                "expected": f"depth <= {MAX_DEPTH}",
+            },
+            {
+                "rule": "MSGPACK-005",
+                "file": "ckpt",
+                "message": "tuple (ext 4) payload: nesting too deep",
+                "pointer": "/t",
+                "expected": f"depth <= {MAX_DEPTH}",
+            },
         ),
         (
             msgpack.OutOfData(),
-            "ckpt at @3: data ends inside the msgpack value "
-            "(expected 'more bytes', got '3 bytes') [MSGPACK-003]",
-            "ckpt at /t: tuple (ext 4) payload: payload ends inside its msgpack value "
-            "(expected 'more bytes', got '2 bytes') [MSGPACK-009]",
+            {
+                "rule": "MSGPACK-003",
+                "file": "ckpt",
+                "message": "data ends inside the msgpack value",
+                "pointer": "@3",
+                "expected": "more bytes",
+                "got": "3 bytes",
+            },
+            {
+                "rule": "MSGPACK-009",
+                "file": "ckpt",
+                "message": "tuple (ext 4) payload: payload ends inside its msgpack value",
+                "pointer": "/t",
+                "expected": "more bytes",
+                "got": "2 bytes",
+            },
         ),
         (
             OverflowError("too big"),
-            "ckpt: checkpoint: not well-formed msgpack (OverflowError: too big) [MSGPACK-002]",
-            "ckpt at /t: tuple (ext 4) payload: not well-formed msgpack "
-            "(OverflowError: too big) [MSGPACK-009]",
+            {
+                "rule": "MSGPACK-002",
+                "file": "ckpt",
+                "message": "checkpoint: not well-formed msgpack (OverflowError: too big)",
+                "pointer": None,
+            },
+            {
+                "rule": "MSGPACK-009",
+                "file": "ckpt",
+                "message": (
+                    "tuple (ext 4) payload: not well-formed msgpack (OverflowError: too big)"
+                ),
+                "pointer": "/t",
+            },
         ),
     ],
     ids=["RecursionError", "OutOfData", "other"],
@@ -1244,10 +1351,10 @@ def test_what_only_other_msgpack_builds_raise(monkeypatch, exc, file_error, payl
     Kills `_unpack` 74-81 (OutOfData), 82-95 (RecursionError), 150-168 (any other exception)
     (ids at 88f069a)."""
     _failing_unpackb(monkeypatch, exc, after=0)
-    assert str(_error(b"\x92\x01\x02")) == file_error
+    assert error_fields(_error(b"\x92\x01\x02")) == file_error
     monkeypatch.undo()
     _failing_unpackb(monkeypatch, exc, after=1)
-    assert str(_error(_in_tuple(b"\x91\x01"))) == payload_error
+    assert error_fields(_error(_in_tuple(b"\x91\x01"))) == payload_error
 
 
 def test_a_value_of_a_type_msgpack_never_gives(monkeypatch):
@@ -1256,7 +1363,12 @@ def test_a_value_of_a_type_msgpack_never_gives(monkeypatch):
     `_decode_value` 81-89 (ids at 88f069a)."""
     monkeypatch.setattr(msgpack, "unpackb", lambda data, **kwargs: [1, 2j])
     e = _error(b"\x92\x01\x02")
-    assert str(e) == "ckpt at /1: unexpected msgpack value of type complex [MSGPACK-002]"
+    assert error_fields(e) == {
+        "rule": "MSGPACK-002",
+        "file": "ckpt",
+        "message": "unexpected msgpack value of type complex",
+        "pointer": "/1",
+    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -1267,17 +1379,27 @@ def test_a_timestamp_ext_is_an_unknown_ext_type():
     """msgpack's timestamp (ext -1) is refused as ext code -1 (MSGPACK-008), with the codes
     that are known. Kills `_decode_value` 61, 63, 64, 68, 69, 72, 73, 75-80 (ids at 88f069a)."""
     e = _error({"t": msgpack.Timestamp(1, 0)})
-    assert str(e) == (
-        "ckpt at /t: unknown ext type code (expected [1, 2, 3, 4], got -1) [MSGPACK-008]"
-    )
+    assert error_fields(e) == {
+        "rule": "MSGPACK-008",
+        "file": "ckpt",
+        "message": "unknown ext type code",
+        "pointer": "/t",
+        "expected": [1, 2, 3, 4],
+        "got": -1,
+    }
 
 
 def test_an_unknown_ext_code_names_the_known_ones():
     """Kills `_decode_ext` 84, 89, 93, 94, 96-99 (ids at 88f069a)."""
     e = _error({"e": msgpack.ExtType(5, b"")})
-    assert str(e) == (
-        "ckpt at /e: unknown ext type code (expected [1, 2, 3, 4], got 5) [MSGPACK-008]"
-    )
+    assert error_fields(e) == {
+        "rule": "MSGPACK-008",
+        "file": "ckpt",
+        "message": "unknown ext type code",
+        "pointer": "/e",
+        "expected": [1, 2, 3, 4],
+        "got": 5,
+    }
 
 
 def test_tuple_payload_errors_and_item_pointers():
@@ -1285,15 +1407,23 @@ def test_tuple_payload_errors_and_item_pointers():
     tuple; an error inside a tuple item points at the item's index. Kills `_decode_ext` 40, 45,
     46, 50, 52, 53, 57, 58, 61, 62, 64, 65, 66, 77 (ids at 88f069a)."""
     e = _error({"t": _ext(4, 7)})
-    assert str(e) == (
-        "ckpt at /t: tuple (ext 4) payload must be a msgpack array "
-        "(expected 'array', got 'int 7') [MSGPACK-009]"
-    )
+    assert error_fields(e) == {
+        "rule": "MSGPACK-009",
+        "file": "ckpt",
+        "message": "tuple (ext 4) payload must be a msgpack array",
+        "pointer": "/t",
+        "expected": "array",
+        "got": "int 7",
+    }
     e = _error({"t": msgpack.ExtType(4, b"\x92\x01")})
-    assert str(e) == (
-        "ckpt at /t: tuple (ext 4) payload: payload ends inside its msgpack value "
-        "(expected 'more bytes', got '2 bytes') [MSGPACK-009]"
-    )
+    assert error_fields(e) == {
+        "rule": "MSGPACK-009",
+        "file": "ckpt",
+        "message": "tuple (ext 4) payload: payload ends inside its msgpack value",
+        "pointer": "/t",
+        "expected": "more bytes",
+        "got": "2 bytes",
+    }
     e = _error({"t": _ext(4, [1, msgpack.ExtType(9, b"")])})
     assert (e.rule, e.pointer) == ("MSGPACK-008", "/t/1")
 
@@ -1322,21 +1452,35 @@ def test_containers_nest_too_deep_says_how_deep():
     for _ in range(MAX_DEPTH + 1):
         deep = [deep]
     e = _error(deep)
-    assert str(e) == (
-        f"ckpt at {'/0' * MAX_DEPTH}: containers nest too deep "
-        f"(expected 'depth < {MAX_DEPTH}', got {MAX_DEPTH}) [MSGPACK-005]"
-    )
+    assert error_fields(e) == {
+        "rule": "MSGPACK-005",
+        "file": "ckpt",
+        "message": "containers nest too deep",
+        "pointer": "/0" * MAX_DEPTH,
+        "expected": f"depth < {MAX_DEPTH}",
+        "got": MAX_DEPTH,
+    }
 
 
 def test_map_key_errors_in_full():
     """A non-string key (MSGPACK-006) says what it found; a repeated key (MSGPACK-007) names
     itself. Kills `_map_items` 5, 8, 13, 16, 17, 21, 24 (ids at 88f069a)."""
     e = _error({"a": {1: 1}})
-    assert str(e) == (
-        "ckpt at /a: map key is not a string (expected 'str', got 'int 1') [MSGPACK-006]"
-    )
+    assert error_fields(e) == {
+        "rule": "MSGPACK-006",
+        "file": "ckpt",
+        "message": "map key is not a string",
+        "pointer": "/a",
+        "expected": "str",
+        "got": "int 1",
+    }
     e = _error(b"\x81\xa1b\x82\xa1x\x01\xa1x\x02")  # {"b": {"x": 1, "x": 2}}
-    assert str(e) == "ckpt at /b/x: map key 'x' appears twice [MSGPACK-007]"
+    assert error_fields(e) == {
+        "rule": "MSGPACK-007",
+        "file": "ckpt",
+        "message": "map key 'x' appears twice",
+        "pointer": "/b/x",
+    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -1350,41 +1494,46 @@ def test_array_payload_errors_name_the_ext_type(code, what):
     55, 59, 60, 61, 65, 67, 68, 72, 73, 77, 78, 79, 84 and `_resolve_dtype` 4, 6, 7, 11, 12,
     16, 17, 18 (ids at 88f069a)."""
 
-    def rendered(payload) -> str:
-        return str(_error({"a": _ext(code, payload)}))
+    def fields(payload) -> dict:
+        return error_fields(_error({"a": _ext(code, payload)}))
 
-    assert rendered(7) == (
-        f"ckpt at /a: {what} payload must be [shape, dtype name, data] "
-        "(expected 'array of 3', got 'int 7') [MSGPACK-009]"
+    def at_a(message: str, expected: str, got: str) -> dict:
+        return {
+            "rule": "MSGPACK-009",
+            "file": "ckpt",
+            "message": message,
+            "pointer": "/a",
+            "expected": expected,
+            "got": got,
+        }
+
+    assert fields(7) == at_a(
+        f"{what} payload must be [shape, dtype name, data]", "array of 3", "int 7"
     )
-    assert rendered([[], "int8"]) == (
-        f"ckpt at /a: {what} payload must be [shape, dtype name, data] "
-        "(expected 'array of 3', got 'array of 2') [MSGPACK-009]"
+    assert fields([[], "int8"]) == at_a(
+        f"{what} payload must be [shape, dtype name, data]", "array of 3", "array of 2"
     )
-    assert str(_error({"a": msgpack.ExtType(code, b"\x93\x90")})) == (
-        f"ckpt at /a: {what} payload: payload ends inside its msgpack value "
-        "(expected 'more bytes', got '2 bytes') [MSGPACK-009]"
+    assert error_fields(_error({"a": msgpack.ExtType(code, b"\x93\x90")})) == at_a(
+        f"{what} payload: payload ends inside its msgpack value", "more bytes", "2 bytes"
     )
-    assert rendered([5, "int8", b""]) == (
-        f"ckpt at /a: {what}: shape must be a msgpack array "
-        "(expected 'array', got 'int 5') [MSGPACK-009]"
+    assert fields([5, "int8", b""]) == at_a(
+        f"{what}: shape must be a msgpack array", "array", "int 5"
     )
-    assert rendered([[], "int8", "x"]) == (
-        f"ckpt at /a: {what}: data must be msgpack bin "
-        "(expected 'bin', got \"str 'x'\") [MSGPACK-009]"
-    )
-    assert rendered([[], 5, b""]) == (
-        f"ckpt at /a: {what}: dtype name must be a string "
-        "(expected 'str', got 'int 5') [MSGPACK-009]"
-    )
+    assert fields([[], "int8", "x"]) == at_a(f"{what}: data must be msgpack bin", "bin", "str 'x'")
+    assert fields([[], 5, b""]) == at_a(f"{what}: dtype name must be a string", "str", "int 5")
 
 
 def test_a_numpy_scalar_with_a_shape():
     """Kills `_decode_array` 102, 104, 105, 109, 110, 113, 114 (ids at 88f069a)."""
     e = _error({"s": _ext(3, [[1], "int8", b"\x01"])})
-    assert str(e) == (
-        "ckpt at /s: numpy scalar (ext 3) must have shape [] (expected [], got [1]) [MSGPACK-013]"
-    )
+    assert error_fields(e) == {
+        "rule": "MSGPACK-013",
+        "file": "ckpt",
+        "message": "numpy scalar (ext 3) must have shape []",
+        "pointer": "/s",
+        "expected": [],
+        "got": [1],
+    }
 
 
 def test_shape_and_size_errors_name_the_ext_type():
@@ -1393,10 +1542,14 @@ def test_shape_and_size_errors_name_the_ext_type():
     e = _error({"a": _ext(1, [[-1], "int8", b""])})
     assert e.message == "ndarray (ext 1): shape entries must be non-negative ints"
     e = _error({"a": _ext(1, [[2], "int16", b"\x00"])})
-    assert str(e) == (
-        "ckpt at /a: ndarray (ext 1): data size does not match shape and dtype [2] int16 "
-        "(expected 4, got 1) [MSGPACK-012]"
-    )
+    assert error_fields(e) == {
+        "rule": "MSGPACK-012",
+        "file": "ckpt",
+        "message": "ndarray (ext 1): data size does not match shape and dtype [2] int16",
+        "pointer": "/a",
+        "expected": 4,
+        "got": 1,
+    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -1413,10 +1566,14 @@ def test_a_dtype_name_that_is_not_allowed_is_shown_cut_at_40_characters():
         ("x" * 41, "x" * 40 + "..."),
     ]:
         e = _error({"a": _ext(1, [[], name, b"\x00"])})
-        assert str(e) == (
-            "ckpt at /a: ndarray (ext 1): dtype name is not allowed "
-            f"(expected {expected!r}, got {shown!r}) [MSGPACK-010]"
-        )
+        assert error_fields(e) == {
+            "rule": "MSGPACK-010",
+            "file": "ckpt",
+            "message": "ndarray (ext 1): dtype name is not allowed",
+            "pointer": "/a",
+            "expected": expected,
+            "got": shown,
+        }
 
 
 def test_an_ml_dtypes_name_the_installed_package_lacks(monkeypatch):
@@ -1426,10 +1583,16 @@ def test_an_ml_dtypes_name_the_installed_package_lacks(monkeypatch):
     table = {k: v for k, v in dtypes.SUPPORTED.items() if k != "float8_e8m0fnu"}
     monkeypatch.setattr(dtypes, "SUPPORTED", table)
     e = _error({"a": _ext(1, [[], "float8_e8m0fnu", b"\x7f"])})
-    assert str(e) == (
-        "ckpt at /a: ndarray (ext 1): dtype 'float8_e8m0fnu' needs a newer ml_dtypes package "
-        "than the one installed (got 'float8_e8m0fnu') [MSGPACK-010]"
-    )
+    assert error_fields(e) == {
+        "rule": "MSGPACK-010",
+        "file": "ckpt",
+        "message": (
+            "ndarray (ext 1): dtype 'float8_e8m0fnu' needs a newer ml_dtypes package than the "
+            "one installed"
+        ),
+        "pointer": "/a",
+        "got": "float8_e8m0fnu",
+    }
 
 
 def test_decoded_dtypes_are_little_endian_numpy_and_native_ml_dtypes():
@@ -1460,15 +1623,23 @@ def test_too_many_dimensions_and_a_bad_shape_entry():
     """Kills `_check_shape` 3, 5, 6, 10, 11, 21, 23, 24, 28, 29, 33, 34, 35 (ids at
     88f069a)."""
     e = _error({"a": _ext(1, [[1] * (MAX_NDIM + 1), "int8", b"\x00"])})
-    assert str(e) == (
-        f"ckpt at /a: ndarray (ext 1): too many dimensions "
-        f"(expected '<= {MAX_NDIM}', got {MAX_NDIM + 1}) [MSGPACK-011]"
-    )
+    assert error_fields(e) == {
+        "rule": "MSGPACK-011",
+        "file": "ckpt",
+        "message": "ndarray (ext 1): too many dimensions",
+        "pointer": "/a",
+        "expected": f"<= {MAX_NDIM}",
+        "got": MAX_NDIM + 1,
+    }
     e = _error({"a": _ext(1, [[2, -1], "int8", b""])})
-    assert str(e) == (
-        "ckpt at /a: ndarray (ext 1): shape entries must be non-negative ints "
-        "(expected 'uint', got 'int -1') [MSGPACK-011]"
-    )
+    assert error_fields(e) == {
+        "rule": "MSGPACK-011",
+        "file": "ckpt",
+        "message": "ndarray (ext 1): shape entries must be non-negative ints",
+        "pointer": "/a",
+        "expected": "uint",
+        "got": "int -1",
+    }
 
 
 def test_the_shape_bound_is_the_product_of_all_extents_up_to_int64_max():
@@ -1479,10 +1650,14 @@ def test_the_shape_bound_is_the_product_of_all_extents_up_to_int64_max():
     e = _error({"a": _ext(1, [at_bound, "int8", b""])})
     assert (e.rule, e.expected, e.got) == ("MSGPACK-012", 2**63 - 1, 0)
     e = _error({"a": _ext(1, [[2**32, 0, 2**32], "int8", b""])})
-    assert str(e) == (
-        "ckpt at /a: ndarray (ext 1): shape too large "
-        f"(expected 'size * itemsize <= {2**63 - 1}', got [{2**32}, 0, {2**32}]) [MSGPACK-011]"
-    )
+    assert error_fields(e) == {
+        "rule": "MSGPACK-011",
+        "file": "ckpt",
+        "message": "ndarray (ext 1): shape too large",
+        "pointer": "/a",
+        "expected": f"size * itemsize <= {2**63 - 1}",
+        "got": [2**32, 0, 2**32],
+    }
     e = _error({"a": _ext(1, [[2**62, 1], "int16", b""])})  # 2**63 bytes: one over
     assert (e.rule, e.message) == ("MSGPACK-011", "ndarray (ext 1): shape too large")
 
@@ -1494,10 +1669,14 @@ def test_the_shape_bound_is_the_product_of_all_extents_up_to_int64_max():
 def test_a_bool_byte_that_is_not_0_or_1():
     """Kills `_array_from_bytes` 37, 39, 44, 49, 50 (ids at 88f069a)."""
     e = _error({"a": _ext(1, [[3], "bool", b"\x00\x01\x02"])})
-    assert str(e) == (
-        "ckpt at /a: ndarray (ext 1): bool data byte 2 is not 0 or 1 "
-        "(expected '0 or 1', got 2) [MSGPACK-016]"
-    )
+    assert error_fields(e) == {
+        "rule": "MSGPACK-016",
+        "file": "ckpt",
+        "message": "ndarray (ext 1): bool data byte 2 is not 0 or 1",
+        "pointer": "/a",
+        "expected": "0 or 1",
+        "got": 2,
+    }
 
 
 def test_arrays_are_read_only_views_of_the_payload_on_a_little_endian_host():
@@ -1549,10 +1728,13 @@ def test_numpy_failing_to_build_the_array_is_msgpack_011(monkeypatch):
 
     monkeypatch.setattr(np, "frombuffer", fail)
     e = _error({"a": _ext(1, [[2], "int16", b"\x00\x00\x00\x00"])})
-    assert str(e) == (
-        "ckpt at /a: ndarray (ext 1): numpy cannot represent this array (no memory) "
-        "(got [2]) [MSGPACK-011]"
-    )
+    assert error_fields(e) == {
+        "rule": "MSGPACK-011",
+        "file": "ckpt",
+        "message": "ndarray (ext 1): numpy cannot represent this array (no memory)",
+        "pointer": "/a",
+        "got": [2],
+    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -1573,16 +1755,23 @@ def test_chunked_array_map_keys_and_marker():
     tree["w"].pop("chunks")
     tree["w"].update({c: 0 for c in "abcdefghi"})  # 12 keys: 8 shown
     e = _error(tree)
-    assert str(e) == (
-        "ckpt at /w: chunked array map has wrong keys "
-        f"(expected [{MARKER!r}, 'chunks', 'shape'], "
-        f"got [{MARKER!r}, 'a', 'b', 'c', 'd', 'e', 'f', 'g']) [MSGPACK-014]"
-    )
+    assert error_fields(e) == {
+        "rule": "MSGPACK-014",
+        "file": "ckpt",
+        "message": "chunked array map has wrong keys",
+        "pointer": "/w",
+        "expected": [MARKER, "chunks", "shape"],
+        "got": [MARKER, "a", "b", "c", "d", "e", "f", "g"],
+    }
     e = _error(_chunked(**{MARKER: 1}))
-    assert str(e) == (
-        f"ckpt at /w/{MARKER}: chunked array marker must be true "
-        "(expected True, got 'int 1') [MSGPACK-014]"
-    )
+    assert error_fields(e) == {
+        "rule": "MSGPACK-014",
+        "file": "ckpt",
+        "message": "chunked array marker must be true",
+        "pointer": f"/w/{MARKER}",
+        "expected": True,
+        "got": "int 1",
+    }
 
 
 def test_chunked_array_chunk_errors():
@@ -1592,41 +1781,65 @@ def test_chunked_array_chunk_errors():
     155-157, 159, 160, 166, 168, 169, 173, 174, 177, 178, 201, 203, 204, 208, 209 (ids at
     88f069a)."""
     e = _error(_chunked(chunks={}))
-    assert str(e) == (
-        "ckpt at /w/chunks: chunked array has no chunks (expected '>= 1 chunk', got 0) "
-        "[MSGPACK-015]"
-    )
+    assert error_fields(e) == {
+        "rule": "MSGPACK-015",
+        "file": "ckpt",
+        "message": "chunked array has no chunks",
+        "pointer": "/w/chunks",
+        "expected": ">= 1 chunk",
+        "got": 0,
+    }
     e = _error(_chunked(chunks={"0": 5}))
-    assert str(e) == (
-        "ckpt at /w/chunks/0: a chunk must be an ndarray (ext 1) "
-        "(expected 'ext 1', got 'int 5') [MSGPACK-015]"
-    )
+    assert error_fields(e) == {
+        "rule": "MSGPACK-015",
+        "file": "ckpt",
+        "message": "a chunk must be an ndarray (ext 1)",
+        "pointer": "/w/chunks/0",
+        "expected": "ext 1",
+        "got": "int 5",
+    }
     e = _error(_chunked(chunks={"0": _nd(np.zeros((1, 2), np.int8))}))
-    assert str(e) == (
-        "ckpt at /w/chunks/0: a chunk must be a non-empty 1-D array "
-        "(expected 'shape [n], n >= 1', got [1, 2]) [MSGPACK-015]"
-    )
+    assert error_fields(e) == {
+        "rule": "MSGPACK-015",
+        "file": "ckpt",
+        "message": "a chunk must be a non-empty 1-D array",
+        "pointer": "/w/chunks/0",
+        "expected": "shape [n], n >= 1",
+        "got": [1, 2],
+    }
     two = {"0": _nd(np.zeros(1, np.int8)), "1": _nd(np.zeros(1, np.int16))}
     e = _error(_chunked(chunks=two))
-    assert str(e) == (
-        "ckpt at /w/chunks/1: chunks must share one dtype "
-        "(expected 'int8', got 'int16') [MSGPACK-015]"
-    )
+    assert error_fields(e) == {
+        "rule": "MSGPACK-015",
+        "file": "ckpt",
+        "message": "chunks must share one dtype",
+        "pointer": "/w/chunks/1",
+        "expected": "int8",
+        "got": "int16",
+    }
     e = _error(_chunked(shape={"0": 5}))
-    assert str(e) == (
-        "ckpt at /w/chunks: chunks hold 2 elements, shape [5] needs 5 (expected 5, got 2) "
-        "[MSGPACK-015]"
-    )
+    assert error_fields(e) == {
+        "rule": "MSGPACK-015",
+        "file": "ckpt",
+        "message": "chunks hold 2 elements, shape [5] needs 5",
+        "pointer": "/w/chunks",
+        "expected": 5,
+        "got": 2,
+    }
 
 
 def test_a_chunked_array_shape_error_points_at_its_shape():
     """The chunked shape is checked as "chunked array" at ``.../shape``. Kills
     `_decode_chunked` 47, 48, 49, 187, 194, 195 (ids at 88f069a)."""
     e = _error(_chunked(shape={"0": -2}))
-    assert str(e) == (
-        "ckpt at /w/shape: chunked array: shape entries must be non-negative ints "
-        "(expected 'uint', got 'int -2') [MSGPACK-011]"
-    )
+    assert error_fields(e) == {
+        "rule": "MSGPACK-011",
+        "file": "ckpt",
+        "message": "chunked array: shape entries must be non-negative ints",
+        "pointer": "/w/shape",
+        "expected": "uint",
+        "got": "int -2",
+    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -1722,7 +1935,12 @@ def test_a_param_name_used_twice_names_both_places():
     tree = decode_checkpoint(msgpack.packb({"a": ["PLACEHOLDER://p", "AGGREGATED://p"]}))
     with pytest.raises(MsgpackError) as info:
         placeholders(tree, file="ckpt")
-    assert str(info.value) == "ckpt at /a/1: param name 'p' is also used at '/a/0' [MSGPACK-017]"
+    assert error_fields(info.value) == {
+        "rule": "MSGPACK-017",
+        "file": "ckpt",
+        "message": "param name 'p' is also used at '/a/0'",
+        "pointer": "/a/1",
+    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -1755,10 +1973,14 @@ def test_any_memoryview_is_read_as_its_bytes(kind):
     assert decode_checkpoint(view, max_bytes=8) == {"ab": "xyz"}
     with pytest.raises(MsgpackError) as info:
         decode_checkpoint(view, file="ckpt", max_bytes=7)
-    assert str(info.value) == (
-        "ckpt: checkpoint file is larger than the size limit "
-        "(expected '<= 7 bytes', got 8) [MSGPACK-001]"
-    )
+    assert error_fields(info.value) == {
+        "rule": "MSGPACK-001",
+        "file": "ckpt",
+        "message": "checkpoint file is larger than the size limit",
+        "pointer": None,
+        "expected": "<= 7 bytes",
+        "got": 8,
+    }
 
 
 def test_bytes_at_the_size_limit_and_one_over():
@@ -1767,10 +1989,14 @@ def test_bytes_at_the_size_limit_and_one_over():
     assert decode_checkpoint(bytearray(DATA), max_bytes=len(DATA)) == {"ab": "xyz"}
     with pytest.raises(MsgpackError) as info:
         decode_checkpoint(DATA, file="ckpt", max_bytes=len(DATA) - 1)
-    assert str(info.value) == (
-        "ckpt: checkpoint file is larger than the size limit "
-        "(expected '<= 7 bytes', got 8) [MSGPACK-001]"
-    )
+    assert error_fields(info.value) == {
+        "rule": "MSGPACK-001",
+        "file": "ckpt",
+        "message": "checkpoint file is larger than the size limit",
+        "pointer": None,
+        "expected": "<= 7 bytes",
+        "got": 8,
+    }
     with pytest.raises(TypeError) as info:
         decode_checkpoint("text")
     assert str(info.value) == "data must be bytes-like, got str"
