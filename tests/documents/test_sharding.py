@@ -15,6 +15,7 @@ from ockpt.documents import (
 )
 from ockpt.documents.sharding import parse_sharding
 from ockpt.errors import DocumentError
+from tests.support.errors import error_fields
 
 
 def _error(fn, *args, **kwargs) -> DocumentError:
@@ -23,9 +24,9 @@ def _error(fn, *args, **kwargs) -> DocumentError:
     return info.value
 
 
-def _text(fn, *args, **kwargs) -> str:
-    """The whole text of the DocumentError that `fn(*args, **kwargs)` raises."""
-    return str(_error(fn, *args, **kwargs))
+def _fields(fn, *args, **kwargs) -> dict:
+    """The fields of the DocumentError that `fn(*args, **kwargs)` raises."""
+    return error_fields(_error(fn, *args, **kwargs))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -97,55 +98,126 @@ def test_named_sharding_faults_name_file_pointer_and_rule():
     pointers, expected and got values."""
     P = "/eA=="
 
-    def text(value):
-        return _text(parse_sharding, value, file="s", pointer=P)
+    def fields(value):
+        return _fields(parse_sharding, value, file="s", pointer=P)
 
     for name in ("shape", "axis_names", "partition_spec"):
-        assert text(_drop(name)) == f"s at {P}: required field {name!r} is missing [SHARD-003]"
-    assert text(_named(shape=2)) == (
-        f"s at {P}/shape: wrong type (expected 'array', got 'integer') [SHARD-003]"
-    )
-    assert text(_named(shape=[4, -2])) == (
-        f"s at {P}/shape/1: negative size (expected '>= 0', got -2) [SHARD-003]"
-    )
-    assert text(_named(axis_names="xy")) == (
-        f"s at {P}/axis_names: wrong type (expected 'array', got 'string') [SHARD-003]"
-    )
-    assert text(_named(axis_names=["x", 1])) == (
-        f"s at {P}/axis_names: wrong type (expected 'string', got 'integer') [SHARD-003]"
-    )
-    assert text(_named(axis_names=["x"])) == (
-        f"s at {P}: axis_names and shape differ in length (expected 2, got 1) [SHARD-003]"
-    )
-    assert text(_named(axis_types="Auto")) == (
-        f"s at {P}/axis_types: wrong type (expected 'array', got 'string') [SHARD-003]"
-    )
-    assert text(_named(axis_types=["Auto", None])) == (
-        f"s at {P}/axis_types: wrong type (expected 'string', got 'null') [SHARD-003]"
-    )
-    assert text(_named(partition_spec="x")) == (
-        f"s at {P}/partition_spec: wrong type (expected 'array', got 'string') [SHARD-003]"
-    )
-    assert text(_named(partition_spec=[None, 1])) == (
-        f"s at {P}/partition_spec/1: wrong type (expected 'array', got 'integer') [SHARD-003]"
-    )
-    assert text(_named(partition_spec=[["x", 2]])) == (
-        f"s at {P}/partition_spec/0: wrong type (expected 'string', got 'integer') [SHARD-003]"
-    )
-    assert text(_named(partition_spec=[None, "z"])) == (
-        f"s at {P}/partition_spec/1: partition_spec names an axis the mesh lacks "
-        "(expected ['x', 'y'], got 'z') [SHARD-003]"
-    )
-    assert text(_named(partition_spec=[["y", "w"]])) == (
-        f"s at {P}/partition_spec/0: partition_spec names an axis the mesh lacks "
-        "(expected ['x', 'y'], got 'w') [SHARD-003]"
-    )
-    assert text(_named(device_mesh=[])) == (
-        f"s at {P}/device_mesh: wrong type (expected 'object', got 'array') [SHARD-003]"
-    )
-    assert text(_named(device_mesh={"ids": []})) == (
-        f"s at {P}/device_mesh: required field 'mesh' is missing [SHARD-003]"
-    )
+        assert fields(_drop(name)) == {
+            "rule": "SHARD-003",
+            "file": "s",
+            "message": f"required field {name!r} is missing",
+            "pointer": f"{P}",
+        }
+    assert fields(_named(shape=2)) == {
+        "rule": "SHARD-003",
+        "file": "s",
+        "message": "wrong type",
+        "pointer": f"{P}/shape",
+        "expected": "array",
+        "got": "integer",
+    }
+    assert fields(_named(shape=[4, -2])) == {
+        "rule": "SHARD-003",
+        "file": "s",
+        "message": "negative size",
+        "pointer": f"{P}/shape/1",
+        "expected": ">= 0",
+        "got": -2,
+    }
+    assert fields(_named(axis_names="xy")) == {
+        "rule": "SHARD-003",
+        "file": "s",
+        "message": "wrong type",
+        "pointer": f"{P}/axis_names",
+        "expected": "array",
+        "got": "string",
+    }
+    assert fields(_named(axis_names=["x", 1])) == {
+        "rule": "SHARD-003",
+        "file": "s",
+        "message": "wrong type",
+        "pointer": f"{P}/axis_names",
+        "expected": "string",
+        "got": "integer",
+    }
+    assert fields(_named(axis_names=["x"])) == {
+        "rule": "SHARD-003",
+        "file": "s",
+        "message": "axis_names and shape differ in length",
+        "pointer": f"{P}",
+        "expected": 2,
+        "got": 1,
+    }
+    assert fields(_named(axis_types="Auto")) == {
+        "rule": "SHARD-003",
+        "file": "s",
+        "message": "wrong type",
+        "pointer": f"{P}/axis_types",
+        "expected": "array",
+        "got": "string",
+    }
+    assert fields(_named(axis_types=["Auto", None])) == {
+        "rule": "SHARD-003",
+        "file": "s",
+        "message": "wrong type",
+        "pointer": f"{P}/axis_types",
+        "expected": "string",
+        "got": "null",
+    }
+    assert fields(_named(partition_spec="x")) == {
+        "rule": "SHARD-003",
+        "file": "s",
+        "message": "wrong type",
+        "pointer": f"{P}/partition_spec",
+        "expected": "array",
+        "got": "string",
+    }
+    assert fields(_named(partition_spec=[None, 1])) == {
+        "rule": "SHARD-003",
+        "file": "s",
+        "message": "wrong type",
+        "pointer": f"{P}/partition_spec/1",
+        "expected": "array",
+        "got": "integer",
+    }
+    assert fields(_named(partition_spec=[["x", 2]])) == {
+        "rule": "SHARD-003",
+        "file": "s",
+        "message": "wrong type",
+        "pointer": f"{P}/partition_spec/0",
+        "expected": "string",
+        "got": "integer",
+    }
+    assert fields(_named(partition_spec=[None, "z"])) == {
+        "rule": "SHARD-003",
+        "file": "s",
+        "message": "partition_spec names an axis the mesh lacks",
+        "pointer": f"{P}/partition_spec/1",
+        "expected": ["x", "y"],
+        "got": "z",
+    }
+    assert fields(_named(partition_spec=[["y", "w"]])) == {
+        "rule": "SHARD-003",
+        "file": "s",
+        "message": "partition_spec names an axis the mesh lacks",
+        "pointer": f"{P}/partition_spec/0",
+        "expected": ["x", "y"],
+        "got": "w",
+    }
+    assert fields(_named(device_mesh=[])) == {
+        "rule": "SHARD-003",
+        "file": "s",
+        "message": "wrong type",
+        "pointer": f"{P}/device_mesh",
+        "expected": "object",
+        "got": "array",
+    }
+    assert fields(_named(device_mesh={"ids": []})) == {
+        "rule": "SHARD-003",
+        "file": "s",
+        "message": "required field 'mesh' is missing",
+        "pointer": f"{P}/device_mesh",
+    }
 
 
 def test_device_mesh_faults_name_the_cell():
@@ -156,39 +228,81 @@ def test_device_mesh_faults_name_the_cell():
     the bound."""
     M = "/k/device_mesh/mesh"
 
-    def text(mesh, shape=(4, 2)):
+    def fields(mesh, shape=(4, 2)):
         value = _named(
             shape=list(shape), axis_names=["x", "y"][: len(shape)], device_mesh={"mesh": mesh}
         )
-        return _text(parse_sharding, value, file="s", pointer="/k")
+        return _fields(parse_sharding, value, file="s", pointer="/k")
 
-    assert text(MESH_4X2[:3]) == (
-        f"s at {M}: device mesh does not have the declared shape (expected 4, got 3) [SHARD-003]"
-    )
+    assert fields(MESH_4X2[:3]) == {
+        "rule": "SHARD-003",
+        "file": "s",
+        "message": "device mesh does not have the declared shape",
+        "pointer": f"{M}",
+        "expected": 4,
+        "got": 3,
+    }
     short = [row[:] for row in MESH_4X2]
     short[2] = short[2][:1]
-    assert text(short) == (
-        f"s at {M}/2: device mesh does not have the declared shape (expected 2, got 1) [SHARD-003]"
-    )
+    assert fields(short) == {
+        "rule": "SHARD-003",
+        "file": "s",
+        "message": "device mesh does not have the declared shape",
+        "pointer": f"{M}/2",
+        "expected": 2,
+        "got": 1,
+    }
     bad = [row[:] for row in MESH_4X2]
     bad[3] = {"id": 6}
-    assert text(bad) == f"s at {M}/3: wrong type (expected 'array', got 'object') [SHARD-003]"
+    assert fields(bad) == {
+        "rule": "SHARD-003",
+        "file": "s",
+        "message": "wrong type",
+        "pointer": f"{M}/3",
+        "expected": "array",
+        "got": "object",
+    }
     bad[3] = [{"id": 6}, 7]
-    assert text(bad) == f"s at {M}/3/1: wrong type (expected 'object', got 'integer') [SHARD-003]"
+    assert fields(bad) == {
+        "rule": "SHARD-003",
+        "file": "s",
+        "message": "wrong type",
+        "pointer": f"{M}/3/1",
+        "expected": "object",
+        "got": "integer",
+    }
     bad[3] = [{"id": 6}, {"di": 7}]
-    assert text(bad) == f"s at {M}/3/1: required field 'id' is missing [SHARD-003]"
+    assert fields(bad) == {
+        "rule": "SHARD-003",
+        "file": "s",
+        "message": "required field 'id' is missing",
+        "pointer": f"{M}/3/1",
+    }
     bad[3] = [{"id": 6}, {"id": "7"}]
-    assert text(bad) == (
-        f"s at {M}/3/1/id: wrong type (expected 'integer', got 'string') [SHARD-003]"
-    )
-    assert text({}, shape=(4097, 4097)) == (
-        f"s at {M}: device mesh too large (expected '<= 16777216 devices', got 16785409) "
-        "[SHARD-003]"
-    )
-    assert text([], shape=(1 << 24,)) == (
-        f"s at {M}: device mesh does not have the declared shape (expected 16777216, got 0) "
-        "[SHARD-003]"
-    )
+    assert fields(bad) == {
+        "rule": "SHARD-003",
+        "file": "s",
+        "message": "wrong type",
+        "pointer": f"{M}/3/1/id",
+        "expected": "integer",
+        "got": "string",
+    }
+    assert fields({}, shape=(4097, 4097)) == {
+        "rule": "SHARD-003",
+        "file": "s",
+        "message": "device mesh too large",
+        "pointer": f"{M}",
+        "expected": "<= 16777216 devices",
+        "got": 16785409,
+    }
+    assert fields([], shape=(1 << 24,)) == {
+        "rule": "SHARD-003",
+        "file": "s",
+        "message": "device mesh does not have the declared shape",
+        "pointer": f"{M}",
+        "expected": 16777216,
+        "got": 0,
+    }
 
 
 def test_device_meshes_round_trip_in_c_order():
@@ -257,36 +371,71 @@ def test_parse_sharding_and_single_device_faults():
     SingleDeviceShardingSpec.from_json mutants on those messages, rules, files, pointers,
     expected and got values."""
     P = "/k"
-    assert _text(parse_sharding, 1, file="s", pointer=P) == (
-        f"s at {P}: wrong type (expected 'string', got 'integer') [SHARD-002]"
-    )
+    assert _fields(parse_sharding, 1, file="s", pointer=P) == {
+        "rule": "SHARD-002",
+        "file": "s",
+        "message": "wrong type",
+        "pointer": f"{P}",
+        "expected": "string",
+        "got": "integer",
+    }
     e = _error(parse_sharding, "{", file="s", pointer=P)
     assert (e.rule, e.file, e.pointer) == ("JSON-001", "s", P)
-    assert _text(parse_sharding, "[]", file="s", pointer=P) == (
-        f"s at {P}: wrong type (expected 'object', got 'array') [SHARD-002]"
-    )
-    assert _text(parse_sharding, "{}", file="s", pointer=P) == (
-        f"s at {P}: required field 'sharding_type' is missing [SHARD-003]"
-    )
-    assert _text(parse_sharding, '{"sharding_type": 1}', file="s", pointer=P) == (
-        f"s at {P}/sharding_type: wrong type (expected 'string', got 'integer') [SHARD-003]"
-    )
-    assert _text(parse_sharding, '{"sharding_type": "GSPMDSharding"}', file="s", pointer=P) == (
-        f"s at {P}/sharding_type: unknown sharding_type "
-        "(expected ['NamedSharding', 'SingleDeviceSharding'], got 'GSPMDSharding') [SHARD-003]"
-    )
+    assert _fields(parse_sharding, "[]", file="s", pointer=P) == {
+        "rule": "SHARD-002",
+        "file": "s",
+        "message": "wrong type",
+        "pointer": f"{P}",
+        "expected": "object",
+        "got": "array",
+    }
+    assert _fields(parse_sharding, "{}", file="s", pointer=P) == {
+        "rule": "SHARD-003",
+        "file": "s",
+        "message": "required field 'sharding_type' is missing",
+        "pointer": f"{P}",
+    }
+    assert _fields(parse_sharding, '{"sharding_type": 1}', file="s", pointer=P) == {
+        "rule": "SHARD-003",
+        "file": "s",
+        "message": "wrong type",
+        "pointer": f"{P}/sharding_type",
+        "expected": "string",
+        "got": "integer",
+    }
+    assert _fields(parse_sharding, '{"sharding_type": "GSPMDSharding"}', file="s", pointer=P) == {
+        "rule": "SHARD-003",
+        "file": "s",
+        "message": "unknown sharding_type",
+        "pointer": f"{P}/sharding_type",
+        "expected": ["NamedSharding", "SingleDeviceSharding"],
+        "got": "GSPMDSharding",
+    }
     single = '{"sharding_type": "SingleDeviceSharding"}'
-    assert _text(parse_sharding, single, file="s", pointer=P) == (
-        f"s at {P}: required field 'device_str' is missing [SHARD-003]"
-    )
+    assert _fields(parse_sharding, single, file="s", pointer=P) == {
+        "rule": "SHARD-003",
+        "file": "s",
+        "message": "required field 'device_str' is missing",
+        "pointer": f"{P}",
+    }
     single = '{"sharding_type": "SingleDeviceSharding", "device_str": 0}'
-    assert _text(parse_sharding, single, file="s", pointer=P) == (
-        f"s at {P}/device_str: wrong type (expected 'string', got 'integer') [SHARD-003]"
-    )
+    assert _fields(parse_sharding, single, file="s", pointer=P) == {
+        "rule": "SHARD-003",
+        "file": "s",
+        "message": "wrong type",
+        "pointer": f"{P}/device_str",
+        "expected": "string",
+        "got": "integer",
+    }
     e = _error(parse_sharding, 1)
     assert (e.file, e.pointer) == ("_sharding", "")
     e = _error(parse_sharding, '{"sharding_type": "NamedSharding"}')
-    assert str(e) == "_sharding: required field 'shape' is missing [SHARD-003]"
+    assert error_fields(e) == {
+        "rule": "SHARD-003",
+        "file": "_sharding",
+        "message": "required field 'shape' is missing",
+        "pointer": "",
+    }
     raw = {"sharding_type": "SingleDeviceSharding", "device_str": "cpu:1", "memory_kind": "x"}
     spec = parse_sharding(json.dumps(raw))
     assert spec == SingleDeviceShardingSpec(device_str="cpu:1", extra={"memory_kind": "x"})
@@ -300,13 +449,24 @@ def test_sharding_document_faults_and_round_trip():
     ShardingDocument.from_json and to_json mutants (to_json 5, "UTF-8" for "utf-8", is
     equivalent: codec names are case-insensitive)."""
     e = _error(ShardingDocument.from_json, [], file="s")
-    assert str(e) == "s: wrong type (expected 'object', got 'array') [SHARD-002]"
-    assert e.pointer == ""
+    assert error_fields(e) == {
+        "rule": "SHARD-002",
+        "file": "s",
+        "message": "wrong type",
+        "pointer": "",
+        "expected": "object",
+        "got": "array",
+    }
     assert _error(ShardingDocument.from_json, []).file == "_sharding"
     e = _error(ShardingDocument.from_json, {"a": "{}"}, file="s")
     assert (e.rule, e.file, e.pointer) == ("SHARD-001", "s", "/a")
     e = _error(ShardingDocument.from_json, {"YQ==": "{}", "Yg==": "[]"}, file="s")
-    assert str(e) == "s at /YQ==: required field 'sharding_type' is missing [SHARD-003]"
+    assert error_fields(e) == {
+        "rule": "SHARD-003",
+        "file": "s",
+        "message": "required field 'sharding_type' is missing",
+        "pointer": "/YQ==",
+    }
     single = {"sharding_type": "SingleDeviceSharding", "device_str": "cpu:0"}
     doc = ShardingDocument.from_json({"YQ==": json.dumps(single), "w6k=": _named()})
     assert doc.shardings == {
