@@ -26,10 +26,8 @@ from ockpt.errors import FormatError, MissingDataError
 from ockpt.layout import ItemFormat, Storage, detect, resolve
 from ockpt.paths import param_name
 from ockpt.store import LocalStore, Store, as_store
-from tests.support import FIXTURES, case_id, fixture_cases, flat_leaves
+from tests.support import FIXTURES, HAVE_TENSORSTORE, case_id, fixture_cases, flat_leaves
 from tests.support.expected import expected_items, load_kwargs
-
-ENGINES = list(engines.BACKENDS)
 
 
 def _items() -> list[tuple[Path, str]]:
@@ -158,29 +156,6 @@ def test_engines_open_and_read_alike(case, rel):
     assert _compare(loc, fmt) or fmt.storage is Storage.PER_LEAF_ZARR
 
 
-@pytest.mark.parametrize("engine", ENGINES)
-@pytest.mark.parametrize("case,rel", ITEMS, ids=ITEM_IDS)
-def test_engine_reads_the_recorded_values(case, rel, engine):
-    """Each array leaf the fixture records, read whole, is the recorded array bit for bit."""
-    loc, fmt = _item(case, rel)
-    store = engines.open_store(loc, fmt, backend=engine)
-    params = set(_params(loc.path, fmt))
-    checked = 0
-    try:
-        for path, want in flat_leaves(expected_items(case)[rel]):
-            name = param_name(tuple(str(k) for k in path))
-            if name not in params or not hasattr(want, "dtype"):
-                continue
-            want = np.asarray(want)
-            array = store.open(name)
-            got = array.read(tuple((0, n) for n in array.shape)).result()
-            _same_bytes(got, want, name)
-            checked += 1
-    finally:
-        store.close()
-    assert checked or not params
-
-
 PROCESS_ITEMS = sorted(
     {p.parent for p in FIXTURES.glob("orbax-*/*/checkpoint/**/ocdbt.process_0")}
 )[:3]
@@ -210,54 +185,6 @@ def _per_process_copy(tmp_path: Path) -> Path:
     shutil.copytree(FIXTURES / "orbax-0.12.8" / "multiprocess" / "checkpoint", copy)
     (copy / "manifest.ocdbt").unlink()
     return copy
-
-
-@pytest.mark.parametrize("engine", ENGINES)
-@pytest.mark.parametrize("kind", ["ocdbt", "per_process", "per_leaf"])
-def test_missing_array_is_load_040(tmp_path, engine, kind):
-    item = {"ocdbt": OCDBT_ITEM, "per_leaf": PER_LEAF_ITEM}.get(kind) or _per_process_copy(tmp_path)
-    store = _open(engine, item)
-    with pytest.raises(MissingDataError) as info:
-        store.open("no_such_param")
-    assert info.value.rule == "LOAD-040"
-    # the error names a real file (the array's directory or the database's manifest) and
-    # the param once
-    want = {
-        "ocdbt": "manifest.ocdbt",
-        "per_process": "ocdbt.process_*/manifest.ocdbt",
-        "per_leaf": "no_such_param",
-    }[kind]
-    assert info.value.file.endswith("/" + want), info.value.file
-    assert str(info.value).count("no_such_param") == 1 + (kind == "per_leaf"), info.value
-    assert "tensorstore_spec" not in str(info.value)
-    with pytest.raises(MissingDataError) as info:
-        store.open_many(["no_such_param"])
-    assert info.value.rule == "LOAD-040"
-    store.close()
-
-
-@pytest.mark.parametrize("engine", ENGINES)
-@pytest.mark.parametrize(
-    "case, name, chunk",
-    [("zarr_missing_chunk_ocdbt", "x", (3, 0)), ("zarr_missing_chunk_per_leaf", "sharded", (1, 1))],
-)
-def test_missing_chunk_reads_as_fill_or_is_load_041(engine, case, name, chunk):
-    """ZARR-008: a chunk absent from storage reads as the fill value, or, where every chunk
-    must be stored (``missing_chunks_are_errors``), fails with LOAD-041."""
-    item = FIXTURES / "bad" / case / "checkpoint"
-    loose = _open(engine, item).open(name)
-    full = tuple((0, n) for n in loose.shape)
-    data = np.asarray(loose.read(full).result())
-    region = tuple(slice(i * c, (i + 1) * c) for i, c in zip(chunk, loose.chunk_shape, strict=True))
-    assert not data[region].any()  # the fill value (0)
-    _same_bytes(data, _open("python", item).open(name).read(full).result(), name)
-    strict = _open(engine, item, missing_chunks_are_errors=True).open(name)
-    with pytest.raises(MissingDataError) as info:
-        strict.read(full).result()
-    assert info.value.rule == "LOAD-041"
-    with pytest.raises(MissingDataError) as info:
-        list(engines.read_regions([engines.ReadRequest(strict, full)]))
-    assert info.value.rule == "LOAD-041"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -327,70 +254,6 @@ HOSTILE = {
 }
 
 
-@pytest.mark.parametrize("engine", ENGINES)
-@pytest.mark.parametrize("where", sorted(HOSTILE))
-def test_fifo_is_path_005_not_a_hang(tmp_path, engine, where):
-    source, pick = HOSTILE[where]
-    item = tmp_path / "item"
-    shutil.copytree(source, item)
-    target = pick(item)
-    target.unlink()
-    os.mkfifo(target)
-    error = _within(20, lambda: _read_everything(engine, item), target)
-    assert isinstance(error, FormatError), repr(error)
-    assert error.rule == "PATH-005", str(error)
-
-
-@pytest.mark.parametrize("engine", ENGINES)
-@pytest.mark.parametrize("where", ["chunk", "zarr_metadata", "manifest", "data_file"])
-def test_link_leading_out_is_refused(tmp_path, engine, where):
-    """A symbolic link to a file outside the item (a copy of the very file it replaces): no
-    byte of it is read (PATH-004), in both engines, an OCDBT data file's included."""
-    source, pick = HOSTILE[where]
-    item = tmp_path / "item"
-    shutil.copytree(source, item)
-    target = pick(item)
-    outside = tmp_path / "outside" / target.name
-    outside.parent.mkdir()
-    shutil.copyfile(target, outside)
-    target.unlink()
-    target.symlink_to(outside)
-    with pytest.raises(FormatError) as info:
-        _read_everything(engine, item)
-    assert info.value.rule == "PATH-004", str(info.value)
-
-
-@pytest.mark.parametrize("engine", ENGINES)
-def test_link_inside_the_item_is_followed(tmp_path, engine):
-    """A symbolic link to a file inside the item reads as that file."""
-    item = tmp_path / "item"
-    shutil.copytree(PER_LEAF_ITEM, item)
-    target = _chunk_file(item)
-    moved = item / "moved"
-    target.rename(moved)
-    target.symlink_to(moved)
-    _read_everything(engine, item)
-
-
-@pytest.mark.parametrize("engine", ENGINES)
-def test_directory_in_place_of_a_chunk_is_an_absent_chunk(tmp_path, engine):
-    """A directory holds no value: the chunk is absent (the fill value, or LOAD-041)."""
-    item = tmp_path / "item"
-    shutil.copytree(PER_LEAF_ITEM, item)
-    name, target = _chunk(item)
-    target.unlink()
-    target.mkdir()
-    loose = _open(engine, item).open(name)
-    full = tuple((0, n) for n in loose.shape)
-    _same_bytes(
-        loose.read(full).result(), _open("tensorstore", item).open(name).read(full).result(), name
-    )
-    strict = _open(engine, item, missing_chunks_are_errors=True).open(name)
-    with pytest.raises(MissingDataError) as info:
-        strict.read(full).result()
-    assert info.value.rule == "LOAD-041"
-
-
 def test_unknown_backend_is_refused():
     with pytest.raises(ValueError, match="backend"):
         _open("nope", OCDBT_ITEM)
@@ -425,21 +288,174 @@ def _sparse_grid(tmp_path: Path, storage: str) -> tuple[Path, str]:
     return item, "a"
 
 
-@pytest.mark.parametrize("storage", ["ocdbt", "per_leaf"])
-@pytest.mark.parametrize("engine", ENGINES)
-def test_a_sparse_grid_is_read_by_its_stored_chunks(tmp_path, engine, storage):
-    """Issue 36 item 5: a grid of 2^18 chunks with three stored reads as the fill value and
-    those three, by the chunks stored (a grid of 2^24 declared in a few KiB took minutes and
-    gigabytes); where every chunk must be stored, the first missing one is refused."""
-    item, name = _sparse_grid(tmp_path, storage)
-    array = _open(engine, item, missing_chunks_are_errors=False).open(name)
-    want = np.full(array.shape, 1.5, np.float32)
-    want.reshape(-1)[[0, 5, 200_000]] = [7, 8, 9]
-    full = tuple((0, n) for n in array.shape)
-    np.testing.assert_array_equal(array.read(full).result(), want)
-    part = ((4, 200_001),) + full[1:]
-    np.testing.assert_array_equal(array.read(part).result(), want[4:200_001])
-    strict = _open(engine, item, missing_chunks_are_errors=True).open(name)
-    with pytest.raises(MissingDataError) as info:
-        strict.read(part).result()
-    assert info.value.rule == "LOAD-041"
+@pytest.fixture
+def engine(request) -> str:
+    """The backend name of the engine a contract class runs on (its `ENGINE`)."""
+    return request.cls.ENGINE
+
+
+class EngineTests:
+    """The contract every engine passes: subclass it with ``ENGINE = "<backend name>"`` (a name
+    `ockpt.engines.open_store` takes) to run it on another engine."""
+
+    ENGINE: str
+
+    @pytest.mark.parametrize("case,rel", ITEMS, ids=ITEM_IDS)
+    def test_engine_reads_the_recorded_values(self, case, rel, engine):
+        """Each array leaf the fixture records, read whole, is the recorded array bit for bit."""
+        loc, fmt = _item(case, rel)
+        store = engines.open_store(loc, fmt, backend=engine)
+        params = set(_params(loc.path, fmt))
+        checked = 0
+        try:
+            for path, want in flat_leaves(expected_items(case)[rel]):
+                name = param_name(tuple(str(k) for k in path))
+                if name not in params or not hasattr(want, "dtype"):
+                    continue
+                want = np.asarray(want)
+                array = store.open(name)
+                got = array.read(tuple((0, n) for n in array.shape)).result()
+                _same_bytes(got, want, name)
+                checked += 1
+        finally:
+            store.close()
+        assert checked or not params
+
+
+    @pytest.mark.parametrize("kind", ["ocdbt", "per_process", "per_leaf"])
+    def test_missing_array_is_load_040(self, tmp_path, engine, kind):
+        item = {"ocdbt": OCDBT_ITEM, "per_leaf": PER_LEAF_ITEM}.get(kind) or _per_process_copy(tmp_path)
+        store = _open(engine, item)
+        with pytest.raises(MissingDataError) as info:
+            store.open("no_such_param")
+        assert info.value.rule == "LOAD-040"
+        # the error names a real file (the array's directory or the database's manifest) and
+        # the param once
+        want = {
+            "ocdbt": "manifest.ocdbt",
+            "per_process": "ocdbt.process_*/manifest.ocdbt",
+            "per_leaf": "no_such_param",
+        }[kind]
+        assert info.value.file.endswith("/" + want), info.value.file
+        assert str(info.value).count("no_such_param") == 1 + (kind == "per_leaf"), info.value
+        assert "tensorstore_spec" not in str(info.value)
+        with pytest.raises(MissingDataError) as info:
+            store.open_many(["no_such_param"])
+        assert info.value.rule == "LOAD-040"
+        store.close()
+
+
+    @pytest.mark.parametrize(
+        "case, name, chunk",
+        [("zarr_missing_chunk_ocdbt", "x", (3, 0)), ("zarr_missing_chunk_per_leaf", "sharded", (1, 1))],
+    )
+    def test_missing_chunk_reads_as_fill_or_is_load_041(self, engine, case, name, chunk):
+        """ZARR-008: a chunk absent from storage reads as the fill value, or, where every chunk
+        must be stored (``missing_chunks_are_errors``), fails with LOAD-041."""
+        item = FIXTURES / "bad" / case / "checkpoint"
+        loose = _open(engine, item).open(name)
+        full = tuple((0, n) for n in loose.shape)
+        data = np.asarray(loose.read(full).result())
+        region = tuple(slice(i * c, (i + 1) * c) for i, c in zip(chunk, loose.chunk_shape, strict=True))
+        assert not data[region].any()  # the fill value (0)
+        _same_bytes(data, _open("python", item).open(name).read(full).result(), name)
+        strict = _open(engine, item, missing_chunks_are_errors=True).open(name)
+        with pytest.raises(MissingDataError) as info:
+            strict.read(full).result()
+        assert info.value.rule == "LOAD-041"
+        with pytest.raises(MissingDataError) as info:
+            list(engines.read_regions([engines.ReadRequest(strict, full)]))
+        assert info.value.rule == "LOAD-041"
+
+
+    @pytest.mark.parametrize("where", sorted(HOSTILE))
+    def test_fifo_is_path_005_not_a_hang(self, tmp_path, engine, where):
+        source, pick = HOSTILE[where]
+        item = tmp_path / "item"
+        shutil.copytree(source, item)
+        target = pick(item)
+        target.unlink()
+        os.mkfifo(target)
+        error = _within(20, lambda: _read_everything(engine, item), target)
+        assert isinstance(error, FormatError), repr(error)
+        assert error.rule == "PATH-005", str(error)
+
+
+    @pytest.mark.parametrize("where", ["chunk", "zarr_metadata", "manifest", "data_file"])
+    def test_link_leading_out_is_refused(self, tmp_path, engine, where):
+        """A symbolic link to a file outside the item (a copy of the very file it replaces): no
+        byte of it is read (PATH-004), in both engines, an OCDBT data file's included."""
+        source, pick = HOSTILE[where]
+        item = tmp_path / "item"
+        shutil.copytree(source, item)
+        target = pick(item)
+        outside = tmp_path / "outside" / target.name
+        outside.parent.mkdir()
+        shutil.copyfile(target, outside)
+        target.unlink()
+        target.symlink_to(outside)
+        with pytest.raises(FormatError) as info:
+            _read_everything(engine, item)
+        assert info.value.rule == "PATH-004", str(info.value)
+
+
+    def test_link_inside_the_item_is_followed(self, tmp_path, engine):
+        """A symbolic link to a file inside the item reads as that file."""
+        item = tmp_path / "item"
+        shutil.copytree(PER_LEAF_ITEM, item)
+        target = _chunk_file(item)
+        moved = item / "moved"
+        target.rename(moved)
+        target.symlink_to(moved)
+        _read_everything(engine, item)
+
+
+    def test_directory_in_place_of_a_chunk_is_an_absent_chunk(self, tmp_path, engine):
+        """A directory holds no value: the chunk is absent (the fill value, or LOAD-041)."""
+        item = tmp_path / "item"
+        shutil.copytree(PER_LEAF_ITEM, item)
+        name, target = _chunk(item)
+        target.unlink()
+        target.mkdir()
+        loose = _open(engine, item).open(name)
+        full = tuple((0, n) for n in loose.shape)
+        _same_bytes(
+            loose.read(full).result(), _open("tensorstore", item).open(name).read(full).result(), name
+        )
+        strict = _open(engine, item, missing_chunks_are_errors=True).open(name)
+        with pytest.raises(MissingDataError) as info:
+            strict.read(full).result()
+        assert info.value.rule == "LOAD-041"
+
+
+    @pytest.mark.parametrize("storage", ["ocdbt", "per_leaf"])
+    def test_a_sparse_grid_is_read_by_its_stored_chunks(self, tmp_path, engine, storage):
+        """Issue 36 item 5: a grid of 2^18 chunks with three stored reads as the fill value and
+        those three, by the chunks stored (a grid of 2^24 declared in a few KiB took minutes and
+        gigabytes); where every chunk must be stored, the first missing one is refused."""
+        item, name = _sparse_grid(tmp_path, storage)
+        array = _open(engine, item, missing_chunks_are_errors=False).open(name)
+        want = np.full(array.shape, 1.5, np.float32)
+        want.reshape(-1)[[0, 5, 200_000]] = [7, 8, 9]
+        full = tuple((0, n) for n in array.shape)
+        np.testing.assert_array_equal(array.read(full).result(), want)
+        part = ((4, 200_001),) + full[1:]
+        np.testing.assert_array_equal(array.read(part).result(), want[4:200_001])
+        strict = _open(engine, item, missing_chunks_are_errors=True).open(name)
+        with pytest.raises(MissingDataError) as info:
+            strict.read(part).result()
+        assert info.value.rule == "LOAD-041"
+
+
+class TestPythonEngine(EngineTests):
+    ENGINE = "python"
+
+
+@pytest.mark.skipif(not HAVE_TENSORSTORE, reason="needs tensorstore (the tensorstore extra)")
+class TestTensorstoreEngine(EngineTests):
+    ENGINE = "tensorstore"
+
+
+def test_both_engines_run_the_contract():
+    """Every backend ockpt has runs the contract (a new engine adds its class here)."""
+    assert {c.ENGINE for c in EngineTests.__subclasses__()} == set(engines.BACKENDS)
