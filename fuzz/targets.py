@@ -3,7 +3,7 @@
 Each target takes arbitrary bytes and must either return or raise an allowed error (a
 `ockpt.FormatError`, the family of every failure caused by the bytes of a checkpoint). Any
 other exception, a hang or an unbounded allocation is a bug. The same targets drive the bounded
-hypothesis tests (``tests/test_fuzz_*.py``) and the long-running harness (``fuzz/run.py``).
+hypothesis tests (``tests/hostile/test_fuzz_parsers.py``) and the long-running harness (``fuzz/run.py``).
 
 A target's first input byte chooses a variant (which document, which decoder, which seed file);
 the rest is the payload. `seeds(name)` gives well-formed inputs (from the golden fixtures and
