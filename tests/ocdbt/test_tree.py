@@ -24,6 +24,7 @@ from ockpt.ocdbt.tree import Database, key_successor
 from ockpt.ocdbt.verify import verify_database
 from ockpt.store import MemoryStore
 from tests.support import FIXTURES
+from tests.support.errors import assert_error, error_fields
 from tests.support.ocdbt import build_database
 
 SET = FIXTURES / "tensorstore-0.1.86"
@@ -159,8 +160,13 @@ def test_version_of_an_absent_generation(g):
     db = Database(_case("version_tree_arity2"))
     err = _error(lambda: db.version(g))
     manifest = os.path.join(str(_case("version_tree_arity2")), "manifest.ocdbt")
-    assert str(err) == f"{manifest}: no such generation in the database (got {g}) [OCDBT-030]"
-    assert err.rule == "OCDBT-030" and err.file == manifest and err.got == g
+    assert error_fields(err) == {
+        "rule": "OCDBT-030",
+        "file": manifest,
+        "message": "no such generation in the database",
+        "pointer": None,
+        "got": g,
+    }
 
 
 def test_version_of_a_generation_missing_inside_a_version_leaf(tmp_path):
@@ -182,7 +188,8 @@ def test_version_of_a_generation_missing_inside_a_version_leaf(tmp_path):
     db = Database(path)
     assert db.version(38).generation_number == 38
     err = _error(lambda: db.version(37))
-    assert err.rule == "OCDBT-030" and "no such generation" in str(err)
+    assert_error(err, rule="OCDBT-030")
+    assert "no such generation" in err.message
 
 
 def _append_version_node(
@@ -213,39 +220,52 @@ def _set_manifest_node(path: Path, index: int, loc, **changes) -> None:
     )
 
 
-def _version_node_error(path: Path, fn) -> tuple[FormatError, str]:
-    err = _error(fn)
-    return err, str(err)
-
-
 @pytest.mark.parametrize(
-    "field, value, text",
+    "field, value, want",
     [
         (
             "arity",
             3,
-            "version node arity differs from the manifest's (expected 1, got 3) [OCDBT-011]",
+            {
+                "rule": "OCDBT-011",
+                "message": "version node arity differs from the manifest's",
+                "expected": 1,
+                "got": 3,
+            },
         ),
         (
             "height",
             2,
-            "version node height differs from its reference (expected 1, got 2) [OCDBT-032]",
+            {
+                "rule": "OCDBT-032",
+                "message": "version node height differs from its reference",
+                "expected": 1,
+                "got": 2,
+            },
         ),
         (
             "generation",
             39,
-            "latest generation of a version subtree differs from its reference "
-            "(expected 39, got 40) [OCDBT-034]",
+            {
+                "rule": "OCDBT-034",
+                "message": "latest generation of a version subtree differs from its reference",
+                "expected": 39,
+                "got": 40,
+            },
         ),
         (
             "count",
             5,
-            "num_generations differs from the generations in the subtree "
-            "(expected 5, got 4) [OCDBT-034]",
+            {
+                "rule": "OCDBT-034",
+                "message": "num_generations differs from the generations in the subtree",
+                "expected": 5,
+                "got": 4,
+            },
         ),
     ],
 )
-def test_check_version_node_names_node_field_and_values(tmp_path, field, value, text):
+def test_check_version_node_names_node_field_and_values(tmp_path, field, value, want):
     """`_check_version_node` on the manifest's height-1 node of `version_tree_arity2`, edited:
     its arity (OCDBT-011), its height (OCDBT-032), the reference's latest generation or
     num_generations (OCDBT-034); each error names the node's data file and offset, expected
@@ -273,7 +293,7 @@ def test_check_version_node_names_node_field_and_values(tmp_path, field, value, 
     where = os.path.join(str(path), loc.file_id.path.decode())
     for read in (lambda d: d.versions(), lambda d: d.version(38)):
         err = _error(lambda read=read: read(Database(path)))
-        assert str(err) == f"{where} at @{loc.offset}: {text}"
+        assert error_fields(err) == {"file": where, "pointer": f"@{loc.offset}", **want}
 
 
 def test_count_of_an_interior_version_node_sums_its_children(tmp_path):
@@ -298,10 +318,14 @@ def test_count_of_an_interior_version_node_sums_its_children(tmp_path):
     _set_manifest_node(path, -1, loc)
     where = os.path.join(str(path), loc.file_id.path.decode())
     err = _error(lambda: Database(path).versions())
-    assert str(err) == (
-        f"{where} at @{loc.offset}: num_generations differs from the generations in the "
-        "subtree (expected 4, got 5) [OCDBT-034]"
-    )
+    assert error_fields(err) == {
+        "rule": "OCDBT-034",
+        "file": where,
+        "message": "num_generations differs from the generations in the subtree",
+        "pointer": f"@{loc.offset}",
+        "expected": 4,
+        "got": 5,
+    }
 
 
 def test_versions_must_increase_across_version_tree_nodes(tmp_path):
@@ -327,10 +351,12 @@ def test_versions_must_increase_across_version_tree_nodes(tmp_path):
     db = Database(path)
     assert db.version(39).generation_number == 39
     err = _error(db.versions)
-    assert str(err) == (
-        f"{path / 'manifest.ocdbt'}: generations of the version tree are not strictly "
-        "increasing [OCDBT-030]"
-    )
+    assert error_fields(err) == {
+        "rule": "OCDBT-030",
+        "file": str(path / "manifest.ocdbt"),
+        "message": "generations of the version tree are not strictly increasing",
+        "pointer": None,
+    }
 
 
 def test_version_tree_depth_is_bounded(tmp_path, in_force):
@@ -344,7 +370,12 @@ def test_version_tree_depth_is_bounded(tmp_path, in_force):
     assert len(Database(path).versions()) == 41
     in_force(max_depth=3)
     err = _error(lambda: Database(path).versions())
-    assert str(err) == f"{path / 'manifest.ocdbt'}: version tree too deep [OCDBT-032]"
+    assert error_fields(err) == {
+        "rule": "OCDBT-032",
+        "file": str(path / "manifest.ocdbt"),
+        "message": "version tree too deep",
+        "pointer": None,
+    }
     in_force(max_depth=5)
     assert Database(path).version(1).generation_number == 1
     in_force(max_depth=4)
@@ -360,9 +391,12 @@ def test_a_missing_btree_node_file_names_the_btree_node(tmp_path):
     for read in (lambda d: d.list(), lambda d: d.get(b"x")):
         with pytest.raises(MissingDataError) as info:
             read(Database(path, display="DB"))
-        assert str(info.value) == (
-            f"DB/{name} at referenced from btreenode: referenced data file is missing [OCDBT-022]"
-        )
+        assert error_fields(info) == {
+            "rule": "OCDBT-022",
+            "file": f"DB/{name}",
+            "message": "referenced data file is missing",
+            "pointer": "referenced from btreenode",
+        }
 
 
 def test_a_node_in_a_subdirectory_names_its_files_from_there(tmp_path):
@@ -412,9 +446,12 @@ def test_a_missing_version_node_file_names_the_version_node(tmp_path):
     (path / name).unlink()
     with pytest.raises(MissingDataError) as info:
         Database(path, display="DB").versions()
-    assert str(info.value) == (
-        f"DB/{name} at referenced from versionnode: referenced data file is missing [OCDBT-022]"
-    )
+    assert error_fields(info) == {
+        "rule": "OCDBT-022",
+        "file": f"DB/{name}",
+        "message": "referenced data file is missing",
+        "pointer": "referenced from versionnode",
+    }
 
 
 def test_read_version_node_decodes_and_caches_by_kind(tmp_path):
@@ -477,28 +514,31 @@ def test_numbered_manifest_is_the_latest_numbered_file(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "problem, text",
+    "problem, where, message, details",
     [
-        ("none", "{top}: numbered-kind database has no manifest.<016x> file [OCDBT-050]"),
+        ("none", "top", "numbered-kind database has no manifest.<016x> file", {}),
         (
             "kind",
-            "{inner}: a numbered manifest must hold a version tree (manifest_kind 0) "
-            "(got 1) [OCDBT-050]",
+            "inner",
+            "a numbered manifest must hold a version tree (manifest_kind 0)",
+            {"got": 1},
         ),
         (
             "uuid",
-            "{inner}: numbered manifest belongs to another database (uuid differs) "
-            "(expected '{uuid}', got '{other}') [OCDBT-050]",
+            "inner",
+            "numbered manifest belongs to another database (uuid differs)",
+            {"expected": "{uuid}", "got": "{other}"},
         ),
         (
             "number",
-            "{inner}: numbered manifest name must be its latest generation number "
-            "(expected 64, got 41) [OCDBT-050]",
+            "inner",
+            "numbered manifest name must be its latest generation number",
+            {"expected": 64, "got": 41},
         ),
     ],
 )
-def test_numbered_manifest_problems_name_the_file(tmp_path, problem, text):
-    """Each numbered-manifest fault, with its whole text (OCDBT-050): none present, a
+def test_numbered_manifest_problems_name_the_file(tmp_path, problem, where, message, details):
+    """Each numbered-manifest fault, with all its fields (OCDBT-050): none present, a
     numbered manifest of the numbered kind, another database's uuid, a name that is not its
     latest generation. Kills the mutants of each check and of its file, expected, got."""
     path = _copy("version_tree_arity2", tmp_path)
@@ -514,9 +554,15 @@ def test_numbered_manifest_problems_name_the_file(tmp_path, problem, text):
     else:
         name = _numbered(path, name_number=64)
     err = _error(lambda: Database(path).manifest)
-    assert str(err) == text.format(
-        top=path / "manifest.ocdbt", inner=path / name, uuid=uuid.hex(), other=other.hex()
-    )
+    files = {"top": str(path / "manifest.ocdbt"), "inner": str(path / name)}
+    hexes = {"{uuid}": uuid.hex(), "{other}": other.hex()}
+    assert error_fields(err) == {
+        "rule": "OCDBT-050",
+        "file": files[where],
+        "message": message,
+        "pointer": None,
+        **{k: hexes.get(v, v) for k, v in details.items()},
+    }
 
 
 def test_manifest_larger_than_the_bound(tmp_path, in_force):
@@ -529,10 +575,13 @@ def test_manifest_larger_than_the_bound(tmp_path, in_force):
     assert Database(path).versions()
     in_force(max_manifest_bytes=len(data) - 1)
     err = _error(lambda: Database(path).manifest)
-    assert str(err) == (
-        f"{path / 'manifest.ocdbt'}: manifest larger than the manifest size limit "
-        f"(expected '<= {len(data) - 1}') [OCDBT-002]"
-    )
+    assert error_fields(err) == {
+        "rule": "OCDBT-002",
+        "file": str(path / "manifest.ocdbt"),
+        "message": "manifest larger than the manifest size limit",
+        "pointer": None,
+        "expected": f"<= {len(data) - 1}",
+    }
 
 
 def test_manifest_missing_or_linked_out(tmp_path):
@@ -542,15 +591,24 @@ def test_manifest_missing_or_linked_out(tmp_path):
     path = _copy("btree_example", tmp_path)
     (path / "manifest.ocdbt").rename(tmp_path / "elsewhere")
     err = _error(lambda: Database(path).manifest)
-    assert str(err) == f"{path / 'manifest.ocdbt'}: OCDBT manifest is missing [OCDBT-050]"
+    assert error_fields(err) == {
+        "rule": "OCDBT-050",
+        "file": str(path / "manifest.ocdbt"),
+        "message": "OCDBT manifest is missing",
+        "pointer": None,
+    }
     os.symlink(tmp_path / "elsewhere", path / "manifest.ocdbt")
     err = _error(lambda: Database(path).manifest)
     real = os.path.realpath(path)
-    assert str(err) == (
-        f"{path / 'manifest.ocdbt'}: 'manifest.ocdbt' resolves to "
-        f"{os.path.realpath(tmp_path / 'elsewhere')!r}, outside the checkpoint {real!r} "
-        "(a symbolic link leads out) [PATH-004]"
-    )
+    assert error_fields(err) == {
+        "rule": "PATH-004",
+        "file": str(path / "manifest.ocdbt"),
+        "message": (
+            f"'manifest.ocdbt' resolves to {os.path.realpath(tmp_path / 'elsewhere')!r}, "
+            f"outside the checkpoint {real!r} (a symbolic link leads out)"
+        ),
+        "pointer": None,
+    }
     # a link to a file inside the database reads
     os.unlink(path / "manifest.ocdbt")
     (tmp_path / "elsewhere").rename(path / "inside")
@@ -629,16 +687,24 @@ def test_a_database_on_an_object_store_reads_as_on_disk(in_force):
     data = MemoryStore.get(loc, "manifest.ocdbt", limit=1 << 30)
     in_force(max_manifest_bytes=len(data) - 1)
     err = _error(lambda: Database(loc).manifest)
-    assert str(err) == (
-        f"mem://db/manifest.ocdbt: manifest larger than the manifest size limit "
-        f"(expected '<= {len(data) - 1}') [OCDBT-002]"
-    )
+    assert error_fields(err) == {
+        "rule": "OCDBT-002",
+        "file": "mem://db/manifest.ocdbt",
+        "message": "manifest larger than the manifest size limit",
+        "pointer": None,
+        "expected": f"<= {len(data) - 1}",
+    }
     in_force(max_manifest_bytes=len(data))
     loc.set("manifest.ocdbt", data[:-1] + bytes([data[-1] ^ 1]))
     assert _error(lambda: Database(loc).manifest).file == "mem://db/manifest.ocdbt"
     loc.delete("manifest.ocdbt")
     err = _error(lambda: Database(loc).manifest)
-    assert str(err) == "mem://db/manifest.ocdbt: OCDBT manifest is missing [OCDBT-050]"
+    assert error_fields(err) == {
+        "rule": "OCDBT-050",
+        "file": "mem://db/manifest.ocdbt",
+        "message": "OCDBT manifest is missing",
+        "pointer": None,
+    }
 
 
 def test_a_numbered_database_on_an_object_store(tmp_path):
@@ -844,9 +910,14 @@ def test_find_and_walk_refuse_a_too_deep_tree(in_force):
     db = Database(path)
     assert len(db.list()) == 24 and db.get(db.list()[-1]) is not None
     in_force(max_depth=1)
-    text = f"{path / 'manifest.ocdbt'}: B+tree too deep [OCDBT-040]"
-    assert str(_error(lambda: Database(path).list())) == text
-    assert str(_error(lambda: Database(path).get(b"params.layer_11.kernel/0"))) == text
+    want = {
+        "rule": "OCDBT-040",
+        "file": str(path / "manifest.ocdbt"),
+        "message": "B+tree too deep",
+        "pointer": None,
+    }
+    assert error_fields(_error(lambda: Database(path).list())) == want
+    assert error_fields(_error(lambda: Database(path).get(b"params.layer_11.kernel/0"))) == want
 
 
 def _rewrite_root(path: Path, root: fmt.BtreeNode, height: int) -> fmt.IndirectDataReference:
@@ -878,22 +949,32 @@ def test_btree_height_differs_from_the_parent(tmp_path):
     _rewrite_root(path, fmt.BtreeNode(3, root.entries), 3)
     # a generation claiming height 3 for a node of height 3: its children (height 1) differ
     child = root.entries[0].node.location
-    child_text = (
-        f"{path / child.file_id.path.decode()} at @{child.offset}: B+tree node height differs "
-        "from the height its parent implies (expected 2, got 1) [OCDBT-040]"
+    child_error = {
+        "rule": "OCDBT-040",
+        "file": str(path / child.file_id.path.decode()),
+        "message": "B+tree node height differs from the height its parent implies",
+        "pointer": f"@{child.offset}",
+        "expected": 2,
+        "got": 1,
+    }
+    assert error_fields(_error(lambda: Database(path).get(b"params.layer_00.bias/0"))) == (
+        child_error
     )
-    assert str(_error(lambda: Database(path).get(b"params.layer_00.bias/0"))) == child_text
-    assert str(_error(lambda: Database(path).list())) == child_text
-    errors = [str(e) for e in verify_database(Database(path))]
-    assert child_text in errors
+    assert error_fields(_error(lambda: Database(path).list())) == child_error
+    errors = [error_fields(e) for e in verify_database(Database(path))]
+    assert child_error in errors
 
 
-def _outside(path: Path, loc: fmt.IndirectDataReference, expected: str, got: str) -> str:
-    """The whole OCDBT-044 text for the node at `loc` of the database at `path`."""
-    return (
-        f"{path / loc.file_id.path.decode()} at @{loc.offset}: B+tree node keys lie outside the "
-        f'key range given by its parent (expected "{expected}", got "{got}") [OCDBT-044]'
-    )
+def _outside(path: Path, loc: fmt.IndirectDataReference, expected: str, got: str) -> dict:
+    """All the fields of the OCDBT-044 error for the node at `loc` of the database at `path`."""
+    return {
+        "rule": "OCDBT-044",
+        "file": str(path / loc.file_id.path.decode()),
+        "message": "B+tree node keys lie outside the key range given by its parent",
+        "pointer": f"@{loc.offset}",
+        "expected": expected,
+        "got": got,
+    }
 
 
 def test_keys_outside_the_parent_range(tmp_path):
@@ -910,25 +991,25 @@ def test_keys_outside_the_parent_range(tmp_path):
     # the second child claims to start after its first key: its first key is below
     late = fmt.InteriorNodeEntry(b"params.layer_07", 13, e1.node)
     _rewrite_root(path, fmt.BtreeNode(2, (e0, late)), 2)
-    text = _outside(
+    want = _outside(
         path,
         e1.node.location,
         "[b'params.layer_07', None)",
         "[b'params.layer_06.bias/0', b'params.layer_09.bias/0']",
     )
-    assert str(_error(lambda: Database(path).list())) == text
-    assert [str(e) for e in verify_database(Database(path))] == [text]
+    assert error_fields(_error(lambda: Database(path).list())) == want
+    assert [error_fields(e) for e in verify_database(Database(path))] == [want]
     # the first child's upper bound is its own last key: equal is outside
     early = fmt.InteriorNodeEntry(b"params.layer_03.kernel/0", 13, e1.node)
     _rewrite_root(path, fmt.BtreeNode(2, (e0, early)), 2)
-    text0 = _outside(
+    want0 = _outside(
         path,
         e0.node.location,
         "[b'params.layer_00.bias/0', b'params.layer_03.kernel/0')",
         "[b'params.layer_00.bias/0', b'params.layer_03.kernel/0']",
     )
-    assert str(_error(lambda: Database(path).list())) == text0
-    assert [str(e) for e in verify_database(Database(path))] == [text0]
+    assert error_fields(_error(lambda: Database(path).list())) == want0
+    assert [error_fields(e) for e in verify_database(Database(path))] == [want0]
     assert Database(path).get(b"params.layer_09.bias/0") is not None  # lookups do not check
 
 
@@ -943,7 +1024,7 @@ def test_the_last_key_of_a_node_is_checked_against_the_upper_bound(tmp_path):
     """The upper bound is checked against a node's last key (not its second), which may not
     equal the bound: `btree_example`'s first interior node rewritten so that its second child
     starts at `params.layer_03.bias/0`, the last key of the first leaf (7 entries). `list`,
-    `items` and verification refuse that leaf (OCDBT-044, whole text). Kills `entries[-1]`
+    `items` and verification refuse that leaf (OCDBT-044, all its fields). Kills `entries[-1]`
     mutated to `entries[+1]` and `>=` mutated to `>`, in tree.py and verify.py."""
     path = _copy("btree_example", tmp_path)
     db = Database(path)
@@ -960,15 +1041,15 @@ def test_the_last_key_of_a_node_is_checked_against_the_upper_bound(tmp_path):
         fmt.BtreeNode(1, (l0, fmt.InteriorNodeEntry(b"3.bias/0", 0, l1.node))),
     )
     _rewrite_root(path, fmt.BtreeNode(2, (fmt.InteriorNodeEntry(e0.key, 14, child), e1)), 2)
-    text = _outside(
+    want = _outside(
         path,
         l0.node.location,
         "[b'params.layer_00.bias/0', b'params.layer_03.bias/0')",
         "[b'params.layer_00.bias/0', b'params.layer_03.bias/0']",
     )
-    assert str(_error(lambda: Database(path).list())) == text
-    assert str(_error(lambda: list(Database(path).items()))) == text
-    assert [str(e) for e in verify_database(Database(path))] == [text]
+    assert error_fields(_error(lambda: Database(path).list())) == want
+    assert error_fields(_error(lambda: list(Database(path).items()))) == want
+    assert [error_fields(e) for e in verify_database(Database(path))] == [want]
 
 
 def test_range_reads_do_not_read_subtrees_outside_the_range(tmp_path):
@@ -1015,10 +1096,13 @@ def test_data_file_paths_must_be_relative_plain_components(tmp_path, raw):
     db = Database(tmp_path / "db")
     ref = fmt.IndirectDataReference(fmt.DataFileId(b"", raw), 0, 1)
     err = _error(lambda: db.read_range(ref, origin="value", pointer="k"))
-    assert str(err) == (
-        f"value at k: data file path must be a relative path of plain components "
-        f"(got {raw.decode()!r}) [OCDBT-023]"
-    )
+    assert error_fields(err) == {
+        "rule": "OCDBT-023",
+        "file": "value",
+        "message": "data file path must be a relative path of plain components",
+        "pointer": "k",
+        "got": raw.decode(),
+    }
 
 
 def test_data_file_path_not_utf8(tmp_path):
@@ -1028,7 +1112,13 @@ def test_data_file_path_not_utf8(tmp_path):
     db = Database(tmp_path / "db")
     ref = fmt.IndirectDataReference(fmt.DataFileId(b"d/", b"\xff"), 0, 1)
     err = _error(lambda: db.read_range(ref, origin="btreenode", pointer="@3"))
-    assert str(err) == ("btreenode at @3: data file path is not UTF-8 (got b'd/\\xff') [OCDBT-023]")
+    assert error_fields(err) == {
+        "rule": "OCDBT-023",
+        "file": "btreenode",
+        "message": "data file path is not UTF-8",
+        "pointer": "@3",
+        "got": b"d/\xff",
+    }
     assert db._file_display(ref) == "b'd/\\xff'"
     ok = fmt.IndirectDataReference(fmt.DataFileId(b"d/", b"node"), 0, 1)
     assert db._file_display(ok) == str(tmp_path / "db" / "d" / "node")
@@ -1042,10 +1132,13 @@ def test_data_file_linked_out_of_the_root(tmp_path):
     (tmp_path / "db" / "d" / "values").rename(tmp_path / "values")
     os.symlink(tmp_path / "values", tmp_path / "db" / "d" / "values")
     err = _error(lambda: Database(tmp_path / "db").get(b"a"))
-    assert str(err) == (
-        "value at b'a': data file resolves outside the checkpoint (a symbolic link leads out) "
-        "(got 'd/values') [PATH-004]"
-    )
+    assert error_fields(err) == {
+        "rule": "PATH-004",
+        "file": "value",
+        "message": "data file resolves outside the checkpoint (a symbolic link leads out)",
+        "pointer": "b'a'",
+        "got": "d/values",
+    }
     os.unlink(tmp_path / "db" / "d" / "values")
     (tmp_path / "values").rename(tmp_path / "db" / "inside")
     os.symlink(tmp_path / "db" / "inside", tmp_path / "db" / "d" / "values")
@@ -1061,15 +1154,21 @@ def test_missing_data_file_names_origin_and_pointer(tmp_path):
     db = Database(tmp_path / "db", display="DB")
     with pytest.raises(MissingDataError) as info:
         db.get(b"a")
-    assert str(info.value) == (
-        "DB/d/values at referenced from value b'a': referenced data file is missing [OCDBT-022]"
-    )
+    assert error_fields(info.value) == {
+        "rule": "OCDBT-022",
+        "file": "DB/d/values",
+        "message": "referenced data file is missing",
+        "pointer": "referenced from value b'a'",
+    }
     ref = _value_ref(db, b"a")
     with pytest.raises(MissingDataError) as info:
         db.read_range(ref, origin="value")
-    assert str(info.value) == (
-        "DB/d/values at referenced from value: referenced data file is missing [OCDBT-022]"
-    )
+    assert error_fields(info.value) == {
+        "rule": "OCDBT-022",
+        "file": "DB/d/values",
+        "message": "referenced data file is missing",
+        "pointer": "referenced from value",
+    }
     assert db.reference_fault(ref) == "is missing"
 
 
@@ -1108,14 +1207,19 @@ def test_read_range_checks_the_file_size(tmp_path):
     values.write_bytes(b"v" * 20 + b"w" * 29)
     db = Database(tmp_path / "db")
     err = _error(lambda: db.get(b"b"))
-    assert str(err) == (
-        f"{values} at @20: reference reaches past the end of the data file "
-        "(expected 'offset + length <= 49', got '20 + 30') [OCDBT-022]"
-    )
+    assert error_fields(err) == {
+        "rule": "OCDBT-022",
+        "file": str(values),
+        "message": "reference reaches past the end of the data file",
+        "pointer": "@20",
+        "expected": "offset + length <= 49",
+        "got": "20 + 30",
+    }
     assert db.reference_fault(ref) == "ends at byte 49"
-    assert str(_error(lambda: db.value_range(b"b"))) == str(err)  # streamed or mapped: refused
+    # streamed or mapped: refused
+    assert error_fields(_error(lambda: db.value_range(b"b"))) == error_fields(err)
     err2 = _error(lambda: db.get_into(b"b", bytearray_buffer()))
-    assert str(err2) == str(err)
+    assert error_fields(err2) == error_fields(err)
 
 
 def test_check_range_checks_a_known_size_without_reading(tmp_path):
@@ -1131,7 +1235,8 @@ def test_check_range_checks_a_known_size_without_reading(tmp_path):
     assert known.reads == []
     db._files[b"d/values"] = Bytes(data, size=49)
     err = _error(lambda: db.check_range(ref))
-    assert err.rule == "OCDBT-022" and str(err) == str(_error(lambda: db.read_range(ref)))
+    assert err.rule == "OCDBT-022"
+    assert error_fields(err) == error_fields(_error(lambda: db.read_range(ref)))
     db._files[b"d/values"] = unknown = Bytes(data, size=None)
     db.check_range(ref)
     assert unknown.reads and sum(n for n, _ in unknown.reads) >= 30
@@ -1159,22 +1264,34 @@ def test_read_range_reads_in_pieces_and_names_a_file_that_shrank(tmp_path):
     assert db.read_range(ref) == bytes(range(30)) and len(two.reads) == 2
     db._files[b"d/values"] = Bytes(data, shrink_to=35, short=10, display="DB/d/values")
     err = _error(lambda: db.read_range(ref))
-    assert str(err) == "DB/d/values at @35: data file ended early [OCDBT-022]"
+    assert error_fields(err) == {
+        "rule": "OCDBT-022",
+        "file": "DB/d/values",
+        "message": "data file ended early",
+        "pointer": "@35",
+    }
     db._files[b"d/values"] = Bytes(data[:35], size=None, display="DB/d/values")
     err = _error(lambda: db.read_range(ref))
-    assert str(err) == (
-        "DB/d/values at @20: reference reaches past the end of the data file "
-        "(got '20 + 30') [OCDBT-022]"
-    )
+    assert error_fields(err) == {
+        "rule": "OCDBT-022",
+        "file": "DB/d/values",
+        "message": "reference reaches past the end of the data file",
+        "pointer": "@20",
+        "got": "20 + 30",
+    }
     # a reference past the end of a file of known size is refused before any read (a bogus
     # length never turns into reads of up to 1 GiB)
     known = Bytes(data[:40], display="DB/d/values")
     db._files[b"d/values"] = known
     err = _error(lambda: db.read_range(ref))
-    assert str(err) == (
-        "DB/d/values at @20: reference reaches past the end of the data file "
-        "(expected 'offset + length <= 40', got '20 + 30') [OCDBT-022]"
-    )
+    assert error_fields(err) == {
+        "rule": "OCDBT-022",
+        "file": "DB/d/values",
+        "message": "reference reaches past the end of the data file",
+        "pointer": "@20",
+        "expected": "offset + length <= 40",
+        "got": "20 + 30",
+    }
     assert known.reads == []
     # a reference over 1 GiB is read 1 GiB at a time: the first read asks for exactly 1 GiB
 
@@ -1224,7 +1341,12 @@ def test_read_range_into_fills_the_callers_buffer(tmp_path):
     assert [n for n, _ in fake.reads] == [30, 22, 14, 6]
     db._files[b"d/values"] = Bytes(data, shrink_to=41, display="DB/d/values")
     err = _error(lambda: db.read_range_into(ref, buffer))
-    assert str(err) == "DB/d/values at @41: data file ended early [OCDBT-022]"
+    assert error_fields(err) == {
+        "rule": "OCDBT-022",
+        "file": "DB/d/values",
+        "message": "data file ended early",
+        "pointer": "@41",
+    }
     unknown = Bytes(data, size=None, display="DB/d/values")
     db._files[b"d/values"] = unknown
     asked.clear()
@@ -1232,41 +1354,60 @@ def test_read_range_into_fills_the_callers_buffer(tmp_path):
     assert bytes(got) == bytes(range(30)) and asked == []  # read_range, no caller buffer
     db._files[b"d/values"] = Bytes(data[:40], size=None, display="DB/d/values")
     err = _error(lambda: db.get_into(b"b", buffer))
-    assert str(err) == (
-        "DB/d/values at @20: reference reaches past the end of the data file "
-        "(got '20 + 30') [OCDBT-022]"
-    )
+    assert error_fields(err) == {
+        "rule": "OCDBT-022",
+        "file": "DB/d/values",
+        "message": "reference reaches past the end of the data file",
+        "pointer": "@20",
+        "got": "20 + 30",
+    }
     db._files[b"d/values"] = Bytes(data[:40], display="DB/d/values")
     asked.clear()
     err = _error(lambda: db.read_range_into(ref, buffer, origin="value", pointer="k"))
     assert asked == []  # refused before a buffer is asked for
-    assert str(err) == (
-        "DB/d/values at @20: reference reaches past the end of the data file "
-        "(expected 'offset + length <= 40', got '20 + 30') [OCDBT-022]"
-    )
+    assert error_fields(err) == {
+        "rule": "OCDBT-022",
+        "file": "DB/d/values",
+        "message": "reference reaches past the end of the data file",
+        "pointer": "@20",
+        "expected": "offset + length <= 40",
+        "got": "20 + 30",
+    }
     (tmp_path / "db" / "d" / "values").unlink()
     db = Database(tmp_path / "db", display="DB")
     with pytest.raises(MissingDataError) as info:
         db.read_range_into(ref, buffer, origin="value", pointer="k")
-    assert str(info.value) == (
-        "DB/d/values at referenced from value k: referenced data file is missing [OCDBT-022]"
-    )
+    assert error_fields(info.value) == {
+        "rule": "OCDBT-022",
+        "file": "DB/d/values",
+        "message": "referenced data file is missing",
+        "pointer": "referenced from value k",
+    }
     with pytest.raises(MissingDataError) as info:
         db.get_into(b"b", buffer)
-    assert str(info.value) == (
-        "DB/d/values at referenced from value b'b': referenced data file is missing [OCDBT-022]"
-    )
+    assert error_fields(info.value) == {
+        "rule": "OCDBT-022",
+        "file": "DB/d/values",
+        "message": "referenced data file is missing",
+        "pointer": "referenced from value b'b'",
+    }
     with pytest.raises(MissingDataError) as info:
         db.get(b"b")
-    assert str(info.value) == (
-        "DB/d/values at referenced from value b'b': referenced data file is missing [OCDBT-022]"
-    )
+    assert error_fields(info.value) == {
+        "rule": "OCDBT-022",
+        "file": "DB/d/values",
+        "message": "referenced data file is missing",
+        "pointer": "referenced from value b'b'",
+    }
     entry = dict(db.entries())[b"b"]
     with pytest.raises(MissingDataError) as info:
         db.read_value(entry)  # no key given: the origin alone
-    assert str(info.value) == (
-        "DB/d/values at referenced from value: referenced data file is missing [OCDBT-022]"
-    )
+    assert error_fields(info.value) == {
+        "rule": "OCDBT-022",
+        "file": "DB/d/values",
+        "message": "referenced data file is missing",
+        "pointer": "referenced from value",
+    }
     assert db.read_value(dict(db.entries())[b"c"]) == b"in"
 
 
@@ -1307,9 +1448,13 @@ def test_reference_fault_of_an_object_store_file(tmp_path):
     # a path that may not be opened: the error names the origin "value"
     bad = fmt.IndirectDataReference(fmt.DataFileId(b"", b"../x"), 0, 1)
     err = _error(lambda: db3.reference_fault(bad))
-    assert str(err) == (
-        "value: data file path must be a relative path of plain components (got '../x') [OCDBT-023]"
-    )
+    assert error_fields(err) == {
+        "rule": "OCDBT-023",
+        "file": "value",
+        "message": "data file path must be a relative path of plain components",
+        "pointer": None,
+        "got": "../x",
+    }
 
 
 def test_value_range_of_out_of_line_values_only(tmp_path):
@@ -1336,9 +1481,12 @@ def test_value_range_of_out_of_line_values_only(tmp_path):
     (tmp_path / "db" / "d" / "values").unlink()
     with pytest.raises(MissingDataError) as info:
         Database(tmp_path / "db", display="DB").value_range(b"b")
-    assert str(info.value) == (
-        "DB/d/values at referenced from value b'b': referenced data file is missing [OCDBT-022]"
-    )
+    assert error_fields(info.value) == {
+        "rule": "OCDBT-022",
+        "file": "DB/d/values",
+        "message": "referenced data file is missing",
+        "pointer": "referenced from value b'b'",
+    }
 
 
 def test_value_range_of_an_old_generation():
@@ -1376,15 +1524,19 @@ def test_items_reads_every_value_and_names_the_key(tmp_path):
     it = db.items()
     assert next(it) == (b"a", b"v" * 20)
     err = _error(lambda: next(it))
-    assert str(err) == (
-        "DB/d/values at @20: reference reaches past the end of the data file "
-        "(expected 'offset + length <= 20', got '20 + 30') [OCDBT-022]"
-    )
+    assert error_fields(err) == {
+        "rule": "OCDBT-022",
+        "file": "DB/d/values",
+        "message": "reference reaches past the end of the data file",
+        "pointer": "@20",
+        "expected": "offset + length <= 20",
+        "got": "20 + 30",
+    }
     (tmp_path / "db" / "d" / "values").unlink()
     db = Database(tmp_path / "db", display="DB")
     with pytest.raises(MissingDataError) as info:
         list(db.items())
-    assert "referenced from value b'a'" in str(info.value)
+    assert_error(info, rule="OCDBT-022", pointer="referenced from value b'a'")
 
 
 # --------------------------------------------------------------------------------------------
@@ -1457,7 +1609,7 @@ def test_node_bound_comes_from_the_manifest(tmp_path):
     db.manifest  # noqa: B018  (decoded within the default bound)
     db.max_decoded_bytes = 60  # the root's body is 90 bytes
     err = _error(lambda: db.read_btree_node(root))
-    assert err.rule == "OCDBT-006" and "(expected '<= 60', got 90)" in str(err)
+    assert_error(err, rule="OCDBT-006", expected="<= 60", got=90)
     db = Database(_case("btree_example"))
     db.manifest  # noqa: B018
     db.max_decoded_bytes = 90
