@@ -36,6 +36,7 @@ from ockpt.paths import (
     unflatten,
     unsafe_path,
 )
+from tests.support.errors import assert_error, error_fields
 
 D, S = KeyType.DICT, KeyType.SEQUENCE
 
@@ -65,7 +66,7 @@ def test_sharding_key_rejects_non_canonical(key):
     with pytest.raises(DocumentError) as e:
         decode_sharding_key(key)
     assert e.value.rule == "SHARD-001"
-    assert "_sharding" in str(e.value)
+    assert e.value.file == "_sharding"
 
 
 def test_collisions():
@@ -79,7 +80,8 @@ def test_writer_refuses_colliding_param_names():
     nested = (KeyEntry("a", D), KeyEntry("b", D))
     with pytest.raises(FormatError) as e:
         check_param_names([dotted, nested])
-    assert e.value.rule == "PATH-001" and "'a.b'" in str(e.value)
+    assert_error(e, rule="PATH-001", pointer="a.b")
+    assert "'a.b'" in e.value.message
     with pytest.raises(FormatError) as e:
         check_param_names([(KeyEntry("a", D),), (KeyEntry("a/b", D),)])
     assert e.value.rule == "PATH-001"
@@ -175,7 +177,7 @@ def test_unflatten_inverts_flatten(tree):
 def test_unflatten_rejects_inconsistent_trees(entries, message):
     with pytest.raises(DocumentError) as e:
         unflatten(entries)
-    assert e.value.rule == "META-006" and message in str(e.value)
+    assert e.value.rule == "META-006" and message in e.value.message
 
 
 def test_unflatten_of_siblings_with_equal_but_distinct_keys():
@@ -327,11 +329,13 @@ def test_check_relative_says_why_a_name_would_leave_the_checkpoint(name, why):
     assert unsafe_path(name) == why
     with pytest.raises(FormatError) as info:
         check_relative(name, file="item/_METADATA")
-    e = info.value
-    assert e.message == f"{why}: {name!r} would leave the checkpoint"
-    assert (e.rule, e.file, e.pointer, e.got) == ("PATH-003", "item/_METADATA", None, name)
-    text = f"{why}: {name!r} would leave the checkpoint (got {name!r}) [PATH-003]"
-    assert str(e) == f"item/_METADATA: {text}"
+    assert error_fields(info) == {
+        "rule": "PATH-003",
+        "file": "item/_METADATA",
+        "message": f"{why}: {name!r} would leave the checkpoint",
+        "pointer": None,
+        "got": name,
+    }
 
 
 def test_check_relative_passes_absolute_ok_on():
@@ -359,14 +363,12 @@ def test_a_sharding_key_that_is_not_padded_url_safe_base64(key):
     14, 15, 16 (message)."""
     with pytest.raises(DocumentError) as info:
         decode_sharding_key(key, file="item/_sharding")
-    e = info.value
-    assert (e.message, e.rule, e.file, e.pointer) == (
-        "not padded URL-safe base64",
-        "SHARD-001",
-        "item/_sharding",
-        "/" + key,
-    )
-    assert str(e) == f"item/_sharding at /{key}: not padded URL-safe base64 [SHARD-001]"
+    assert error_fields(info) == {
+        "rule": "SHARD-001",
+        "file": "item/_sharding",
+        "message": "not padded URL-safe base64",
+        "pointer": "/" + key,
+    }
 
 
 def test_a_sharding_key_that_is_not_utf8():
@@ -376,17 +378,20 @@ def test_a_sharding_key_that_is_not_utf8():
     why = "'utf-8' codec can't decode byte 0xff in position 0: invalid start byte"
     with pytest.raises(DocumentError) as info:
         decode_sharding_key("_w==", file="item/_sharding")
-    e = info.value
-    assert (e.message, e.rule, e.file, e.pointer) == (
-        f"undecodable key: {why}",
-        "SHARD-001",
-        "item/_sharding",
-        "/_w==",
-    )
-    assert str(e) == f"item/_sharding at /_w==: undecodable key: {why} [SHARD-001]"
+    assert error_fields(info) == {
+        "rule": "SHARD-001",
+        "file": "item/_sharding",
+        "message": f"undecodable key: {why}",
+        "pointer": "/_w==",
+    }
     with pytest.raises(DocumentError) as info:
         decode_sharding_key("_w==")
-    assert str(info.value) == f"_sharding at /_w==: undecodable key: {why} [SHARD-001]"
+    assert error_fields(info) == {
+        "rule": "SHARD-001",
+        "file": "_sharding",
+        "message": f"undecodable key: {why}",
+        "pointer": "/_w==",
+    }
 
 
 def test_a_non_canonical_sharding_key():
@@ -396,18 +401,14 @@ def test_a_non_canonical_sharding_key():
     49, 55 (got)."""
     with pytest.raises(DocumentError) as info:
         decode_sharding_key("AB==", file="item/_sharding")
-    e = info.value
-    assert (e.message, e.rule, e.file, e.pointer, e.expected, e.got) == (
-        "non-canonical base64",
-        "SHARD-001",
-        "item/_sharding",
-        "/AB==",
-        "AA==",
-        "AB==",
-    )
-    assert str(e) == (
-        "item/_sharding at /AB==: non-canonical base64 (expected 'AA==', got 'AB==') [SHARD-001]"
-    )
+    assert error_fields(info) == {
+        "rule": "SHARD-001",
+        "file": "item/_sharding",
+        "message": "non-canonical base64",
+        "pointer": "/AB==",
+        "expected": "AA==",
+        "got": "AB==",
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -422,10 +423,12 @@ def test_key_paths_that_share_a_param_name():
     paths = [_path("a.b.c"), _path("a", "b.c"), _path("a.b", "c")]
     with pytest.raises(FormatError) as info:
         check_param_names(paths)
-    e = info.value
-    message = "key paths ('a.b.c',) and ('a', 'b.c') share the param name 'a.b.c'"
-    assert (e.message, e.rule, e.pointer) == (message, "PATH-001", "a.b.c")
-    assert str(e) == f"at a.b.c: {message} [PATH-001]"
+    assert error_fields(info) == {
+        "rule": "PATH-001",
+        "file": None,
+        "message": "key paths ('a.b.c',) and ('a', 'b.c') share the param name 'a.b.c'",
+        "pointer": "a.b.c",
+    }
 
 
 def test_a_param_name_that_nests_inside_another():
@@ -433,10 +436,12 @@ def test_a_param_name_that_nests_inside_another():
     Kills check_param_names 27 (message), 29, 32 (pointer)."""
     with pytest.raises(FormatError) as info:
         check_param_names([_path("a"), _path("a/b")])
-    e = info.value
-    message = "param name 'a/b' nests inside param name 'a'"
-    assert (e.message, e.rule, e.pointer) == (message, "PATH-001", "a/b")
-    assert str(e) == f"at a/b: {message} [PATH-001]"
+    assert error_fields(info) == {
+        "rule": "PATH-001",
+        "file": None,
+        "message": "param name 'a/b' nests inside param name 'a'",
+        "pointer": "a/b",
+    }
 
 
 def test_a_string_leaf_with_a_tilde():
@@ -444,10 +449,12 @@ def test_a_string_leaf_with_a_tilde():
     Kills check_param_names 39 (message), 41, 44 (pointer)."""
     with pytest.raises(FormatError) as info:
         check_param_names([_path("x", "a~b")], string_leaves=[_path("x", "a~b")])
-    e = info.value
-    message = "string leaf 'x.a~b': '~' cannot appear in its JSON pointer"
-    assert (e.message, e.rule, e.pointer) == (message, "PATH-002", "x.a~b")
-    assert str(e) == f"at x.a~b: {message} [PATH-002]"
+    assert error_fields(info) == {
+        "rule": "PATH-002",
+        "file": None,
+        "message": "string leaf 'x.a~b': '~' cannot appear in its JSON pointer",
+        "pointer": "x.a~b",
+    }
 
 
 def test_find_collisions_prefixes_are_whole_segments_joined_with_slash():
@@ -503,10 +510,13 @@ def test_resolve_name_errors_name_the_file():
     )
     with pytest.raises(LeafNameError) as info:
         resolve_name("a//b", **kw)
-    e = info.value
-    message = "malformed leaf name 'a//b': an empty key (write an empty key text as \\e)"
-    assert (e.message, e.rule, e.name, e.file) == (message, "PATH-006", "a//b", "ckpt/0")
-    assert str(e) == f"ckpt/0: {message} [PATH-006]"
+    assert error_fields(info) == {
+        "rule": "PATH-006",
+        "file": "ckpt/0",
+        "message": "malformed leaf name 'a//b': an empty key (write an empty key text as \\e)",
+        "name": "a//b",
+        "close": (),
+    }
 
 
 def test_key_texts_of_each_kind_of_key():
@@ -559,9 +569,12 @@ def test_flatten_refuses_two_dict_keys_with_one_text():
     Kills flatten 11 (message), 13, 16 (pointer)."""
     with pytest.raises(FormatError) as info:
         list(flatten({"x": {1: "a", "1": "b"}}))
-    e = info.value
-    assert (e.message, e.rule, e.pointer) == ("two dict keys both read '1'", "PATH-001", "x.1")
-    assert str(e) == "at x.1: two dict keys both read '1' [PATH-001]"
+    assert error_fields(info) == {
+        "rule": "PATH-001",
+        "file": None,
+        "message": "two dict keys both read '1'",
+        "pointer": "x.1",
+    }
 
 
 class _Empty(NamedTuple):
@@ -629,10 +642,12 @@ def test_the_empty_key_escape_stands_alone():
 def _meta006(entries, message, pointer=None, file="item/_METADATA"):
     with pytest.raises(DocumentError) as info:
         unflatten(entries, file=file)
-    e = info.value
-    assert (e.message, e.rule, e.file, e.pointer) == (message, "META-006", file, pointer)
-    where = file + (f" at {pointer}" if pointer else "")
-    assert str(e) == f"{where}: {message} [META-006]"
+    assert error_fields(info) == {
+        "rule": "META-006",
+        "file": file,
+        "message": message,
+        "pointer": pointer,
+    }
 
 
 def test_a_root_leaf_beside_other_entries():
