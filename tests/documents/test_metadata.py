@@ -15,6 +15,7 @@ from ockpt.errors import DocumentError
 from ockpt.limits import LIMITS
 from ockpt.paths import EmptyNode, KeyEntry, KeyType
 from tests.support import FIXTURES
+from tests.support.errors import assert_error, error_fields
 
 _FILES = sorted(FIXTURES.glob("orbax-*/*/checkpoint/**/_METADATA"))
 
@@ -60,10 +61,11 @@ def test_faults_still_raise_with_their_rule(entry, rule):
     if rule is None:  # an unknown entry field is kept, not refused
         assert metadata.TreeEntry.from_json("('a',)", entry, file="f").extra == {"more": 1}
         return
-    with pytest.raises(DocumentError, match=rule):
+    with pytest.raises(DocumentError) as info:
         metadata.TreeEntry.from_json(
             "('x',)" if entry["key_metadata"][0]["key"] == "x" else "('a',)", entry, file="f"
         )
+    assert_error(info, rule=rule)
 
 
 def test_equal_keys_and_values_are_one_object():
@@ -121,11 +123,13 @@ def test_whole_and_streamed_parse_fault_alike(stream_above, monkeypatch):
     good = {"key_metadata": [{"key": "a", "key_type": 2}], "value_metadata": {"value_type": "s"}}
     bad = {"key_metadata": [{"key": "x", "key_type": 1}], "value_metadata": {"value_type": "s"}}
     doc = {"tree_metadata": {"('a',)": good, "('x',)": bad, "('y',)": bad}}
-    with pytest.raises(DocumentError, match="META-005") as e:
+    with pytest.raises(DocumentError) as e:
         MetadataDocument.from_bytes(json.dumps(doc).encode())
+    assert_error(e, rule="META-005")
     assert e.value.pointer.startswith("/tree_metadata/('x',)")
-    with pytest.raises(DocumentError, match="JSON-001"):  # the JSON's fault comes first
+    with pytest.raises(DocumentError) as e:  # the JSON's fault comes first
         MetadataDocument.from_bytes(json.dumps(doc).encode() + b"}")
+    assert_error(e, rule="JSON-001")
 
 
 # -- `_plain_document`: whole documents of plain entries, read by a regular expression ------
@@ -133,14 +137,14 @@ def test_whole_and_streamed_parse_fault_alike(stream_above, monkeypatch):
 
 def _outcome(data: bytes, monkeypatch, *, quick: bool):
     """The document `from_bytes` gives for `data` (with or without `_plain_document`), or the
-    fault it raises as (type, message, rule, pointer)."""
+    fault it raises as (type, its fields)."""
     monkeypatch.setattr(metadata, "_PARSED", {})
     if not quick:
         monkeypatch.setattr(metadata, "_plain_document", lambda data, shared: None)
     try:
         return MetadataDocument.from_bytes(data, file="f")
     except DocumentError as e:
-        return type(e), str(e), e.rule, e.pointer
+        return type(e), error_fields(e)
     finally:
         monkeypatch.undo()
 
@@ -379,9 +383,9 @@ def _error(fn, *args, **kwargs) -> DocumentError:
     return info.value
 
 
-def _text(fn, *args, **kwargs) -> str:
-    """The whole text of the DocumentError that `fn(*args, **kwargs)` raises."""
-    return str(_error(fn, *args, **kwargs))
+def _fields(fn, *args, **kwargs) -> dict:
+    """The fields of the DocumentError that `fn(*args, **kwargs)` raises."""
+    return error_fields(_error(fn, *args, **kwargs))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -409,28 +413,61 @@ def test_value_metadata_faults_name_file_pointer_and_rule():
     17-18, 25-27, 32, 35-38, 41-42, 53-54, 62-63, 66-67, 84 (and the same on its other
     arguments)."""
     vm = PTR_A + "/value_metadata"
-    assert _text(_full, KEY_A, _entry([])) == (
-        f"m at {vm}: wrong type (expected 'object', got 'array') [META-002]"
-    )
-    assert _text(_full, KEY_A, _entry({"skip_deserialize": True})) == (
-        f"m at {vm}: required field 'value_type' is missing [META-002]"
-    )
-    assert _text(_full, KEY_A, _entry({"value_type": 1, "x": 0})) == (
-        f"m at {vm}/value_type: wrong type (expected 'string', got 'integer') [JSON-004]"
-    )
-    assert _text(_full, KEY_A, _entry({"value_type": "scalar", "skip_deserialize": 1})) == (
-        f"m at {vm}/skip_deserialize: wrong type (expected 'boolean', got 'integer') [JSON-004]"
-    )
-    assert _text(_full, KEY_A, _entry({"value_type": "scalar", "write_shape": [1, "2"]})) == (
-        f"m at {vm}/write_shape/1: wrong type (expected 'integer', got 'string') [JSON-004]"
-    )
-    assert _text(_full, KEY_A, _entry({"value_type": "scalar", "write_shape": [-1]})) == (
-        f"m at {vm}/write_shape/0: negative size (expected '>= 0', got -1) [JSON-004]"
-    )
+    assert _fields(_full, KEY_A, _entry([])) == {
+        "rule": "META-002",
+        "file": "m",
+        "message": "wrong type",
+        "pointer": vm,
+        "expected": "object",
+        "got": "array",
+    }
+    assert _fields(_full, KEY_A, _entry({"skip_deserialize": True})) == {
+        "rule": "META-002",
+        "file": "m",
+        "message": "required field 'value_type' is missing",
+        "pointer": vm,
+    }
+    assert _fields(_full, KEY_A, _entry({"value_type": 1, "x": 0})) == {
+        "rule": "JSON-004",
+        "file": "m",
+        "message": "wrong type",
+        "pointer": f"{vm}/value_type",
+        "expected": "string",
+        "got": "integer",
+    }
+    assert _fields(_full, KEY_A, _entry({"value_type": "scalar", "skip_deserialize": 1})) == {
+        "rule": "JSON-004",
+        "file": "m",
+        "message": "wrong type",
+        "pointer": f"{vm}/skip_deserialize",
+        "expected": "boolean",
+        "got": "integer",
+    }
+    assert _fields(_full, KEY_A, _entry({"value_type": "scalar", "write_shape": [1, "2"]})) == {
+        "rule": "JSON-004",
+        "file": "m",
+        "message": "wrong type",
+        "pointer": f"{vm}/write_shape/1",
+        "expected": "integer",
+        "got": "string",
+    }
+    assert _fields(_full, KEY_A, _entry({"value_type": "scalar", "write_shape": [-1]})) == {
+        "rule": "JSON-004",
+        "file": "m",
+        "message": "negative size",
+        "pointer": f"{vm}/write_shape/0",
+        "expected": ">= 0",
+        "got": -1,
+    }
     # the pointer it is given is the one it extends (a key with '/' and '~' is escaped)
-    assert _text(ValueMetadata.from_json, {"value_type": None}, file="f", pointer="/p~1q") == (
-        "f at /p~1q/value_type: wrong type (expected 'string', got 'null') [JSON-004]"
-    )
+    assert _fields(ValueMetadata.from_json, {"value_type": None}, file="f", pointer="/p~1q") == {
+        "rule": "JSON-004",
+        "file": "f",
+        "message": "wrong type",
+        "pointer": "/p~1q/value_type",
+        "expected": "string",
+        "got": "null",
+    }
 
 
 def test_value_metadata_fields_read_by_the_full_parser():
@@ -462,19 +499,35 @@ def test_tree_entry_faults_name_file_pointer_and_rule():
     both). The pointer escapes '/' in the tree key. Kills TreeEntry.from_json mutants on
     those messages, rules, files, pointers, expected and got values, and the `>` of the depth
     check."""
-    assert _text(TreeEntry.from_json, KEY_A, [1], file="m") == (
-        f"m at {PTR_A}: wrong type (expected 'object', got 'array') [META-002]"
-    )
-    assert _text(TreeEntry.from_json, KEY_A, {"value_metadata": {}}, file="m") == (
-        f"m at {PTR_A}: required field 'key_metadata' is missing [META-002]"
-    )
-    assert _text(TreeEntry.from_json, KEY_A, _entry({}, keys={}), file="m") == (
-        f"m at {PTR_A}/key_metadata: wrong type (expected 'array', got 'object') [JSON-004]"
-    )
+    assert _fields(TreeEntry.from_json, KEY_A, [1], file="m") == {
+        "rule": "META-002",
+        "file": "m",
+        "message": "wrong type",
+        "pointer": PTR_A,
+        "expected": "object",
+        "got": "array",
+    }
+    assert _fields(TreeEntry.from_json, KEY_A, {"value_metadata": {}}, file="m") == {
+        "rule": "META-002",
+        "file": "m",
+        "message": "required field 'key_metadata' is missing",
+        "pointer": PTR_A,
+    }
+    assert _fields(TreeEntry.from_json, KEY_A, _entry({}, keys={}), file="m") == {
+        "rule": "JSON-004",
+        "file": "m",
+        "message": "wrong type",
+        "pointer": f"{PTR_A}/key_metadata",
+        "expected": "array",
+        "got": "object",
+    }
     no_value = {"key_metadata": [{"key": "a", "key_type": 2}]}
-    assert _text(TreeEntry.from_json, KEY_A, no_value, file="m") == (
-        f"m at {PTR_A}: required field 'value_metadata' is missing [META-002]"
-    )
+    assert _fields(TreeEntry.from_json, KEY_A, no_value, file="m") == {
+        "rule": "META-002",
+        "file": "m",
+        "message": "required field 'value_metadata' is missing",
+        "pointer": PTR_A,
+    }
     deep = [{"key": "k", "key_type": 2}] * (LIMITS.max_depth + 1)
     key = repr(("k",) * (LIMITS.max_depth + 1))
     e = _error(TreeEntry.from_json, key, _entry({"value_type": "scalar"}, keys=deep), file="m")
@@ -494,10 +547,14 @@ def test_tree_entry_faults_name_file_pointer_and_rule():
     slash = "('a/b',)"
     bad = _entry({"value_type": "scalar"}, keys=[{"key": "a/b", "key_type": 2}], more=1)
     e = _error(TreeEntry.from_json, "('b',)", bad, file="m")
-    assert str(e) == (
-        "m at /tree_metadata/('b',): tree key disagrees with its key_metadata "
-        f"(expected {slash!r}, got \"('b',)\") [META-003]"
-    )
+    assert error_fields(e) == {
+        "rule": "META-003",
+        "file": "m",
+        "message": "tree key disagrees with its key_metadata",
+        "pointer": "/tree_metadata/('b',)",
+        "expected": slash,
+        "got": "('b',)",
+    }
     assert (e.expected, e.got) == (slash, "('b',)")
     e = _error(
         TreeEntry.from_json, slash, _entry([], keys=[{"key": "a/b", "key_type": 2}]), file="m"
@@ -528,38 +585,78 @@ def test_key_entry_faults_name_file_pointer_and_rule():
     ptr = PTR_A + "/key_metadata/0"
     value = {"value_type": "scalar"}
 
-    def text(key_entry, key=KEY_A):
-        return _text(TreeEntry.from_json, key, _entry(value, keys=[key_entry]), file="m")
+    def fields(key_entry, key=KEY_A):
+        return _fields(TreeEntry.from_json, key, _entry(value, keys=[key_entry]), file="m")
 
-    assert text("a") == f"m at {ptr}: wrong type (expected 'object', got 'string') [META-002]"
-    assert text({"key_type": 2}) == f"m at {ptr}: required field 'key' is missing [META-002]"
-    assert text({"key": "a"}) == f"m at {ptr}: required field 'key_type' is missing [META-002]"
-    assert text({"key": 1, "key_type": 2}) == (
-        f"m at {ptr}/key: wrong type (expected 'string', got 'integer') [JSON-004]"
-    )
-    assert text({"key": "a", "key_type": "2"}) == (
-        f"m at {ptr}/key_type: wrong type (expected 'integer', got 'string') [JSON-004]"
-    )
+    assert fields("a") == {
+        "rule": "META-002",
+        "file": "m",
+        "message": "wrong type",
+        "pointer": ptr,
+        "expected": "object",
+        "got": "string",
+    }
+    assert fields({"key_type": 2}) == {
+        "rule": "META-002",
+        "file": "m",
+        "message": "required field 'key' is missing",
+        "pointer": ptr,
+    }
+    assert fields({"key": "a"}) == {
+        "rule": "META-002",
+        "file": "m",
+        "message": "required field 'key_type' is missing",
+        "pointer": ptr,
+    }
+    assert fields({"key": 1, "key_type": 2}) == {
+        "rule": "JSON-004",
+        "file": "m",
+        "message": "wrong type",
+        "pointer": f"{ptr}/key",
+        "expected": "string",
+        "got": "integer",
+    }
+    assert fields({"key": "a", "key_type": "2"}) == {
+        "rule": "JSON-004",
+        "file": "m",
+        "message": "wrong type",
+        "pointer": f"{ptr}/key_type",
+        "expected": "integer",
+        "got": "string",
+    }
     e = _error(
         TreeEntry.from_json, KEY_A, _entry(value, keys=[{"key": "a", "key_type": 3}]), file="m"
     )
-    assert str(e) == f"m at {ptr}/key_type: unknown key_type (expected [1, 2], got 3) [META-004]"
+    assert error_fields(e) == {
+        "rule": "META-004",
+        "file": "m",
+        "message": "unknown key_type",
+        "pointer": f"{ptr}/key_type",
+        "expected": [1, 2],
+        "got": 3,
+    }
     assert e.__cause__ is None and e.__suppress_context__
-    assert text({"key": "x", "key_type": 1}, "('x',)") == (
-        "m at /tree_metadata/('x',)/key_metadata/0/key: sequence index is not a decimal "
-        "integer (got 'x') [META-005]"
-    )
-    assert text({"key": "a", "key_type": 2, "z": 0, "y": 1}) == (
-        f"m at {ptr}: unknown fields ['y', 'z'] [META-002]"
-    )
+    assert fields({"key": "x", "key_type": 1}, "('x',)") == {
+        "rule": "META-005",
+        "file": "m",
+        "message": "sequence index is not a decimal integer",
+        "pointer": "/tree_metadata/('x',)/key_metadata/0/key",
+        "got": "x",
+    }
+    assert fields({"key": "a", "key_type": 2, "z": 0, "y": 1}) == {
+        "rule": "META-002",
+        "file": "m",
+        "message": "unknown fields ['y', 'z']",
+        "pointer": ptr,
+    }
     # the byte limit: 65535 UTF-8 bytes pass, one more does not; 3 bytes a character
     limit = LIMITS.max_key_bytes
     for n, fits in ((limit // 3, True), (limit // 3 + 1, False)):
         k = "\u20ac" * n
         raw = _entry(value, keys=[{"key": k, "key_type": 2, "more": 0}])
         if fits:
-            with pytest.raises(DocumentError, match=r"unknown fields \['more'\]"):
-                TreeEntry.from_json(repr((k,)), raw, file="m")
+            e = _error(TreeEntry.from_json, repr((k,)), raw, file="m")
+            assert (e.rule, e.message) == ("META-002", "unknown fields ['more']")
             continue
         e = _error(TreeEntry.from_json, repr((k,)), raw, file="m")
         assert (e.message, e.rule, e.file, e.pointer) == (
@@ -580,8 +677,10 @@ def test_key_entry_reads_both_key_types():
     """The full parser reads key_type 2 as a dict key and 1 (a decimal text) as a sequence
     index; the entry is the key text and its type. Kills _key_entry mutants on its result."""
     keys = [{"key": "a", "key_type": 2, "k": 0}, {"key": "10", "key_type": 1, "k": 0}]
-    with pytest.raises(DocumentError, match="unknown fields"):
-        TreeEntry.from_json("('a', '10')", _entry({"value_type": "scalar"}, keys=keys), file="m")
+    e = _error(
+        TreeEntry.from_json, "('a', '10')", _entry({"value_type": "scalar"}, keys=keys), file="m"
+    )
+    assert e.rule == "META-002" and "unknown fields" in e.message
     keys = [{"key": "a", "key_type": 2}, {"key": "10", "key_type": 1}]
     raw = _entry({"value_type": "scalar", "q": 1}, keys=keys)
     got = _full("('a', '10')", raw)
@@ -619,15 +718,19 @@ def test_too_many_entries_is_limit_002_in_both_parsers(no_cache, in_force):
     Kills _too_many 1-18, the count and comparison mutants of MetadataDocument.from_json and
     from_bytes, and _plain_document's limit check."""
     in_force(max_tree_entries=2)
-    want = (
-        "m at /tree_metadata: too many tree_metadata entries (expected '<= 2', got {}) [LIMIT-002]"
-    )
+    want = {
+        "rule": "LIMIT-002",
+        "file": "m",
+        "message": "too many tree_metadata entries",
+        "pointer": "/tree_metadata",
+        "expected": "<= 2",
+    }
     three = _doc_bytes(["a"], ["b"], ["c"])
     e = _error(MetadataDocument.from_json, json.loads(three), file="m")
-    assert str(e) == want.format(3) and (e.got, e.pointer) == (3, "/tree_metadata")
+    assert error_fields(e) == {**want, "got": 3}
     for data in (three, three.replace(b": ", b":"), _doc_bytes(*[[f"k{i}"] for i in range(9)])):
         e = _error(MetadataDocument.from_bytes, data, file="m")
-        assert str(e) == want.format("'more than 2'") and e.got == "more than 2"
+        assert error_fields(e) == {**want, "got": "more than 2"}
     two = _doc_bytes(["a"], ["b"])
     assert metadata._plain_document(two, {}) is not None
     assert metadata._plain_document(three, {}) is None
@@ -648,10 +751,14 @@ def test_read_refuses_a_file_over_the_document_limit(tmp_path, no_cache, in_forc
     in_force(max_json_bytes=len(data) - 1)
     with pytest.raises(Exception) as info:
         MetadataDocument.read(path)
-    assert str(info.value) == (
-        f"{path}: file larger than its size limit "
-        f"(expected '<= {len(data) - 1} bytes', got {len(data)}) [JSON-003]"
-    )
+    assert error_fields(info) == {
+        "rule": "JSON-003",
+        "file": f"{path}",
+        "message": "file larger than its size limit",
+        "pointer": None,
+        "expected": f"<= {len(data) - 1} bytes",
+        "got": len(data),
+    }
 
 
 def test_document_faults_name_file_pointer_and_rule(no_cache):
@@ -661,34 +768,74 @@ def test_document_faults_name_file_pointer_and_rule(no_cache):
     naming the file). Kills MetadataDocument.from_json mutants on those messages, rules,
     files and pointers."""
     e = _error(MetadataDocument.from_json, [], file="m")
-    assert str(e) == "m: wrong type (expected 'object', got 'array') [META-001]"
-    assert e.pointer == ""
+    assert error_fields(e) == {
+        "rule": "META-001",
+        "file": "m",
+        "message": "wrong type",
+        "pointer": "",
+        "expected": "object",
+        "got": "array",
+    }
     e = _error(MetadataDocument.from_json, {"use_ocdbt": True}, file="m")
-    assert str(e) == "m: required field 'tree_metadata' is missing [META-001]"
-    assert e.pointer == ""
-    assert _text(MetadataDocument.from_json, {"tree_metadata": []}, file="m") == (
-        "m at /tree_metadata: wrong type (expected 'object', got 'array') [META-001]"
-    )
+    assert error_fields(e) == {
+        "rule": "META-001",
+        "file": "m",
+        "message": "required field 'tree_metadata' is missing",
+        "pointer": "",
+    }
+    assert _fields(MetadataDocument.from_json, {"tree_metadata": []}, file="m") == {
+        "rule": "META-001",
+        "file": "m",
+        "message": "wrong type",
+        "pointer": "/tree_metadata",
+        "expected": "object",
+        "got": "array",
+    }
     for name in ("use_ocdbt", "use_zarr3", "store_array_data_equal_to_fill_value"):
-        assert _text(MetadataDocument.from_json, {"tree_metadata": {}, name: 1}, file="m") == (
-            f"m at /{name}: wrong type (expected 'boolean', got 'integer') [JSON-004]"
-        )
-    assert _text(
+        assert _fields(MetadataDocument.from_json, {"tree_metadata": {}, name: 1}, file="m") == {
+            "rule": "JSON-004",
+            "file": "m",
+            "message": "wrong type",
+            "pointer": f"/{name}",
+            "expected": "boolean",
+            "got": "integer",
+        }
+    assert _fields(
         MetadataDocument.from_json, {"tree_metadata": {}, "custom_metadata": []}, file="m"
-    ) == ("m at /custom_metadata: wrong type (expected 'object', got 'array') [JSON-004]")
-    assert (
-        _text(MetadataDocument.from_json, {"tree_metadata": {}, "value_metadata_tree": 1}, file="m")
-        == "m at /value_metadata_tree: wrong type (expected 'string', got 'integer') [JSON-004]"
-    )
+    ) == {
+        "rule": "JSON-004",
+        "file": "m",
+        "message": "wrong type",
+        "pointer": "/custom_metadata",
+        "expected": "object",
+        "got": "array",
+    }
+    assert _fields(
+        MetadataDocument.from_json, {"tree_metadata": {}, "value_metadata_tree": 1}, file="m"
+    ) == {
+        "rule": "JSON-004",
+        "file": "m",
+        "message": "wrong type",
+        "pointer": "/value_metadata_tree",
+        "expected": "string",
+        "got": "integer",
+    }
     e = _error(MetadataDocument.from_bytes, _doc_bytes(["a"], ["a", "b"]), file="m")
     assert (e.rule, e.file) == ("META-006", "m")
     e = _error(MetadataDocument.from_json, json.loads(_doc_bytes(["a"], ["a", "b"])), file="m")
     assert (e.rule, e.file) == ("META-006", "m")
     # an entry's fault names the file given, in both parsers
     bad_entry = {"tree_metadata": {KEY_A: []}}
-    want = f"m at {PTR_A}: wrong type (expected 'object', got 'array') [META-002]"
-    assert _text(MetadataDocument.from_json, bad_entry, file="m") == want
-    assert _text(MetadataDocument.from_bytes, json.dumps(bad_entry).encode(), file="m") == want
+    want = {
+        "rule": "META-002",
+        "file": "m",
+        "message": "wrong type",
+        "pointer": PTR_A,
+        "expected": "object",
+        "got": "array",
+    }
+    assert _fields(MetadataDocument.from_json, bad_entry, file="m") == want
+    assert _fields(MetadataDocument.from_bytes, json.dumps(bad_entry).encode(), file="m") == want
     # the default file name
     assert _error(MetadataDocument.from_json, []).file == "_METADATA"
     assert _error(MetadataDocument.from_bytes, b"[]").file == "_METADATA"
