@@ -20,6 +20,7 @@ from ockpt.convert import convert
 from ockpt.engines import tensorstore as ts_engine
 from ockpt.paths import LeafPattern, leaf_name, param_name, parse_leaf_name, select_paths
 from tests.support import FIXTURES
+from tests.support.errors import assert_error
 from tests.support.expected import assert_same, expected_items
 
 CASES = FIXTURES / "orbax-0.12.8"
@@ -74,7 +75,8 @@ def test_leaf_names_of_the_spec_table(texts, name):
 def test_malformed_leaf_names_are_refused(bad):
     with pytest.raises(ockpt.LeafNameError) as info:
         parse_leaf_name(bad)
-    assert info.value.rule == "PATH-006" and repr(bad) in str(info.value)
+    assert_error(info, rule="PATH-006", name=bad)
+    assert repr(bad) in info.value.message
 
 
 @settings(max_examples=300, deadline=None)
@@ -113,10 +115,11 @@ def test_select_paths_refuses_patterns_that_select_nothing():
     assert select_paths(["opt.mu.w"], paths) == [1]  # a param name, as a last resort
     with pytest.raises(ockpt.LeafNameError) as info:
         select_paths(["opt.mu"], paths, file="ckpt")
-    assert info.value.rule == "PATH-007" and "'opt/mu'" in str(info.value)
+    assert info.value.rule == "PATH-007" and "'opt/mu'" in info.value.message
     assert info.value.file == "ckpt" and info.value.name == "opt.mu"
-    with pytest.raises(ockpt.LeafNameError, match="PATH-006"):
+    with pytest.raises(ockpt.LeafNameError) as info:
         select_paths(["a//b"], paths)
+    assert info.value.rule == "PATH-006"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -222,13 +225,14 @@ def test_unknown_names_are_ockpt_errors_with_close_matches():
             ckpt["layers.1"]  # a param name names leaves only; the subtree is layers/1
         e = info.value
         assert e.rule == "PATH-007" and isinstance(e, KeyError)
-        assert str(path) in str(e) and "'layers.1'" in str(e) and e.close[0] == "layers/1"
+        assert_error(e, rule="PATH-007", file=str(path), name="layers.1")
+        assert "'layers.1'" in e.message and e.close[0] == "layers/1"
         with pytest.raises(ockpt.LeafNameError) as info:
             ckpt["layers"]["2"]
-        assert "subtree 'layers'" in str(info.value)
+        assert info.value.rule == "PATH-007" and "subtree 'layers'" in info.value.message
         with pytest.raises(ockpt.LeafNameError) as info:
             ckpt["layers", "9", "w"]
-        assert "'layers/9/w'" in str(info.value)
+        assert info.value.rule == "PATH-007" and "'layers/9/w'" in info.value.message
         with pytest.raises(ockpt.LeafNameError) as info:
             ckpt["layers//w"]
         assert info.value.rule == "PATH-006"
