@@ -15,6 +15,7 @@ from ockpt.ocdbt import format as fmt
 from ockpt.ocdbt.tree import Database
 from ockpt.ocdbt.verify import DatabaseStats, verify_database
 from tests.support import FIXTURES
+from tests.support.errors import error_fields
 from tests.support.ocdbt import build_database
 
 SET = FIXTURES / "tensorstore-0.1.86"
@@ -50,11 +51,13 @@ def _rewrite_root(path: Path, root: fmt.BtreeNode, height: int) -> fmt.IndirectD
 # verify_database
 
 
-def _stats(path) -> tuple[list[str], DatabaseStats, int]:
+def _stats(path) -> tuple[list[dict], DatabaseStats, int]:
+    """The fields of each error `verify_database` yields, its stats and its count of ticks."""
     stats = DatabaseStats()
     ticks = []
     errors = [
-        str(e) for e in verify_database(Database(path), stats=stats, tick=lambda: ticks.append(1))
+        error_fields(e)
+        for e in verify_database(Database(path), stats=stats, tick=lambda: ticks.append(1))
     ]
     return errors, stats, len(ticks)
 
@@ -107,9 +110,15 @@ def test_verify_reports_a_broken_manifest_once(tmp_path):
     (path / "manifest.ocdbt").write_bytes(b"garbage")
     stats = DatabaseStats()
     errors = list(verify_database(Database(path), stats=stats))
-    assert [str(e) for e in errors] == [
-        f"{path / 'manifest.ocdbt'} at @0: manifest too short for its envelope "
-        "(expected '>= 18 bytes', got 7) [OCDBT-002]"
+    assert [error_fields(e) for e in errors] == [
+        {
+            "rule": "OCDBT-002",
+            "file": str(path / "manifest.ocdbt"),
+            "message": "manifest too short for its envelope",
+            "pointer": "@0",
+            "expected": ">= 18 bytes",
+            "got": 7,
+        }
     ]
     assert stats.generations == 0
 
@@ -124,17 +133,26 @@ def test_verify_goes_on_after_each_fault(tmp_path):
     (path / "d" / "values").write_bytes(b"v" * 20 + bytes(range(29)))
     errors, stats, ticks = _stats(path)
     assert errors == [
-        f"{path / 'd' / 'values'} at @20: reference reaches past the end of the data file "
-        "(expected 'offset + length <= 49', got '20 + 30') [OCDBT-022]"
+        {
+            "rule": "OCDBT-022",
+            "file": str(path / "d" / "values"),
+            "message": "reference reaches past the end of the data file",
+            "pointer": "@20",
+            "expected": "offset + length <= 49",
+            "got": "20 + 30",
+        }
     ]
     assert (stats.generations, stats.nodes, stats.values, stats.value_bytes) == (1, 1, 1, 20)
     (path / "d" / "values").unlink()
     errors, stats, _ = _stats(path)
     assert errors == [
-        f"{path / 'd' / 'values'} at referenced from value b'a': referenced data file is "
-        "missing [OCDBT-022]",
-        f"{path / 'd' / 'values'} at referenced from value b'b': referenced data file is "
-        "missing [OCDBT-022]",
+        {
+            "rule": "OCDBT-022",
+            "file": str(path / "d" / "values"),
+            "message": "referenced data file is missing",
+            "pointer": f"referenced from value {key!r}",
+        }
+        for key in (b"a", b"b")
     ]
     assert stats.values == 0
     # a damaged leaf of btree_example: its error, and every other leaf still walked
@@ -149,8 +167,8 @@ def test_verify_goes_on_after_each_fault(tmp_path):
     f.write_bytes(bytes(data))
     errors, stats, ticks = _stats(path)
     nodes, _, _ = _count(_case("btree_example"))
-    assert len(errors) == 1 and "[OCDBT-005]" in errors[0]
-    assert errors[0].startswith(f"{f} at @")
+    assert len(errors) == 1 and errors[0]["rule"] == "OCDBT-005"
+    assert errors[0]["file"] == str(f) and errors[0]["pointer"].startswith("@")
     assert stats.nodes == ticks == nodes - 1
 
 
@@ -167,18 +185,27 @@ def test_verify_checks_the_height_and_depth(tmp_path, in_force):
     errors, stats, _ = _stats(path)
     child = root.entries[0].node.location
     child2 = root.entries[1].node.location
-    text = (
-        "{} at @{}: B+tree node height differs from the height its parent implies "
-        "(expected 2, got 1) [OCDBT-040]"
-    )
     assert errors == [
-        text.format(path / child.file_id.path.decode(), child.offset),
-        text.format(path / child2.file_id.path.decode(), child2.offset),
+        {
+            "rule": "OCDBT-040",
+            "file": str(path / loc.file_id.path.decode()),
+            "message": "B+tree node height differs from the height its parent implies",
+            "pointer": f"@{loc.offset}",
+            "expected": 2,
+            "got": 1,
+        }
+        for loc in (child, child2)
     ]
     assert stats.nodes == 3
     in_force(max_depth=1)
     errors, stats, _ = _stats(_case("btree_example"))
-    assert errors == [f"{_case('btree_example')}: B+tree too deep [OCDBT-040]"] * 4
+    too_deep = {
+        "rule": "OCDBT-040",
+        "file": str(_case("btree_example")),
+        "message": "B+tree too deep",
+        "pointer": None,
+    }
+    assert errors == [too_deep] * 4
     in_force(max_depth=2)
     assert _stats(_case("btree_example"))[0] == []
 
