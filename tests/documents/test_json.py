@@ -14,6 +14,7 @@ from ockpt.documents import _json
 from ockpt.documents._json import parse_json, read_json
 from ockpt.errors import DocumentError, FormatError
 from ockpt.limits import LIMITS, Limits, applied
+from tests.support.errors import assert_error, error_fields
 
 MAX_DEPTH = LIMITS.max_depth
 
@@ -34,7 +35,7 @@ def _parse(text: str, streamed=None):  # type: ignore[no-untyped-def]
     try:
         return parse_json(text, file="f.json", streamed=streamed or {"t": _tag})
     except DocumentError as e:
-        return str(e)
+        return error_fields(e)
 
 
 VALID = [
@@ -85,8 +86,14 @@ def test_streamed_and_whole_parse_give_the_same_value(text, value, above, monkey
     assert _parse(text) == value
 
 
-def _malformed(message: str) -> str:
-    return f"f.json: malformed JSON: {message} [JSON-001]"
+def _malformed(message: str) -> dict:
+    """The fields of the error for JSON `json` refuses with `message`, in the file f.json."""
+    return {
+        "rule": "JSON-001",
+        "file": "f.json",
+        "message": f"malformed JSON: {message}",
+        "pointer": "",
+    }
 
 
 INVALID = [
@@ -123,11 +130,51 @@ INVALID = [
     ("[NaN]", _malformed("NaN is not JSON")),
     ("[-Infinity]", _malformed("-Infinity is not JSON")),
     ("[1e999]", _malformed("number 1e999 is out of the range of a double")),
-    ('{"t":{"a":1,"a":2}}', "f.json: duplicate key 'a' [JSON-002]"),
-    ('{"t":{"a":1},"t":{}}', "f.json: duplicate key 't' [JSON-002]"),
-    ('{"a":1,"b":2,"b":3,"a":4}', "f.json: duplicate key 'b' [JSON-002]"),  # the first repeated
-    ('{"u":{"a":1,"a":2}}', "f.json: duplicate key 'a' [JSON-002]"),  # in an unstreamed member
-    ('[{"a":1,"a":2}]', "f.json: duplicate key 'a' [JSON-002]"),
+    (
+        '{"t":{"a":1,"a":2}}',
+        {
+            "rule": "JSON-002",
+            "file": "f.json",
+            "message": "duplicate key 'a'",
+            "pointer": "",
+        },
+    ),
+    (
+        '{"t":{"a":1},"t":{}}',
+        {
+            "rule": "JSON-002",
+            "file": "f.json",
+            "message": "duplicate key 't'",
+            "pointer": "",
+        },
+    ),
+    (
+        '{"a":1,"b":2,"b":3,"a":4}',
+        {
+            "rule": "JSON-002",
+            "file": "f.json",
+            "message": "duplicate key 'b'",
+            "pointer": "",
+        },
+    ),  # the first repeated
+    (
+        '{"u":{"a":1,"a":2}}',
+        {
+            "rule": "JSON-002",
+            "file": "f.json",
+            "message": "duplicate key 'a'",
+            "pointer": "",
+        },
+    ),  # in an unstreamed member
+    (
+        '[{"a":1,"a":2}]',
+        {
+            "rule": "JSON-002",
+            "file": "f.json",
+            "message": "duplicate key 'a'",
+            "pointer": "",
+        },
+    ),
 ]
 
 
@@ -166,7 +213,7 @@ def test_converter_error_stops_the_calls_and_passes_through(above, monkeypatch):
     calls.clear()
     with pytest.raises(DocumentError) as doc_info:
         parse_json(text[:-1] + ',"z":NaN}', file="f.json", streamed={"t": convert})
-    assert str(doc_info.value) == _malformed("NaN is not JSON")
+    assert error_fields(doc_info) == _malformed("NaN is not JSON")
     # streamed: converted as parsed, up to the error; whole: the parse failed before any call
     assert calls == ([("a", 1), ("b", [2])] if above == 0 else [])
     calls.clear()
@@ -218,7 +265,12 @@ def test_nesting_one_deeper_than_max_depth_is_refused_with_the_pointer(text):
         parse_json(text, file="f.json", pointer="/custom")
     e = info.value
     assert (e.rule, e.file, e.pointer) == ("JSON-003", "f.json", "/custom")
-    assert str(e) == "f.json at /custom: JSON nesting deeper than 64 [JSON-003]"
+    assert error_fields(e) == {
+        "rule": "JSON-003",
+        "file": "f.json",
+        "message": "JSON nesting deeper than 64",
+        "pointer": "/custom",
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -234,16 +286,25 @@ def test_read_json_refuses_a_file_over_max_bytes_with_json_003(tmp_path, monkeyp
     with pytest.raises(FormatError) as info, applied(Limits(max_json_bytes=15)):
         read_json(path)
     e = info.value
-    assert (e.rule, e.file, e.expected, e.got) == ("JSON-003", str(path), "<= 15 bytes", 16)
-    assert str(e) == (
-        f"{path}: file larger than its size limit (expected '<= 15 bytes', got 16) [JSON-003]"
-    )
+    assert error_fields(e) == {
+        "rule": "JSON-003",
+        "file": str(path),
+        "message": "file larger than its size limit",
+        "pointer": None,
+        "expected": "<= 15 bytes",
+        "got": 16,
+    }
     with applied(Limits(max_json_bytes=16)):
         assert read_json(path) == {"a": [1, 2, 3]}
     path.write_bytes(b'{"a": NaN}')
     with pytest.raises(DocumentError) as doc_info:  # a fault of the JSON names the file too
         read_json(path)
-    assert str(doc_info.value) == f"{path}: malformed JSON: NaN is not JSON [JSON-001]"
+    assert error_fields(doc_info) == {
+        "rule": "JSON-001",
+        "file": str(path),
+        "message": "malformed JSON: NaN is not JSON",
+        "pointer": "",
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -257,7 +318,7 @@ def test_a_number_out_of_range_is_refused_naming_its_first_40_characters():
     for literal in (digits + "e999", "-" + digits + "e999"):
         with pytest.raises(DocumentError) as info:
             parse_json(f"[{literal}]", file="f.json")
-        assert str(info.value) == _malformed(
+        assert error_fields(info) == _malformed(
             f"number {literal[:40]} is out of the range of a double"
         )
     assert parse_json(f"[{digits}e-999, {digits}.5]", file="f.json") == [0.0, float(digits)]
@@ -410,7 +471,14 @@ def test_parse_json_refuses_a_document_over_max_bytes():
         "<= 4 bytes",
         5,
     )
-    assert str(e) == "f.json at /p: document too large (expected '<= 4 bytes', got 5) [JSON-003]"
+    assert error_fields(e) == {
+        "rule": "JSON-003",
+        "file": "f.json",
+        "message": "document too large",
+        "pointer": "/p",
+        "expected": "<= 4 bytes",
+        "got": 5,
+    }
     assert parse_json(b"[1,2]", file="f.json", max_bytes=5) == [1, 2]
     assert parse_json("[1,2]", file="f.json", max_bytes=5) == [1, 2]
 
@@ -423,45 +491,71 @@ def test_parse_json_takes_text_bytes_bytearray_and_memoryview():
 
 
 @pytest.mark.parametrize(
-    "data, error",
+    "data, want",
     [
-        (b'["\xff"]', "f.json at /p: not UTF-8 at byte 2 [JSON-001]"),
-        (b'["\xed\xa0\x80"]', "f.json at /p: not UTF-8 at byte 2 [JSON-001]"),  # a surrogate
+        (
+            b'["\xff"]',
+            {
+                "rule": "JSON-001",
+                "file": "f.json",
+                "message": "not UTF-8 at byte 2",
+                "pointer": "/p",
+            },
+        ),
+        (
+            b'["\xed\xa0\x80"]',
+            {
+                "rule": "JSON-001",
+                "file": "f.json",
+                "message": "not UTF-8 at byte 2",
+                "pointer": "/p",
+            },
+        ),  # a surrogate
         (
             b"\xef\xbb\xbf[1]",
-            "f.json at /p: malformed JSON: Unexpected UTF-8 BOM (decode using "
-            "utf-8-sig): line 1 column 1 (char 0) [JSON-001]",
+            {
+                "rule": "JSON-001",
+                "file": "f.json",
+                "message": "malformed JSON: Unexpected UTF-8 BOM (decode using utf-8-sig): "
+                "line 1 column 1 (char 0)",
+                "pointer": "/p",
+            },
         ),
         (
             "[1]".encode("utf-16-le"),
-            "f.json at /p: malformed JSON: Expecting value: line 1 column 2 (char 1) [JSON-001]",
+            {
+                "rule": "JSON-001",
+                "file": "f.json",
+                "message": "malformed JSON: Expecting value: line 1 column 2 (char 1)",
+                "pointer": "/p",
+            },
         ),
     ],
     ids=["bad-byte", "surrogate", "bom", "utf-16"],
 )
-def test_parse_json_reads_strict_utf8_only(data, error):
+def test_parse_json_reads_strict_utf8_only(data, want):
     """The bytes are decoded as strict UTF-8 (no BOM, no UTF-16 or -32 guessed from the first
     bytes, no encoded surrogate), as `json.loads` of bytes would not do. Kills parse_json 27,
     76-85."""
     with pytest.raises(DocumentError) as info:
         parse_json(data, file="f.json", pointer="/p")
-    assert str(info.value) == error
+    assert error_fields(info) == want
 
 
 def test_parse_json_errors_name_the_pointer_of_nested_json():
     """JSON nested in a string of another document: each error names that string's pointer.
     Kills parse_json 69, 73, 97, 101 (and 1: no pointer when none is given)."""
-    for text, message in [
-        ('{"a":1,"a":2}', "duplicate key 'a' [JSON-002]"),
-        ("[NaN]", "malformed JSON: NaN is not JSON [JSON-001]"),
+    for text, rule, message in [
+        ('{"a":1,"a":2}', "JSON-002", "duplicate key 'a'"),
+        ("[NaN]", "JSON-001", "malformed JSON: NaN is not JSON"),
     ]:
+        want = {"rule": rule, "file": "f.json", "message": message}
         with pytest.raises(DocumentError) as info:
             parse_json(text, file="f.json", pointer="/custom")
-        assert str(info.value) == f"f.json at /custom: {message}"
-        assert info.value.pointer == "/custom"
+        assert error_fields(info) == {**want, "pointer": "/custom"}
         with pytest.raises(DocumentError) as info:
             parse_json(text, file="f.json")
-        assert str(info.value) == f"f.json: {message}"
+        assert error_fields(info) == {**want, "pointer": ""}
 
 
 def test_parse_json_constants_are_read_only_when_asked():
@@ -469,8 +563,10 @@ def test_parse_json_constants_are_read_only_when_asked():
     they are refused. Kills parse_json 2, 57, 58."""
     value = parse_json("[NaN, Infinity, -Infinity, 1.5]", file="f.json", constants=True)
     assert value[0] != value[0] and value[1:] == [float("inf"), float("-inf"), 1.5]
-    with pytest.raises(DocumentError, match="Infinity is not JSON"):
+    with pytest.raises(DocumentError) as info:
         parse_json("[Infinity]", file="f.json")
+    assert_error(info, rule="JSON-001")
+    assert "Infinity is not JSON" in info.value.message
 
 
 def test_nesting_far_deeper_than_python_recurses_is_refused():
@@ -481,7 +577,12 @@ def test_nesting_far_deeper_than_python_recurses_is_refused():
         parse_json("[" * 100_000 + "]" * 100_000, file="f.json", pointer="/custom")
     e = info.value
     assert (e.rule, e.file, e.pointer) == ("JSON-003", "f.json", "/custom")
-    assert str(e) == "f.json at /custom: JSON nesting deeper than 64 [JSON-003]"
+    assert error_fields(e) == {
+        "rule": "JSON-003",
+        "file": "f.json",
+        "message": "JSON nesting deeper than 64",
+        "pointer": "/custom",
+    }
 
 
 @MODES
@@ -568,24 +669,84 @@ def test_expect_checks_types_and_never_takes_a_bool_for_an_int():
     assert expect(True, (int, bool), file="f", pointer="/p") is True
     assert expect(2.5, (int, float), file="f", pointer="/p") == 2.5
     cases = [
-        (True, int, {}, "f at /p: wrong type (expected 'integer', got 'boolean') [JSON-004]"),
-        ("x", (int, float), {"rule": "R-1"},
-         "f at /p: wrong type (expected 'integer or number', got 'string') [R-1]"),
-        ([], tuple, {}, "f at /p: wrong type (expected 'tuple', got 'array') [JSON-004]"),
-        (None, dict, {}, "f at /p: wrong type (expected 'object', got 'null') [JSON-004]"),
-    ]  # fmt: skip
-    for value, kind, extra, text in cases:
+        (
+            True,
+            int,
+            {},
+            {
+                "rule": "JSON-004",
+                "file": "f",
+                "message": "wrong type",
+                "pointer": "/p",
+                "expected": "integer",
+                "got": "boolean",
+            },
+        ),
+        (
+            "x",
+            (int, float),
+            {"rule": "R-1"},
+            {
+                "rule": "R-1",
+                "file": "f",
+                "message": "wrong type",
+                "pointer": "/p",
+                "expected": "integer or number",
+                "got": "string",
+            },
+        ),
+        (
+            [],
+            tuple,
+            {},
+            {
+                "rule": "JSON-004",
+                "file": "f",
+                "message": "wrong type",
+                "pointer": "/p",
+                "expected": "tuple",
+                "got": "array",
+            },
+        ),
+        (
+            None,
+            dict,
+            {},
+            {
+                "rule": "JSON-004",
+                "file": "f",
+                "message": "wrong type",
+                "pointer": "/p",
+                "expected": "object",
+                "got": "null",
+            },
+        ),
+    ]
+    for value, kind, extra, want in cases:
         with pytest.raises(DocumentError) as info:
             expect(value, kind, file="f", pointer="/p", **extra)
-        assert str(info.value) == text
-        assert info.value.pointer == "/p" and info.value.file == "f"
+        assert error_fields(info) == want
     assert expect_object({"a": 1}, file="f", pointer="/p") == {"a": 1}
     with pytest.raises(DocumentError) as info:
         expect_object([1], file="f", pointer="/p")
-    assert str(info.value) == "f at /p: wrong type (expected 'object', got 'array') [JSON-004]"
+    assert error_fields(info) == {
+        "rule": "JSON-004",
+        "file": "f",
+        "message": "wrong type",
+        "pointer": "/p",
+        "expected": "object",
+        "got": "array",
+    }
     with pytest.raises(DocumentError) as info:
         expect_object(1.5, file="f", pointer="/q", rule="X-2")
-    assert str(info.value) == "f at /q: wrong type (expected 'object', got 'number') [X-2]"
+    assert error_fields(info) == {
+        "rule": "X-2",
+        "file": "f",
+        "message": "wrong type",
+        "pointer": "/q",
+        "expected": "object",
+        "got": "number",
+    }
 
 
 def test_require_names_the_missing_field():
@@ -596,11 +757,21 @@ def test_require_names_the_missing_field():
     assert require({"k": None}, "k", file="f", pointer="/p") is None
     with pytest.raises(DocumentError) as info:
         require({"x": 1}, "k", file="f", pointer="/p")
-    assert str(info.value) == "f at /p: required field 'k' is missing [JSON-005]"
+    assert error_fields(info) == {
+        "rule": "JSON-005",
+        "file": "f",
+        "message": "required field 'k' is missing",
+        "pointer": "/p",
+    }
     assert info.value.pointer == "/p"
     with pytest.raises(DocumentError) as info:
         require({}, "k", file="f", pointer="", rule="R-9")
-    assert str(info.value) == "f: required field 'k' is missing [R-9]"
+    assert error_fields(info) == {
+        "rule": "R-9",
+        "file": "f",
+        "message": "required field 'k' is missing",
+        "pointer": "",
+    }
 
 
 def test_expect_int_list_reads_sizes_and_names_the_bad_item():
@@ -613,17 +784,71 @@ def test_expect_int_list_reads_sizes_and_names_the_bad_item():
     assert expect_int_list([], file="f", pointer="/s") == ()
     assert expect_int_list([-2, 5], file="f", pointer="/s", non_negative=False) == (-2, 5)
     cases = [
-        ([1, -1], {}, "f at /s/1: negative size (expected '>= 0', got -1) [JSON-004]"),
-        ([0, 1, True], {"rule": "Z-1"},
-         "f at /s/2: wrong type (expected 'integer', got 'boolean') [Z-1]"),
-        ((1,), {}, "f at /s: wrong type (expected 'array', got 'tuple') [JSON-004]"),
-        ({}, {"rule": "Z-3"}, "f at /s: wrong type (expected 'array', got 'object') [Z-3]"),
-        ([-1], {"rule": "Z-2"}, "f at /s/0: negative size (expected '>= 0', got -1) [Z-2]"),
-    ]  # fmt: skip
-    for value, extra, text in cases:
+        (
+            [1, -1],
+            {},
+            {
+                "rule": "JSON-004",
+                "file": "f",
+                "message": "negative size",
+                "pointer": "/s/1",
+                "expected": ">= 0",
+                "got": -1,
+            },
+        ),
+        (
+            [0, 1, True],
+            {"rule": "Z-1"},
+            {
+                "rule": "Z-1",
+                "file": "f",
+                "message": "wrong type",
+                "pointer": "/s/2",
+                "expected": "integer",
+                "got": "boolean",
+            },
+        ),
+        (
+            (1,),
+            {},
+            {
+                "rule": "JSON-004",
+                "file": "f",
+                "message": "wrong type",
+                "pointer": "/s",
+                "expected": "array",
+                "got": "tuple",
+            },
+        ),
+        (
+            {},
+            {"rule": "Z-3"},
+            {
+                "rule": "Z-3",
+                "file": "f",
+                "message": "wrong type",
+                "pointer": "/s",
+                "expected": "array",
+                "got": "object",
+            },
+        ),
+        (
+            [-1],
+            {"rule": "Z-2"},
+            {
+                "rule": "Z-2",
+                "file": "f",
+                "message": "negative size",
+                "pointer": "/s/0",
+                "expected": ">= 0",
+                "got": -1,
+            },
+        ),
+    ]
+    for value, extra, want in cases:
         with pytest.raises(DocumentError) as info:
             expect_int_list(value, file="f", pointer="/s", **extra)
-        assert str(info.value) == text
+        assert error_fields(info) == want
 
 
 def test_child_escapes_tilde_then_slash():
