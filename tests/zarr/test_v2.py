@@ -13,6 +13,7 @@ import pytest
 from ockpt.errors import ZarrFormatError
 from ockpt.zarr.codecs import BytesCodec, TransposeCodec, ZstdCodec
 from ockpt.zarr.v2 import ArrayV2Metadata
+from tests.support.errors import error_fields
 
 
 def _raises(fn, kind=ZarrFormatError):
@@ -119,7 +120,13 @@ def test_v2_from_bytes_parses_and_names_the_file():
     assert err.file == "p/.zarray" and err.rule == "JSON-001"
     bad = json.dumps(_v2(order="X")).encode()
     err = _raises(lambda: ArrayV2Metadata.from_bytes(bad, file="p/.zarray"))
-    assert str(err) == "p/.zarray at /order: order must be 'C' or 'F' (got 'X') [ZARR-004]"
+    assert error_fields(err) == {
+        "rule": "ZARR-004",
+        "file": "p/.zarray",
+        "message": "order must be 'C' or 'F'",
+        "pointer": "/order",
+        "got": "X",
+    }
 
 
 @pytest.mark.parametrize(
@@ -129,71 +136,175 @@ def test_v2_required_fields(key):
     """Each required field missing is ZARR-002 at its pointer.
     Kills ArrayV2Metadata.from_dict required-field mutants."""
     err = _v2_error(_v2(**{key: "absent"}))
-    assert str(err) == f"a/.zarray at /{key}: missing required field {key!r} [ZARR-002]"
+    assert error_fields(err) == {
+        "rule": "ZARR-002",
+        "file": "a/.zarray",
+        "message": f"missing required field {key!r}",
+        "pointer": f"/{key}",
+    }
     assert (err.rule, err.pointer) == ("ZARR-002", f"/{key}")
 
 
 @pytest.mark.parametrize(
-    ("change", "text"),
+    ("change", "want"),
     [
-        ({"zarr_format": 3}, "at /zarr_format: zarr_format must be 2 (got 3) [ZARR-002]"),
-        ({"zarr_format": "2"}, "at /zarr_format: zarr_format must be 2 (got '2') [ZARR-002]"),
+        (
+            {"zarr_format": 3},
+            {
+                "rule": "ZARR-002",
+                "message": "zarr_format must be 2",
+                "pointer": "/zarr_format",
+                "got": 3,
+            },
+        ),
+        (
+            {"zarr_format": "2"},
+            {
+                "rule": "ZARR-002",
+                "message": "zarr_format must be 2",
+                "pointer": "/zarr_format",
+                "got": "2",
+            },
+        ),
         (
             {"shape": [5, -7]},
-            "at /shape/1: must be an integer >= 0 (got -7) [ZARR-005]",
+            {
+                "rule": "ZARR-005",
+                "message": "must be an integer >= 0",
+                "pointer": "/shape/1",
+                "got": -7,
+            },
         ),
         (
             {"shape": "5"},
-            "at /shape: must be a list of at most 32 integers (got '5') [ZARR-005]",
+            {
+                "rule": "ZARR-005",
+                "message": "must be a list of at most 32 integers",
+                "pointer": "/shape",
+                "got": "5",
+            },
         ),
-        ({"chunks": [2, 0]}, "at /chunks/1: must be an integer >= 1 (got 0) [ZARR-005]"),
+        (
+            {"chunks": [2, 0]},
+            {
+                "rule": "ZARR-005",
+                "message": "must be an integer >= 1",
+                "pointer": "/chunks/1",
+                "got": 0,
+            },
+        ),
         (
             {"chunks": [2]},
-            "at /chunks: chunks must have the rank of shape (expected 2, got 1) [ZARR-005]",
+            {
+                "rule": "ZARR-005",
+                "message": "chunks must have the rank of shape",
+                "pointer": "/chunks",
+                "expected": 2,
+                "got": 1,
+            },
         ),
         (
             {"chunks": [2, 3, 4]},
-            "at /chunks: chunks must have the rank of shape (expected 2, got 3) [ZARR-005]",
+            {
+                "rule": "ZARR-005",
+                "message": "chunks must have the rank of shape",
+                "pointer": "/chunks",
+                "expected": 2,
+                "got": 3,
+            },
         ),
-        ({"order": "c"}, "at /order: order must be 'C' or 'F' (got 'c') [ZARR-004]"),
-        ({"order": None}, "at /order: order must be 'C' or 'F' (got None) [ZARR-004]"),
+        (
+            {"order": "c"},
+            {
+                "rule": "ZARR-004",
+                "message": "order must be 'C' or 'F'",
+                "pointer": "/order",
+                "got": "c",
+            },
+        ),
+        (
+            {"order": None},
+            {
+                "rule": "ZARR-004",
+                "message": "order must be 'C' or 'F'",
+                "pointer": "/order",
+                "got": None,
+            },
+        ),
         (
             {"filters": [{"id": "delta"}]},
-            "at /filters: filters must be null (got [{'id': 'delta'}]) [ZARR-004]",
+            {
+                "rule": "ZARR-004",
+                "message": "filters must be null",
+                "pointer": "/filters",
+                "got": [{"id": "delta"}],
+            },
         ),
-        ({"filters": {}}, "at /filters: filters must be null (got {}) [ZARR-004]"),
+        (
+            {"filters": {}},
+            {
+                "rule": "ZARR-004",
+                "message": "filters must be null",
+                "pointer": "/filters",
+                "got": {},
+            },
+        ),
         (
             {"dimension_separator": "-"},
-            "at /dimension_separator: dimension_separator must be '.' or '/' (got '-') [ZARR-006]",
+            {
+                "rule": "ZARR-006",
+                "message": "dimension_separator must be '.' or '/'",
+                "pointer": "/dimension_separator",
+                "got": "-",
+            },
         ),
         (
             {"shape": [2**40 + 1, 1], "chunks": [2**20, 1], "dtype": "|u1"},
-            "at /chunks: array too large for this reader "
-            "(expected '<= 1099511627776 bytes', got 1099511627777) [ZARR-005]",
+            {
+                "rule": "ZARR-005",
+                "message": "array too large for this reader",
+                "pointer": "/chunks",
+                "expected": "<= 1099511627776 bytes",
+                "got": 1099511627777,
+            },
         ),
         (
             {"compressor": {"id": "blosc"}},
-            "at /compressor: compressor 'blosc' is not one the spec allows "
-            "(expected 'null, zstd, gzip or zlib', got 'blosc') [ZARR-004]",
+            {
+                "rule": "ZARR-004",
+                "message": "compressor 'blosc' is not one the spec allows",
+                "pointer": "/compressor",
+                "expected": "null, zstd, gzip or zlib",
+                "got": "blosc",
+            },
         ),
         (
             {"fill_value": 1.5},
-            "at /fill_value: fill_value does not fit the element type int32 (got 1.5) [ZARR-007]",
+            {
+                "rule": "ZARR-007",
+                "message": "fill_value does not fit the element type int32",
+                "pointer": "/fill_value",
+                "got": 1.5,
+            },
         ),
     ],
 )
-def test_v2_refusals_name_file_pointer_and_rule(change, text):
+def test_v2_refusals_name_file_pointer_and_rule(change, want):
     """Each check of a .zarray, its whole error: file, pointer, message, details, rule.
     Kills ArrayV2Metadata.from_dict check mutants."""
-    assert str(_v2_error(_v2(**change))) == "a/.zarray " + text
+    assert error_fields(_v2_error(_v2(**change))) == {"file": "a/.zarray", **want}
 
 
 def test_v2_not_an_object_and_dtype():
     """A .zarray that is no object is ZARR-002 at the root; a bad dtype is ZARR-001 at /dtype.
     Kills ArrayV2Metadata.from_dict 1-15 and the numpy_dtype call mutants."""
     err = _v2_error([1], file=Path("q/.zarray"))
-    assert str(err) == "q/.zarray: .zarray must be a JSON object [ZARR-002]"
-    assert (err.rule, err.file, err.pointer) == ("ZARR-002", "q/.zarray", "")
+    assert error_fields(err) == {
+        "rule": "ZARR-002",
+        "file": "q/.zarray",
+        "message": ".zarray must be a JSON object",
+        "pointer": "",
+    }
     err = _v2_error(_v2(dtype="|O"))
     assert (err.rule, err.file, err.pointer, err.got) == ("ZARR-001", "a/.zarray", "/dtype", "|O")
 
@@ -203,4 +314,11 @@ def test_v2_zarr_format_is_an_integer_two():
     Kills ArrayV2Metadata.from_dict zarr_format mutants."""
     assert ArrayV2Metadata.from_dict(_v2(zarr_format=2)).zarr_format == 2
     err = _v2_error(_v2(zarr_format=True))
-    assert str(err) == "a/.zarray at /zarr_format: zarr_format must be 2 (got True) [ZARR-002]"
+    assert error_fields(err) == {
+        "rule": "ZARR-002",
+        "file": "a/.zarray",
+        "message": "zarr_format must be 2",
+        "pointer": "/zarr_format",
+        "got": True,
+    }
+    assert err.got is True  # not 1, which == True
