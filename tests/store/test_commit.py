@@ -37,6 +37,7 @@ from ockpt.names import (
 )
 from ockpt.store import commit
 from ockpt.store.inflight import BackgroundWriter
+from tests.support.errors import assert_error, error_fields
 
 OLD = {"a": np.arange(6, dtype=np.int32), "s": "old"}
 NEW = {"a": np.arange(6, dtype=np.int32) * 10, "s": "new"}
@@ -197,8 +198,9 @@ def test_noreplace_commit_never_replaces(tmp_path, monkeypatch):
         return real(src, dst, flags)
 
     monkeypatch.setattr(commit, "_renameat2", racing)
-    with pytest.raises(ockpt.WriteConflictError, match="DIR-002"):
+    with pytest.raises(ockpt.WriteConflictError) as info:
         ockpt.save_pytree(path, NEW)
+    assert info.value.rule == "DIR-002"
     assert os.listdir(path) == []
 
 
@@ -226,10 +228,14 @@ def test_reader_names_the_parked_checkpoint(tmp_path):
     path = tmp_path / "c"
     interrupted(path)
     name = "c" + REPLACED_SUFFIX
-    with pytest.raises(ockpt.NotACheckpointError, match=name):
+    with pytest.raises(ockpt.NotACheckpointError) as info:
         load(path)
-    with pytest.raises(ockpt.NotACheckpointError, match=name):
+    assert_error(info, rule=None, file=str(path))  # a missing path: an I/O error, no rule
+    assert name in info.value.message
+    with pytest.raises(ockpt.NotACheckpointError) as info:
         ockpt.validate(path)
+    assert_error(info, rule=None, file=str(path))  # a missing path: an I/O error, no rule
+    assert name in info.value.message
     layout = ockpt.detect(path)
     assert layout.kind is Kind.NOT_A_CHECKPOINT and name in layout.reason
     assert ockpt.detect(tmp_path / name).kind is Kind.TEMPORARY
@@ -243,8 +249,9 @@ def test_save_without_overwrite_recovers_then_refuses(tmp_path):
     path = tmp_path / "c"
     interrupted(path)
     with pytest.warns(ockpt.OckptWarning, match="DIR-007"):
-        with pytest.raises(ockpt.WriteConflictError, match="DIR-002"):
+        with pytest.raises(ockpt.WriteConflictError) as info:
             ockpt.save_pytree(path, NEW)
+    assert info.value.rule == "DIR-002"
     assert same(load(path), OLD)
     assert sorted(os.listdir(tmp_path)) == ["c", os.path.basename(commit.temporary_name("c", 1))]
 
@@ -292,8 +299,9 @@ def test_manager_save_of_a_parked_step(tmp_path):
     with pytest.warns(ockpt.OckptWarning):
         mgr = ockpt.CheckpointManager(root)
     with pytest.warns(ockpt.OckptWarning, match="DIR-007"):
-        with pytest.raises(ockpt.WriteConflictError, match="DIR-002"):
+        with pytest.raises(ockpt.WriteConflictError) as info:
             mgr.save(1, {"a": np.zeros(3)})
+    assert info.value.rule == "DIR-002"
     np.testing.assert_array_equal(mgr.restore(1)["a"], np.ones(3))
 
 
@@ -744,9 +752,12 @@ def test_an_empty_checkpoint_path_is_refused_naming_the_rule(path):
     text it came to. Kills `final_path` 25-34 (message, rule, file; ids at 88f069a)."""
     with pytest.raises(ockpt.FormatError) as caught:
         commit.final_path(path)
-    err = caught.value
-    assert (err.message, err.rule, err.file) == ("empty checkpoint path", "DIR-001", "")
-    assert str(err) == "empty checkpoint path [DIR-001]"
+    assert error_fields(caught) == {
+        "rule": "DIR-001",
+        "file": "",
+        "message": "empty checkpoint path",
+        "pointer": None,
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -760,9 +771,12 @@ def test_a_target_named_like_a_leftover_is_refused(tmp_path):
     path = tmp_path / f"c{TMP_MARKER}-1"
     with pytest.raises(ockpt.FormatError) as caught:
         commit.check_target(path, overwrite=True)
-    err = caught.value
-    assert (err.rule, err.file) == ("DIR-001", str(path))
-    assert str(err) == f"{path}: a checkpoint name must not contain {TMP_MARKER!r} [DIR-001]"
+    assert error_fields(caught) == {
+        "rule": "DIR-001",
+        "file": str(path),
+        "message": f"a checkpoint name must not contain {TMP_MARKER!r}",
+        "pointer": None,
+    }
     assert os.listdir(tmp_path) == []
 
 
@@ -792,12 +806,11 @@ def test_an_existing_checkpoint_is_kept_without_overwrite(tmp_path):
     88f069a)."""
     with pytest.raises(ockpt.WriteConflictError) as caught:
         commit.check_target(tmp_path, overwrite=False)
-    err = caught.value
-    assert (err.rule, err.file) == ("DIR-002", str(tmp_path))
-    assert str(err) == (
-        f"{tmp_path}: a checkpoint already exists there; pass overwrite=True to replace it "
-        "[DIR-002]"
-    )
+    assert error_fields(caught) == {
+        "rule": "DIR-002",
+        "file": str(tmp_path),
+        "message": "a checkpoint already exists there; pass overwrite=True to replace it",
+    }
 
 
 def test_new_tokens_fit_the_twelve_hex_digits_of_a_temporary_name():
@@ -927,9 +940,11 @@ def test_begin_uses_the_token_given_and_refuses_a_second_save_with_it(tmp_path):
         assert os.listdir(tmp_path) == [os.path.basename(pending.tmp)]
         with pytest.raises(ockpt.WriteConflictError) as caught:
             commit.begin(final, token=0xABC)
-        err = caught.value
-        assert (err.rule, err.file) == ("DIR-003", pending.tmp)
-        assert str(err) == f"{pending.tmp}: another save uses this temporary directory [DIR-003]"
+        assert error_fields(caught) == {
+            "rule": "DIR-003",
+            "file": pending.tmp,
+            "message": "another save uses this temporary directory",
+        }
     finally:
         commit.abort(pending)
     assert os.listdir(tmp_path) == []
@@ -943,10 +958,13 @@ def test_begin_under_a_file_cannot_create_the_parent(tmp_path):
     final = str(tmp_path / "f" / "d" / "c")
     with pytest.raises(ockpt.FormatError) as caught:
         commit.begin(final)
-    err = caught.value
-    assert (err.rule, err.file) == ("DIR-001", final)
     reason = os.strerror(errno.ENOTDIR)
-    assert str(err) == f"{final}: cannot create the parent directory: {reason} [DIR-001]"
+    assert error_fields(caught) == {
+        "rule": "DIR-001",
+        "file": final,
+        "message": f"cannot create the parent directory: {reason}",
+        "pointer": None,
+    }
 
 
 def test_begin_where_the_temporary_directory_cannot_be_made(tmp_path):
@@ -957,10 +975,13 @@ def test_begin_where_the_temporary_directory_cannot_be_made(tmp_path):
     final = str(tmp_path / ("c" * 230))  # its temporary name is over 255 bytes
     with pytest.raises(ockpt.FormatError) as caught:
         commit.begin(final)
-    err = caught.value
-    assert (err.rule, err.file) == ("DIR-001", final)
     reason = os.strerror(errno.ENAMETOOLONG)
-    assert str(err) == f"{final}: cannot create the checkpoint directory: {reason} [DIR-001]"
+    assert error_fields(caught) == {
+        "rule": "DIR-001",
+        "file": final,
+        "message": f"cannot create the checkpoint directory: {reason}",
+        "pointer": None,
+    }
     assert os.listdir(tmp_path) == []
 
 
