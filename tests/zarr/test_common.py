@@ -15,6 +15,7 @@ import pytest
 from ockpt.errors import ZarrFormatError
 from ockpt.limits import LIMITS, Limits, applied
 from ockpt.zarr import _common
+from tests.support.errors import error_fields
 
 
 def _raises(fn, kind=ZarrFormatError):
@@ -55,9 +56,15 @@ def test_fail_builds_a_zarr_format_error_with_every_field():
         "/x",
         3,
     )
-    assert str(err) == "a/b at /x: bad thing (got 3) [ZARR-099]"
+    assert error_fields(err) == {
+        "rule": "ZARR-099",
+        "file": "a/b",
+        "message": "bad thing",
+        "pointer": "/x",
+        "got": 3,
+    }
     plain = _common.fail("m", "R")
-    assert (plain.file, plain.pointer, str(plain)) == (None, None, "m [R]")
+    assert error_fields(plain) == {"rule": "R", "file": None, "message": "m", "pointer": None}
 
 
 def test_load_json_parses_strictly_and_names_the_file():
@@ -67,16 +74,24 @@ def test_load_json_parses_strictly_and_names_the_file():
     assert _common.load_json(b'{"a": [1, 2.5, null]}', file="f") == {"a": [1, 2.5, None]}
     err = _raises(lambda: _common.load_json(b'{"a": 1, "a": 2}', file=Path("x/.zarray")))
     assert type(err) is ZarrFormatError
-    assert str(err) == "x/.zarray: duplicate key 'a' [JSON-002]"
-    assert (err.rule, err.file, err.pointer) == ("JSON-002", "x/.zarray", "")
+    assert error_fields(err) == {
+        "rule": "JSON-002",
+        "file": "x/.zarray",
+        "message": "duplicate key 'a'",
+        "pointer": "",
+    }
     err = _raises(lambda: _common.load_json(b"{", file=None))
     assert err.file == "None" and err.rule == "JSON-001"
     limit = 1 << 24
     assert LIMITS.max_array_metadata_bytes == limit
     assert _common.load_json(b" " * (limit - 3) + b"[1]", file="f") == [1]
     err = _raises(lambda: _common.load_json(b" " * (limit - 2) + b"[1]", file="big"))
-    assert str(err) == "big: document too large [JSON-003]"
-    assert (err.rule, err.file, err.pointer) == ("JSON-003", "big", "")
+    assert error_fields(err) == {
+        "rule": "JSON-003",
+        "file": "big",
+        "message": "document too large",
+        "pointer": "",
+    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -92,7 +107,13 @@ def test_dims_accepts_bounded_lists_of_bounded_integers():
     assert _common.dims([1] * 32, file="f", pointer="/s", rule="R") == (1,) * 32
     assert _common.dims([1, 1], file="f", pointer="/s", rule="R", minimum=1) == (1, 1)
     err = _raises(lambda: _common.dims((1, 2), file="f", pointer="/shape", rule="R-1"))
-    assert str(err) == "f at /shape: must be a list of at most 32 integers (got (1, 2)) [R-1]"
+    assert error_fields(err) == {
+        "rule": "R-1",
+        "file": "f",
+        "message": "must be a list of at most 32 integers",
+        "pointer": "/shape",
+        "got": (1, 2),
+    }
     assert (err.rule, err.file, err.pointer, err.got) == ("R-1", "f", "/shape", (1, 2))
     err = _raises(lambda: _common.dims([1] * 33, file="f", pointer="/shape", rule="R-1"))
     assert err.message == "must be a list of at most 32 integers" and err.got == [1] * 33
@@ -109,7 +130,14 @@ def test_dims_accepts_bounded_lists_of_bounded_integers():
                 [5, bad], file="g", pointer="/chunks", rule="R-2", minimum=minimum
             )
         )
-        assert str(err) == f"g at /chunks/1: {message} (got {bad!r}) [R-2]"
+        assert error_fields(err) == {
+            "rule": "R-2",
+            "file": "g",
+            "message": message,
+            "pointer": "/chunks/1",
+            "got": bad,
+        }
+        assert type(err.got) is type(bad)  # True == 1 == 1.0: the type as the text showed it
         assert (err.rule, err.file, err.pointer, err.got) == ("R-2", "g", "/chunks/1", bad)
 
 
@@ -123,7 +151,7 @@ def test_numpy_dtype_names_file_and_pointer():
     assert (err.rule, err.file, err.pointer, err.got) == ("ZARR-001", "x/y", "/data_type", "<U4")
     err = _raises(lambda: _common.numpy_dtype("<U4", file=None, pointer="/dtype"))
     assert (err.file, err.pointer) == (None, "/dtype")
-    assert str(err).startswith("at /dtype: unsupported element type")
+    assert err.rule == "ZARR-001" and err.message.startswith("unsupported element type")
 
 
 # --------------------------------------------------------------------------------------------
@@ -143,21 +171,33 @@ def test_check_extent_bounds_chunk_array_and_grid():
     ok((2**25, 3), (2, 3), u1, file="f", pointer="/p")  # 2**24 chunks
     ok((), (), f4, file="f", pointer="/p")
     err = _raises(lambda: ok((4,), (2**32 + 1,), f4, file="f", pointer="/chunks"))
-    assert str(err) == (
-        "f at /chunks: chunk too large for this reader "
-        "(expected '<= 17179869184 bytes', got 17179869188) [ZARR-005]"
-    )
+    assert error_fields(err) == {
+        "rule": "ZARR-005",
+        "file": "f",
+        "message": "chunk too large for this reader",
+        "pointer": "/chunks",
+        "expected": "<= 17179869184 bytes",
+        "got": 17179869188,
+    }
     assert (err.rule, err.file, err.pointer) == ("ZARR-005", "f", "/chunks")
     err = _raises(lambda: ok((2**38 + 1,), (2**20,), f4, file="g", pointer="/q"))
-    assert str(err) == (
-        "g at /q: array too large for this reader "
-        "(expected '<= 1099511627776 bytes', got 1099511627780) [ZARR-005]"
-    )
+    assert error_fields(err) == {
+        "rule": "ZARR-005",
+        "file": "g",
+        "message": "array too large for this reader",
+        "pointer": "/q",
+        "expected": "<= 1099511627776 bytes",
+        "got": 1099511627780,
+    }
     err = _raises(lambda: ok((2**25 + 1, 3), (2, 2), u1, file="h", pointer="/r"))
-    assert str(err) == (
-        "h at /r: the chunk grid holds more chunks than the limit "
-        "(expected '<= 16777216', got 33554434) [ZARR-005]"
-    )
+    assert error_fields(err) == {
+        "rule": "ZARR-005",
+        "file": "h",
+        "message": "the chunk grid holds more chunks than the limit",
+        "pointer": "/r",
+        "expected": "<= 16777216",
+        "got": 33554434,
+    }
     err = _raises(lambda: ok((2**25 + 1,), (2,), u1, file="h", pointer="/r"))
     assert err.got == 2**24 + 1 and err.expected == "<= 16777216"
     with pytest.raises(ValueError, match="zip"):
@@ -208,10 +248,14 @@ def test_fill_of_bool():
     assert _fill(0, "bool").item() is False
     for bad in (2, -1, "0x01", 1.0, "true"):
         err = _fill_error(bad, "bool")
-        assert str(err) == (
-            f"f at /fill_value: fill_value does not fit the element type bool "
-            f"(got {bad!r}) [ZARR-007]"
-        )
+        assert error_fields(err) == {
+            "rule": "ZARR-007",
+            "file": "f",
+            "message": "fill_value does not fit the element type bool",
+            "pointer": "/fill_value",
+            "got": bad,
+        }
+        assert type(err.got) is type(bad)  # True == 1 == 1.0: the type as the text showed it
 
 
 def test_fill_of_hex_bit_patterns():
@@ -235,10 +279,14 @@ def test_fill_of_hex_bit_patterns():
         ("0x", "<u1", "uint8"),
     ]:
         err = _fill_error(bad, dtype)
-        assert str(err) == (
-            f"f at /fill_value: fill_value does not fit the element type {name} "
-            f"(got {bad!r}) [ZARR-007]"
-        )
+        assert error_fields(err) == {
+            "rule": "ZARR-007",
+            "file": "f",
+            "message": f"fill_value does not fit the element type {name}",
+            "pointer": "/fill_value",
+            "got": bad,
+        }
+        assert type(err.got) is type(bad)  # True == 1 == 1.0: the type as the text showed it
 
 
 def test_fill_of_integers_is_range_checked():
@@ -270,10 +318,14 @@ def test_fill_of_integers_is_range_checked():
         ("1", "<i4", "int32"),
     ]:
         err = _fill_error(bad, dtype)
-        assert str(err) == (
-            f"f at /fill_value: fill_value does not fit the element type {name} "
-            f"(got {bad!r}) [ZARR-007]"
-        )
+        assert error_fields(err) == {
+            "rule": "ZARR-007",
+            "file": "f",
+            "message": f"fill_value does not fit the element type {name}",
+            "pointer": "/fill_value",
+            "got": bad,
+        }
+        assert type(err.got) is type(bad)  # True == 1 == 1.0: the type as the text showed it
 
 
 def test_fill_of_floats():
@@ -286,10 +338,14 @@ def test_fill_of_floats():
     assert _fill(-3, "<f8").item() == -3.0
     for bad in (True, False, "nan", "inf", "1.5", [1.0]):
         err = _fill_error(bad, "<f4")
-        assert str(err) == (
-            f"f at /fill_value: fill_value does not fit the element type float32 "
-            f"(got {bad!r}) [ZARR-007]"
-        )
+        assert error_fields(err) == {
+            "rule": "ZARR-007",
+            "file": "f",
+            "message": "fill_value does not fit the element type float32",
+            "pointer": "/fill_value",
+            "got": bad,
+        }
+        assert type(err.got) is type(bad)  # True == 1 == 1.0: the type as the text showed it
 
 
 def test_fill_of_complex_is_real_and_imaginary_parts():
@@ -304,15 +360,27 @@ def test_fill_of_complex_is_real_and_imaginary_parts():
     assert _fill([0, 0], "complex64").item() == 0
     for bad in (5, [1.0], [1.0, 2.0, 3.0], (1.0, 2.0)):
         err = _fill_error(bad, "complex64")
-        assert str(err) == (
-            f"f at /fill_value: complex fill_value must be [real, imag] (got {bad!r}) [ZARR-007]"
-        )
+        assert error_fields(err) == {
+            "rule": "ZARR-007",
+            "file": "f",
+            "message": "complex fill_value must be [real, imag]",
+            "pointer": "/fill_value",
+            "got": bad,
+        }
+        assert type(err.got) is type(bad)  # True == 1 == 1.0: the type as the text showed it
     err = _fill_error(["0x3ff0000000000000", 1], "complex64", "/fill_value/0")
-    assert str(err) == (
-        "f at /fill_value/0: fill_value does not fit the element type float32 "
-        "(got '0x3ff0000000000000') [ZARR-007]"
-    )
+    assert error_fields(err) == {
+        "rule": "ZARR-007",
+        "file": "f",
+        "message": "fill_value does not fit the element type float32",
+        "pointer": "/fill_value/0",
+        "got": "0x3ff0000000000000",
+    }
     err = _fill_error([1, "x"], "complex128", "/fill_value/1")
-    assert str(err) == (
-        "f at /fill_value/1: fill_value does not fit the element type float64 (got 'x') [ZARR-007]"
-    )
+    assert error_fields(err) == {
+        "rule": "ZARR-007",
+        "file": "f",
+        "message": "fill_value does not fit the element type float64",
+        "pointer": "/fill_value/1",
+        "got": "x",
+    }
