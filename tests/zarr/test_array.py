@@ -25,6 +25,7 @@ from ockpt.zarr.array import (
 from ockpt.zarr.codecs import BytesCodec
 from ockpt.zarr.v2 import ArrayV2Metadata
 from ockpt.zarr.v3 import ArrayV3Metadata
+from tests.support.errors import error_fields
 
 EMPTY = 2**64 - 1
 
@@ -217,11 +218,13 @@ def test_missing_chunk_error():
     Kills missing_chunk 1-9."""
     err = missing_chunk("x/c/0: chunk [0]")
     assert type(err) is MissingDataError and isinstance(err, KeyError)
-    assert err.rule == "LOAD-041" and err.file is None and err.pointer is None
-    assert str(err) == (
-        "x/c/0: chunk [0] is missing and the checkpoint stores every chunk "
-        "(store_array_data_equal_to_fill_value; ZARR-008) [LOAD-041]"
-    )
+    assert error_fields(err) == {
+        "rule": "LOAD-041",
+        "file": None,
+        "message": "x/c/0: chunk [0] is missing and the checkpoint stores every chunk "
+        "(store_array_data_equal_to_fill_value; ZARR-008)",
+        "pointer": None,
+    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -308,17 +311,20 @@ def test_read_region_missing_chunks_fill_or_fail():
         lambda: read_region(meta, store.get, np.zeros((5, 7), "<i4"), missing="error", file="ck"),
         MissingDataError,
     )
-    assert str(err) == (
-        "ck/c/1/1: chunk [1, 1] is missing and the checkpoint stores every chunk "
-        "(store_array_data_equal_to_fill_value; ZARR-008) [LOAD-041]"
-    )
+    assert error_fields(err) == {
+        "rule": "LOAD-041",
+        "file": None,
+        "message": "ck/c/1/1: chunk [1, 1] is missing and the checkpoint stores every chunk "
+        "(store_array_data_equal_to_fill_value; ZARR-008)",
+        "pointer": None,
+    }
     err = _raises(
         lambda: read_region(
             meta, {}.get, np.zeros((1, 1), "<i4"), [(4, 5), (6, 7)], missing="error"
         ),
         MissingDataError,
     )
-    assert str(err).startswith("c/2/2: chunk [2, 2] is missing") and err.rule == "LOAD-041"
+    assert err.rule == "LOAD-041" and err.message.startswith("c/2/2: chunk [2, 2] is missing")
 
 
 def test_read_region_checks_out_and_skips_empty_regions():
@@ -366,10 +372,14 @@ def test_read_region_chunk_errors_name_the_chunk_file():
             file="ck",
         )
     )
-    assert str(err) == (
-        "ck/p/0.0: chunk bytes do not match the chunk shape and element size "
-        "(expected 24, got 23) [ZARR-003]"
-    )
+    assert error_fields(err) == {
+        "rule": "ZARR-003",
+        "file": "ck/p/0.0",
+        "message": "chunk bytes do not match the chunk shape and element size",
+        "pointer": None,
+        "expected": 24,
+        "got": 23,
+    }
     assert err.pointer is None
     err = _raises(
         lambda: read_region(
@@ -487,10 +497,13 @@ def test_sharded_missing_inner_chunks_fill_or_fail():
         lambda: read_region(meta, store.get, np.zeros((8, 12), "<i4"), missing="error", file="ck"),
         MissingDataError,
     )
-    assert str(err) == (
-        "ck/c/0/0: inner chunk [1, 0] of the shard is missing and the checkpoint stores every "
-        "chunk (store_array_data_equal_to_fill_value; ZARR-008) [LOAD-041]"
-    )
+    assert error_fields(err) == {
+        "rule": "LOAD-041",
+        "file": None,
+        "message": "ck/c/0/0: inner chunk [1, 0] of the shard is missing and the checkpoint stores "
+        "every chunk (store_array_data_equal_to_fill_value; ZARR-008)",
+        "pointer": None,
+    }
     out = np.zeros((2, 3), "<i4")
     read_region(meta, store.get, out, [(0, 2), (0, 3)], missing="error")  # (0, 0) is stored
     assert np.array_equal(out, SHARDED[0:2, 0:3])
@@ -502,7 +515,8 @@ def test_sharded_missing_inner_chunks_fill_or_fail():
         lambda: read_region(meta, store.get, np.zeros((8, 12), "<i4"), missing="error"),
         MissingDataError,
     )
-    assert str(err).startswith("c/0/0: inner chunk [1, 0] of the shard is missing")
+    assert err.rule == "LOAD-041"
+    assert err.message.startswith("c/0/0: inner chunk [1, 0] of the shard is missing")
 
 
 def test_sharded_errors_name_the_shard_and_inner_chunk():
@@ -529,7 +543,11 @@ def test_sharded_errors_name_the_shard_and_inner_chunk():
     err = _raises(
         lambda: read_region(meta, {"c/1/0": shard}.get, np.zeros((4, 6), "<i4"), [(4, 8), (0, 6)])
     )
-    assert str(err) == (
-        "c/1/0 at inner chunk [1, 1]: chunk bytes do not match the chunk shape and element size "
-        "(expected 24, got 20) [ZARR-003]"
-    )
+    assert error_fields(err) == {
+        "rule": "ZARR-003",
+        "file": "c/1/0",
+        "message": "chunk bytes do not match the chunk shape and element size",
+        "pointer": "inner chunk [1, 1]",
+        "expected": 24,
+        "got": 20,
+    }
