@@ -19,6 +19,7 @@ from ockpt.zarr import (
     open_metadata,
     read_region,
 )
+from tests.support.errors import assert_error
 from tests.support.ocdbt import fixture_databases, short
 
 ROOTS = [p for p in fixture_databases() if not p.name.startswith("ocdbt.process_")]
@@ -300,8 +301,9 @@ def test_missing_chunk_reads_as_fill_or_is_an_error():
     out = np.empty((8, 8), "<i4")
     read_region(meta, {}.get, out)
     assert (out == 7).all()
-    with pytest.raises(MissingDataError, match="LOAD-041"):
+    with pytest.raises(MissingDataError) as info:
         read_region(meta, {}.get, out, missing="error")
+    assert_error(info, rule="LOAD-041")
 
 
 def test_missing_inner_chunk():
@@ -311,8 +313,9 @@ def test_missing_inner_chunk():
     out = np.empty((8, 8), "<i4")
     read_region(meta, {"c/0/0": shard}.get, out)
     assert (out[:4, 4:] == -1).all() and np.array_equal(out[4:], values[4:])
-    with pytest.raises(MissingDataError, match="LOAD-041"):
+    with pytest.raises(MissingDataError) as info:
         read_region(meta, {"c/0/0": shard}.get, out, missing="error")
+    assert_error(info, rule="LOAD-041")
 
 
 @pytest.mark.parametrize(
@@ -339,7 +342,6 @@ def _err(rule, fn):
     with pytest.raises(ZarrFormatError) as info:
         fn()
     assert info.value.rule == rule, str(info.value)
-    assert f"[{rule}]" in str(info.value)
     return info.value
 
 
@@ -352,7 +354,7 @@ def test_shard_index_crc_mismatch():
         "ZARR-016",
         lambda: read_region(meta, {"c/0/0": bytes(shard)}.get, np.empty((8, 8), "<i4"), file="arr"),
     )
-    assert "arr/c/0/0" in str(e)
+    assert e.file == "arr/c/0/0"
 
 
 def test_shard_index_entry_out_of_range():
@@ -605,12 +607,13 @@ def test_codecs_are_looked_up_by_their_json_name():
         assert codec.kind in ("array_to_array", "array_to_bytes", "bytes_to_bytes")
     with pytest.raises(ZarrFormatError) as info:
         codecs.parse_codec({"name": "blosc"}, rank=1, dtype=np.dtype("<f4"), file="f", pointer="")
-    assert info.value.rule == "ZARR-013"
-    assert "bytes, transpose, zstd, gzip, crc32c or sharding_indexed" in str(info.value)
+    assert_error(
+        info, rule="ZARR-013", expected="bytes, transpose, zstd, gzip, crc32c or sharding_indexed"
+    )
     assert list(codecs.V2_COMPRESSORS) == ["zstd", "gzip", "zlib"]
     pipeline = codecs.from_v2_compressor({"id": "zlib", "level": 1}, np.dtype("<f4"))
     assert [c.name for c in pipeline.bytes_to_bytes] == ["gzip"]
     assert pipeline.bytes_to_bytes[0].wbits == 15
     with pytest.raises(ZarrFormatError) as info:
         codecs.from_v2_compressor({"id": "blosc"}, np.dtype("<f4"))
-    assert info.value.rule == "ZARR-004" and "null, zstd, gzip or zlib" in str(info.value)
+    assert_error(info, rule="ZARR-004", expected="null, zstd, gzip or zlib")
