@@ -12,6 +12,7 @@ from ockpt.documents import (
 from ockpt.documents.array_metadatas import ArrayMetadata, process_index
 from ockpt.errors import DocumentError
 from tests.support import FIXTURES
+from tests.support.errors import error_fields
 
 
 def _error(fn, *args, **kwargs) -> DocumentError:
@@ -20,9 +21,9 @@ def _error(fn, *args, **kwargs) -> DocumentError:
     return info.value
 
 
-def _text(fn, *args, **kwargs) -> str:
-    """The whole text of the DocumentError that `fn(*args, **kwargs)` raises."""
-    return str(_error(fn, *args, **kwargs))
+def _fields(fn, *args, **kwargs) -> dict:
+    """The fields of the DocumentError that `fn(*args, **kwargs)` raises."""
+    return error_fields(_error(fn, *args, **kwargs))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -64,57 +65,114 @@ def test_array_metadata_faults_name_file_pointer_and_rule():
     file name is the directory's. Kills ArrayMetadatas.from_json and ArrayMetadata.from_json
     mutants on those messages, rules, files, pointers, expected and got values."""
 
-    def text(obj):
-        return _text(ArrayMetadatas.from_json, obj, file="a")
+    def fields(obj):
+        return _fields(ArrayMetadatas.from_json, obj, file="a")
 
-    def one(**fields):
+    def one(**members):
         first = {"array_metadata": {"param_name": "p"}}
-        return text({"array_metadatas": [first, {"array_metadata": {"param_name": "w", **fields}}]})
+        return fields(
+            {"array_metadatas": [first, {"array_metadata": {"param_name": "w", **members}}]}
+        )
 
-    A = "a at /array_metadatas/1/array_metadata"
+    A = "/array_metadatas/1/array_metadata"
     e = _error(ArrayMetadatas.from_json, [], file="a")
-    assert str(e) == "a: wrong type (expected 'object', got 'array') [ARRM-001]" and e.pointer == ""
+    assert error_fields(e) == {
+        "rule": "ARRM-001",
+        "file": "a",
+        "message": "wrong type",
+        "pointer": "",
+        "expected": "object",
+        "got": "array",
+    }
     e = _error(ArrayMetadatas.from_json, {}, file="a")
-    assert str(e) == "a: required field 'array_metadatas' is missing [ARRM-001]"
-    assert e.pointer == ""
-    assert text({"array_metadatas": {}}) == (
-        "a at /array_metadatas: wrong type (expected 'array', got 'object') [ARRM-001]"
-    )
-    assert text({"array_metadatas": [{"array_metadata": {"param_name": "p"}}, []]}) == (
-        "a at /array_metadatas/1: wrong type (expected 'object', got 'array') [ARRM-001]"
-    )
+    assert error_fields(e) == {
+        "rule": "ARRM-001",
+        "file": "a",
+        "message": "required field 'array_metadatas' is missing",
+        "pointer": "",
+    }
+    assert fields({"array_metadatas": {}}) == {
+        "rule": "ARRM-001",
+        "file": "a",
+        "message": "wrong type",
+        "pointer": "/array_metadatas",
+        "expected": "array",
+        "got": "object",
+    }
+    assert fields({"array_metadatas": [{"array_metadata": {"param_name": "p"}}, []]}) == {
+        "rule": "ARRM-001",
+        "file": "a",
+        "message": "wrong type",
+        "pointer": "/array_metadatas/1",
+        "expected": "object",
+        "got": "array",
+    }
     e = _error(
         ArrayMetadatas.from_json, {"array_metadatas": [{"array_metadata": {}, "x": 1}]}, file="a"
     )
-    assert str(e) == (
-        "a at /array_metadatas/0: entry must hold exactly 'array_metadata' "
-        "(expected ['array_metadata'], got ['array_metadata', 'x']) [ARRM-001]"
-    )
+    assert error_fields(e) == {
+        "rule": "ARRM-001",
+        "file": "a",
+        "message": "entry must hold exactly 'array_metadata'",
+        "pointer": "/array_metadatas/0",
+        "expected": ["array_metadata"],
+        "got": ["array_metadata", "x"],
+    }
     assert e.got == ["array_metadata", "x"] and e.expected == ["array_metadata"]
-    assert text({"array_metadatas": [{}]}) == (
-        "a at /array_metadatas/0: entry must hold exactly 'array_metadata' "
-        "(expected ['array_metadata'], got []) [ARRM-001]"
-    )
-    assert text({"array_metadatas": [{"array_metadata": "p"}]}) == (
-        "a at /array_metadatas/0/array_metadata: wrong type (expected 'object', got 'string') "
-        "[ARRM-001]"
-    )
-    assert text({"array_metadatas": [{"array_metadata": {"write_shape": [1]}}]}) == (
-        "a at /array_metadatas/0/array_metadata: required field 'param_name' is missing [ARRM-001]"
-    )
-    assert text({"array_metadatas": [{"array_metadata": {"param_name": 1}}]}) == (
-        "a at /array_metadatas/0/array_metadata/param_name: wrong type "
-        "(expected 'string', got 'integer') [ARRM-001]"
-    )
-    assert one(write_shape=2) == (
-        f"{A}/write_shape: wrong type (expected 'array', got 'integer') [ARRM-001]"
-    )
-    assert one(chunk_shape=[1, -1]) == (
-        f"{A}/chunk_shape/1: negative size (expected '>= 0', got -1) [ARRM-001]"
-    )
-    assert one(ext_metadata=[]) == (
-        f"{A}/ext_metadata: wrong type (expected 'object', got 'array') [ARRM-001]"
-    )
+    assert fields({"array_metadatas": [{}]}) == {
+        "rule": "ARRM-001",
+        "file": "a",
+        "message": "entry must hold exactly 'array_metadata'",
+        "pointer": "/array_metadatas/0",
+        "expected": ["array_metadata"],
+        "got": [],
+    }
+    assert fields({"array_metadatas": [{"array_metadata": "p"}]}) == {
+        "rule": "ARRM-001",
+        "file": "a",
+        "message": "wrong type",
+        "pointer": "/array_metadatas/0/array_metadata",
+        "expected": "object",
+        "got": "string",
+    }
+    assert fields({"array_metadatas": [{"array_metadata": {"write_shape": [1]}}]}) == {
+        "rule": "ARRM-001",
+        "file": "a",
+        "message": "required field 'param_name' is missing",
+        "pointer": "/array_metadatas/0/array_metadata",
+    }
+    assert fields({"array_metadatas": [{"array_metadata": {"param_name": 1}}]}) == {
+        "rule": "ARRM-001",
+        "file": "a",
+        "message": "wrong type",
+        "pointer": "/array_metadatas/0/array_metadata/param_name",
+        "expected": "string",
+        "got": "integer",
+    }
+    assert one(write_shape=2) == {
+        "rule": "ARRM-001",
+        "file": "a",
+        "message": "wrong type",
+        "pointer": f"{A}/write_shape",
+        "expected": "array",
+        "got": "integer",
+    }
+    assert one(chunk_shape=[1, -1]) == {
+        "rule": "ARRM-001",
+        "file": "a",
+        "message": "negative size",
+        "pointer": f"{A}/chunk_shape/1",
+        "expected": ">= 0",
+        "got": -1,
+    }
+    assert one(ext_metadata=[]) == {
+        "rule": "ARRM-001",
+        "file": "a",
+        "message": "wrong type",
+        "pointer": f"{A}/ext_metadata",
+        "expected": "object",
+        "got": "array",
+    }
     assert _error(ArrayMetadatas.from_json, []).file == "array_metadatas"
 
 
