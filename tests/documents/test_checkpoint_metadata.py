@@ -15,6 +15,7 @@ from ockpt.documents import (
 )
 from ockpt.errors import DocumentError
 from tests.support import FIXTURES
+from tests.support.errors import error_fields
 
 
 def _error(fn, *args, **kwargs) -> DocumentError:
@@ -23,9 +24,9 @@ def _error(fn, *args, **kwargs) -> DocumentError:
     return info.value
 
 
-def _text(fn, *args, **kwargs) -> str:
-    """The whole text of the DocumentError that `fn(*args, **kwargs)` raises."""
-    return str(_error(fn, *args, **kwargs))
+def _fields(fn, *args, **kwargs) -> dict:
+    """The fields of the DocumentError that `fn(*args, **kwargs)` raises."""
+    return error_fields(_error(fn, *args, **kwargs))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -62,28 +63,60 @@ def test_checkpoint_metadata_faults_name_file_pointer_and_rule():
     file name is `_CHECKPOINT_METADATA`. Kills CheckpointMetadata.from_json and _optional
     mutants on those messages, rules, files, pointers and checks."""
 
-    def text(obj):
-        return _text(CheckpointMetadata.from_json, obj, file="c")
+    def fields(obj):
+        return _fields(CheckpointMetadata.from_json, obj, file="c")
 
     e = _error(CheckpointMetadata.from_json, [], file="c")
-    assert str(e) == "c: wrong type (expected 'object', got 'array') [CKPT-001]" and e.pointer == ""
-    assert text({"item_handlers": 5}) == (
-        "c at /item_handlers: wrong type (expected 'string or object', got 'integer') [CKPT-001]"
-    )
-    assert text({"item_handlers": {"ok": "h", "a/b": 1}}) == (
-        "c at /item_handlers/a~1b: wrong type (expected 'string', got 'integer') [CKPT-001]"
-    )
+    assert error_fields(e) == {
+        "rule": "CKPT-001",
+        "file": "c",
+        "message": "wrong type",
+        "pointer": "",
+        "expected": "object",
+        "got": "array",
+    }
+    assert fields({"item_handlers": 5}) == {
+        "rule": "CKPT-001",
+        "file": "c",
+        "message": "wrong type",
+        "pointer": "/item_handlers",
+        "expected": "string or object",
+        "got": "integer",
+    }
+    assert fields({"item_handlers": {"ok": "h", "a/b": 1}}) == {
+        "rule": "CKPT-001",
+        "file": "c",
+        "message": "wrong type",
+        "pointer": "/item_handlers/a~1b",
+        "expected": "string",
+        "got": "integer",
+    }
     for name in ("metrics", "performance_metrics", "custom_metadata", "custom"):
-        assert text({name: []}) == (
-            f"c at /{name}: wrong type (expected 'object', got 'array') [CKPT-001]"
-        )
+        assert fields({name: []}) == {
+            "rule": "CKPT-001",
+            "file": "c",
+            "message": "wrong type",
+            "pointer": f"/{name}",
+            "expected": "object",
+            "got": "array",
+        }
     for name in ("init_timestamp_nsecs", "commit_timestamp_nsecs"):
-        assert text({name: 1.5}) == (
-            f"c at /{name}: wrong type (expected 'integer', got 'number') [CKPT-001]"
-        )
-        assert text({name: True}) == (
-            f"c at /{name}: wrong type (expected 'integer', got 'boolean') [CKPT-001]"
-        )
+        assert fields({name: 1.5}) == {
+            "rule": "CKPT-001",
+            "file": "c",
+            "message": "wrong type",
+            "pointer": f"/{name}",
+            "expected": "integer",
+            "got": "number",
+        }
+        assert fields({name: True}) == {
+            "rule": "CKPT-001",
+            "file": "c",
+            "message": "wrong type",
+            "pointer": f"/{name}",
+            "expected": "integer",
+            "got": "boolean",
+        }
     assert _error(CheckpointMetadata.from_json, []).file == "_CHECKPOINT_METADATA"
     nulls = {
         "item_handlers": {"a": None, "b": "h"},
@@ -144,14 +177,24 @@ def test_root_metadata_faults_and_round_trip():
     objects or null (ROOT-001 at the field); both kept, unknown fields too, written back in
     order. Kills RootMetadata.from_json / to_json and _optional / _emit mutants."""
     e = _error(RootMetadata.from_json, "x", file="r")
-    assert (
-        str(e) == "r: wrong type (expected 'object', got 'string') [ROOT-001]" and e.pointer == ""
-    )
+    assert error_fields(e) == {
+        "rule": "ROOT-001",
+        "file": "r",
+        "message": "wrong type",
+        "pointer": "",
+        "expected": "object",
+        "got": "string",
+    }
     assert _error(RootMetadata.from_json, "x").file == "metadata/_ROOT_METADATA"
     for name in ("internal_metadata", "custom_metadata"):
-        assert _text(RootMetadata.from_json, {name: 1}, file="r") == (
-            f"r at /{name}: wrong type (expected 'object', got 'integer') [ROOT-001]"
-        )
+        assert _fields(RootMetadata.from_json, {name: 1}, file="r") == {
+            "rule": "ROOT-001",
+            "file": "r",
+            "message": "wrong type",
+            "pointer": f"/{name}",
+            "expected": "object",
+            "got": "integer",
+        }
     raw = {"internal_metadata": {"v": 1}, "custom_metadata": None, "extra": 1}
     doc = RootMetadata.from_json(raw)
     assert (doc.internal_metadata, doc.custom_metadata, doc.extra) == ({"v": 1}, None, {"extra": 1})
