@@ -6,6 +6,7 @@ with Orbax's own restore of the same directory."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import json
 import math
@@ -20,10 +21,19 @@ import numpy as np
 import pytest
 
 import ockpt
-from ockpt import cli
+from ockpt import _jax, cli, limits
+from ockpt import checkpointables as ckpt
 from ockpt.documents._json import parse_json
-from ockpt.errors import DocumentError, FormatError, UnsupportedError
+from ockpt.errors import (
+    DocumentError,
+    FormatError,
+    MissingDataError,
+    NotACheckpointError,
+    TargetError,
+    UnsupportedError,
+)
 from ockpt.layout import Kind, detect, resolve
+from ockpt.random_keys import RandomKey
 from tests.support import FIXTURES, flat_leaves
 
 CASES = FIXTURES / "orbax-0.12.8"
@@ -149,8 +159,8 @@ def test_proto_items_are_refused_by_name():
         for asked in (None, ["proto"]):
             with pytest.raises(UnsupportedError) as e:
                 ockpt.load_checkpointables(path, asked)
-            assert e.value.rule == "HANDLER-004"
-            assert "'proto'" in str(e.value) and handler in str(e.value)
+            assert e.value.rule == "HANDLER-004" and e.value.file.endswith("/proto")
+            assert "'proto'" in e.value.message and handler in e.value.message
     text = _record.load_expected(ALL)["checkpointables"]["0/proto"]["text"]
     assert (ALL / "checkpoint/0/proto/proto.pbtxt").read_text() == text
 
@@ -169,8 +179,10 @@ def test_v1_json_checkpointables_and_targets():
         partial=True,
     )
     assert part["state"]["params"]["b"].dtype == np.float64 and part["notes"] == got["notes"]
-    with pytest.raises(ockpt.TargetError, match="only pytree items take a target"):
+    with pytest.raises(ockpt.TargetError) as e:
         ockpt.load_checkpointables(V1_ALL / "checkpoint", {"notes": []})
+    assert e.value.rule is None and e.value.file == str(V1_ALL / "checkpoint" / "notes")
+    assert "only pytree items take a target" in e.value.message
     arr = ockpt.load_checkpointables(ALL / "checkpoint", {"array_np": np.zeros((2, 3), np.int32)})
     assert arr["array_np"].dtype == np.int32 and arr["array_np"].tolist() == [[0, 1, 2], [3, 4, 5]]
 
@@ -192,7 +204,7 @@ def test_an_item_given_directly_and_unknown_names():
     assert ockpt.load_checkpointables(step / "raw_key")["raw_key"].tolist() == [0, 7]
     with pytest.raises(ockpt.NotACheckpointError) as e:
         ockpt.load_checkpointables(step, ["nope"])
-    assert e.value.rule == "LOAD-052" and "'nope'" in str(e.value)
+    assert e.value.rule == "LOAD-052" and "'nope'" in e.value.message
     # the manager's JSON item through the manager API reads the same file the same way
     assert (
         ockpt.CheckpointManager(ALL / "checkpoint").restore(0, item="meta")
@@ -336,7 +348,7 @@ def test_a_json_item_holds_one_file(tmp_path):
     assert detect(step).checkpointables["meta"].kind is Kind.UNKNOWN_ITEM
     with pytest.raises(FormatError) as e:
         ockpt.load_checkpointables(step, ["meta"])
-    assert e.value.rule == "HANDLER-001" and "JsonCheckpointHandler" in str(e.value)
+    assert e.value.rule == "HANDLER-001" and "JsonCheckpointHandler" in e.value.message
     report = ockpt.validate(step)
     assert any(f.rule == "HANDLER-001" for f in report.findings), report.format_text()
 
@@ -346,7 +358,7 @@ def test_json_item_values_are_strict_but_for_nan(tmp_path):
     (step / "meta" / "metadata").write_text('{"a": 1, "a": 2}')
     with pytest.raises(DocumentError) as e:
         ockpt.load_checkpointables(step, ["meta"])
-    assert e.value.rule == "JSON-002" and str(step / "meta" / "metadata") in str(e.value)
+    assert e.value.rule == "JSON-002" and e.value.file == str(step / "meta" / "metadata")
     (step / "meta" / "metadata").write_text('{"a": ')
     with pytest.raises(DocumentError) as e:
         ockpt.load_checkpointables(step, ["meta"])
@@ -389,7 +401,7 @@ def test_a_typed_key_of_four_words_is_not_guessed(tmp_path):
     assert detect(item).kind is Kind.RANDOM_KEY_ITEM
     with pytest.raises(UnsupportedError) as e:
         ockpt.load_checkpointables(item)
-    assert e.value.rule == "HANDLER-005" and "rbg" in str(e.value)
+    assert e.value.rule == "HANDLER-005" and "rbg" in e.value.message
     (item / "jax_random_key_metadata" / "metadata").write_text('{"typed": false}')
     assert ockpt.load_checkpointables(item)["key"].tolist() == [0, 1, 2, 3]
 
@@ -404,7 +416,7 @@ def test_an_item_of_an_unread_handler_is_refused_by_name(tmp_path):
     assert child.kind is Kind.UNKNOWN_ITEM and child.handler.endswith("Handler")
     with pytest.raises(UnsupportedError) as e:
         ockpt.load_checkpointables(root, ["counter"])
-    assert e.value.rule == "HANDLER-004" and "StatefulCheckpointableHandler" in str(e.value)
+    assert e.value.rule == "HANDLER-004" and "StatefulCheckpointableHandler" in e.value.message
     report = ockpt.validate(root)
     assert report.ok and not any(f.rule == "VAL-008" for f in report.findings)
 
@@ -493,3 +505,389 @@ def test_an_item_the_handlers_name_but_that_is_missing_is_refused():
     with pytest.raises(ockpt.MissingDataError) as e:
         ockpt.load_checkpointables(bad)
     assert e.value.rule == "LAYOUT-003"
+
+
+# --- checkpointables: load_checkpointables, _targets, load_item, _single_leaf, _only_key,
+# read_json_item and _random_key (options passed through, item names, every refusal's rule,
+# file and message, typed keys with and without jax) ---
+
+_ALL = ALL / "checkpoint"
+_V1_ALL = V1_ALL / "checkpoint"
+_TRAINING = TRAINING / "checkpoint"
+
+
+def _key_item(path: Path, tree: dict, typed: object = True) -> Path:
+    """A JAX random-key item at `path` whose key data is the pytree `tree`."""
+    ockpt.save_pytree(path / "jax_random_key", tree, layout="item")
+    (path / "jax_random_key_metadata").mkdir()
+    (path / "jax_random_key_metadata" / "metadata").write_text(json.dumps({"typed": typed}))
+    return path
+
+
+def test_load_checkpointables_defaults_load_whole_exact_and_unpadded() -> None:
+    b = np.zeros(4, np.float32)
+    with pytest.raises(TargetError):  # partial=False: the target must hold every leaf
+        ockpt.load_checkpointables(_V1_ALL, {"state": {"params": {"b": b}}})
+    with pytest.raises(TargetError):  # pad_or_truncate=False: shapes must match
+        ockpt.load_checkpointables(
+            _V1_ALL, {"state": {"params": {"b": np.zeros(6, np.float32)}}}, partial=True
+        )
+    with pytest.raises(TargetError):  # cast="exact": no narrowing
+        ockpt.load_checkpointables(
+            _V1_ALL, {"state": {"params": {"b": np.zeros(4, np.float16)}}}, partial=True
+        )
+
+
+def test_load_checkpointables_passes_cast_and_pad_or_truncate_to_each_item() -> None:
+    want = ockpt.load_checkpointables(_V1_ALL, ["state"])["state"]["params"]["b"]
+    got = ockpt.load_checkpointables(
+        _V1_ALL,
+        {"state": {"params": {"b": np.zeros(6, np.float16)}}},
+        partial=True,
+        cast="lossy",
+        pad_or_truncate=True,
+    )["state"]["params"]["b"]
+    assert got.dtype == np.float16 and got.shape == (6,)
+    assert np.array_equal(got[:4], want.astype(np.float16)) and not got[4:].any()
+
+
+def test_load_item_defaults_load_whole_exact_and_unpadded() -> None:
+    layout = detect(_V1_ALL).checkpointables["state"]
+    whole = ckpt.load_item(layout, name="state")
+    assert sorted(whole) == sorted(ockpt.load_pytree(_V1_ALL / "state"))
+    with pytest.raises(TargetError):
+        ckpt.load_item(layout, {"params": {"b": np.zeros(4, np.float32)}}, name="state")
+    with pytest.raises(TargetError):
+        ckpt.load_item(
+            layout, {"params": {"b": np.zeros(6, np.float32)}}, name="state", partial=True
+        )
+    with pytest.raises(TargetError):
+        ckpt.load_item(
+            layout, {"params": {"b": np.zeros(4, np.float16)}}, name="state", partial=True
+        )
+
+
+def test_load_checkpointables_passes_context_and_backend_to_every_read(monkeypatch) -> None:
+    """Each read of each item gets the caller's `context` and `backend` (a tensorstore
+    context is recorded here and dropped, so that the python backend reads)."""
+    context = object()
+    calls: list[tuple[str, object, object]] = []
+
+    def spy(name, real):
+        def wrapped(*args, **kw):
+            calls.append((name, kw.get("context", "missing"), kw.get("backend", "missing")))
+            if kw.get("context") is context:
+                kw["context"] = None
+            return real(*args, **kw)
+
+        return wrapped
+
+    for name in ("resolve", "load_pytree", "pytree_metadata"):
+        monkeypatch.setattr(ckpt, name, spy(name, getattr(ckpt, name)))
+    got = ockpt.load_checkpointables(
+        _ALL, ["array", "key", "state"], context=context, backend="python"
+    )
+    assert sorted(got) == ["array", "key", "state"]
+    target = ockpt.load_checkpointables(
+        _ALL, {"array": np.zeros((8, 4), np.float32)}, context=context, backend="python"
+    )
+    assert target["array"].shape == (8, 4)
+    names = [c[0] for c in calls]
+    assert names.count("resolve") == 2 and "pytree_metadata" in names
+    assert names.count("load_pytree") == 4  # array, key data, state; array with a target
+    for name, ctx, backend in calls:
+        assert ctx is context, name
+        if name != "resolve":
+            assert backend == "python", name
+
+
+def test_an_item_given_directly_is_named_after_its_directory(tmp_path) -> None:
+    meta = _ALL / "0" / "meta"
+    value = ockpt.load_checkpointables(meta)["meta"]
+    assert ockpt.load_checkpointables(str(meta) + "/") == {"meta": value}
+    odd = tmp_path / "meta X/"  # a name ending in letters of the separator's neighbours
+    shutil.copytree(meta, tmp_path / "meta X")
+    assert ockpt.load_checkpointables(str(odd)) == {"meta X": value}
+    shutil.copytree(meta, tmp_path / "notesX")
+    assert ockpt.load_checkpointables(tmp_path / "notesX") == {"notesX": value}
+
+
+def test_load_checkpointables_refuses_a_missing_named_item_whole() -> None:
+    bad = FIXTURES / "bad" / "v1_missing_item" / "checkpoint"
+    (problem,) = [p for p in detect(bad).problems if p.rule == "LAYOUT-003"]
+    with pytest.raises(MissingDataError) as e:
+        ockpt.load_checkpointables(bad)
+    assert e.value.rule == "LAYOUT-003"
+    assert e.value.file == str(bad)
+    assert e.value.message == problem.message
+
+
+def test_load_checkpointables_refuses_a_str_and_unknown_names() -> None:
+    with pytest.raises(TypeError) as e:
+        ockpt.load_checkpointables(_ALL, "meta")
+    assert str(e.value) == ("checkpointables must be a collection of names or a mapping, not a str")
+    with pytest.raises(NotACheckpointError) as e:
+        ockpt.load_checkpointables(_ALL, ["zz", "meta", "nope"])
+    assert e.value.rule == "LOAD-052"
+    assert e.value.file == str(_ALL / "0")
+    items = sorted(detect(_ALL / "0").checkpointables)
+    assert e.value.message == f"no item 'nope', 'zz'; items: {items}"
+
+
+def test_every_item_by_default_leaves_stray_directories_aside(tmp_path) -> None:
+    step = tmp_path / "1"
+    shutil.copytree(_TRAINING / "1", step)
+    (step / "stray").mkdir()
+    (step / "stray" / "a").write_text("x")
+    (step / "stray" / "b").write_text("y")
+    assert sorted(ockpt.load_checkpointables(step)) == ["metrics", "state"]
+    (step / "named").mkdir()  # an item the handlers name, but not what its handler writes
+    (step / "named" / "a.json").write_text("{}")
+    (step / "named" / "sub").mkdir()
+    meta_file = step / "_CHECKPOINT_METADATA"
+    meta = json.loads(meta_file.read_text())
+    meta["item_handlers"]["named"] = "x.JsonCheckpointHandler"
+    meta_file.write_text(json.dumps(meta))
+    with pytest.raises(FormatError) as e:
+        ockpt.load_checkpointables(step)
+    assert e.value.rule == "HANDLER-001" and e.value.file == str(step / "named")
+
+
+def test_load_item_refusals_name_rule_file_and_item(tmp_path) -> None:
+    with pytest.raises(TargetError) as e:
+        ockpt.load_checkpointables(_V1_ALL, {"notes": []})
+    assert e.value.file == str(_V1_ALL / "notes")
+    assert e.value.message == "item 'notes' is a json_item: only pytree items take a target"
+    step = _copy_step(tmp_path)
+    for name in ("bad_json", "pytree_named", "stray", "stateful"):
+        (step / name).mkdir()
+        (step / name / "a").write_text("x")
+        (step / name / "b").write_text("y")
+    _set_handler(step, "bad_json", "x.JsonCheckpointHandler")
+    _set_handler(step, "pytree_named", "x.PyTreeCheckpointHandler")
+    _set_handler(step, "stateful", "x.StatefulCheckpointableHandler")
+    layout = detect(step).checkpointables
+    cases = {
+        "bad_json": (FormatError, "HANDLER-001", "item 'bad_json': {}"),
+        "pytree_named": (
+            NotACheckpointError,
+            "LOAD-050",
+            "item 'pytree_named' is not a pytree item: {}",
+        ),
+        "stray": (NotACheckpointError, "LOAD-050", "item 'stray' is no item ockpt can type: {}"),
+        "stateful": (
+            UnsupportedError,
+            "HANDLER-004",
+            "item 'stateful' was written by StatefulCheckpointableHandler, which ockpt does not "
+            "read ({})",
+        ),
+    }
+    for name, (cls, rule, message) in cases.items():
+        with pytest.raises(cls) as e:
+            ockpt.load_checkpointables(step, [name])
+        assert type(e.value) is cls, name
+        assert e.value.rule == rule, name
+        assert e.value.file == str(step / name), name
+        assert e.value.message == message.format(layout[name].reason), name
+
+
+def test_a_proto_item_is_refused_naming_its_writer_or_none(tmp_path) -> None:
+    text = (
+        "is a protobuf message in text format, which ockpt does not read: it needs the message "
+        "type (parse the file with google.protobuf.text_format)"
+    )
+    with pytest.raises(UnsupportedError) as e:
+        ockpt.load_checkpointables(_ALL, ["proto"])
+    assert e.value.rule == "HANDLER-004" and e.value.file == str(_ALL / "0" / "proto")
+    assert e.value.message == f"item 'proto' (written by ProtoCheckpointHandler) {text}"
+    proto = detect(_ALL / "0").checkpointables["proto"]
+    assert proto.kind is Kind.PROTO_ITEM
+    with pytest.raises(UnsupportedError) as e:
+        ckpt.load_item(dataclasses.replace(proto, handler=None), name="p")
+    assert e.value.message == f"item 'p' (no handler named) {text}"
+
+
+def test_an_array_item_must_hold_one_leaf(tmp_path) -> None:
+    step = _copy_step(tmp_path)
+    _set_handler(step, "tree", "x.ArrayCheckpointHandler")
+    for target in (None, {"tree": np.zeros(3)}):
+        with pytest.raises(FormatError) as e:
+            ockpt.load_checkpointables(step, ["tree"] if target is None else target)
+        assert e.value.rule == "HANDLER-002" and e.value.file == str(step / "tree")
+        assert e.value.message == (
+            "an item of one array saved alone must hold exactly one leaf, found 2 top-level keys"
+        )
+    item = tmp_path / "listed"
+    ockpt.save_pytree(item, [np.arange(3)], layout="item")
+    (item / "_CHECKPOINT_METADATA").write_text(
+        json.dumps({"item_handlers": "x.ArrayCheckpointHandler"})
+    )
+    with pytest.raises(FormatError) as e:
+        ockpt.load_checkpointables(item)
+    assert e.value.rule == "HANDLER-002" and e.value.file == str(item)
+    assert e.value.message.endswith("must hold exactly one leaf, found list")
+
+
+def test_an_array_item_with_a_target_takes_the_load_options() -> None:
+    want = ockpt.load_checkpointables(_ALL, ["array"])["array"]
+    got = ockpt.load_checkpointables(
+        _ALL, {"array": np.zeros((8, 5), np.float16)}, cast="lossy", pad_or_truncate=True
+    )["array"]
+    assert got.dtype == np.float16 and got.shape == (8, 5)
+    assert np.array_equal(got[:, :4], want.astype(np.float16)) and not got[:, 4].any()
+
+
+def test_read_json_item_refuses_more_than_one_file(tmp_path) -> None:
+    step = _copy_step(tmp_path)
+    layout = detect(step).checkpointables["meta"]
+    assert layout.kind is Kind.JSON_ITEM
+    (step / "meta" / "sub").mkdir()
+    with pytest.raises(FormatError) as e:
+        ckpt.read_json_item(layout)
+    assert e.value.rule == "HANDLER-001" and e.value.file == str(step / "meta")
+    assert e.value.message == (
+        "a JSON item must hold exactly one file besides commit_success.txt, found "
+        "['metadata'] and directories ['sub']"
+    )
+    (step / "meta" / "sub").rmdir()
+    (step / "meta" / "extra").write_text("{}")
+    with pytest.raises(FormatError) as e:
+        ckpt.read_json_item(layout)
+    assert e.value.rule == "HANDLER-001"
+    assert e.value.message == (
+        "a JSON item must hold exactly one file besides commit_success.txt, found "
+        "['extra', 'metadata']"
+    )
+
+
+def test_read_json_item_is_bounded_by_the_json_limit(tmp_path) -> None:
+    step = _copy_step(tmp_path)
+    layout = detect(step).checkpointables["meta"]
+    size = (step / "meta" / "metadata").stat().st_size
+    with limits.applied(dataclasses.replace(limits.LIMITS, max_json_bytes=size)):
+        assert ckpt.read_json_item(layout) == json.loads((step / "meta" / "metadata").read_text())
+    with limits.applied(dataclasses.replace(limits.LIMITS, max_json_bytes=size - 1)):
+        with pytest.raises(FormatError) as e:
+            ckpt.read_json_item(layout)
+    assert e.value.rule == "JSON-003"
+    assert str(step / "meta" / "metadata") in str(e.value)
+
+
+def test_read_json_item_of_a_file_removed_meanwhile(tmp_path, monkeypatch) -> None:
+    step = _copy_step(tmp_path)
+    layout = detect(step).checkpointables["meta"]
+    store = type(layout.location)
+    real = store.list_dir
+
+    def list_then_remove(self, *args, **kw):
+        listing = real(self, *args, **kw)
+        (step / "meta" / "metadata").unlink()
+        return listing
+
+    monkeypatch.setattr(store, "list_dir", list_then_remove)
+    with pytest.raises(NotACheckpointError) as e:
+        ckpt.read_json_item(layout)
+    assert e.value.rule == "LOAD-055"
+    assert e.value.file == str(step / "meta" / "metadata")
+    assert e.value.message == "removed meanwhile"
+
+
+def test_a_random_key_item_needs_both_parts_of_their_kinds() -> None:
+    key = detect(_ALL / "0").checkpointables["key"]
+    data = key.checkpointables["jax_random_key"]
+    meta = key.checkpointables["jax_random_key_metadata"]
+    assert (data.kind, meta.kind) == (Kind.PYTREE_ITEM, Kind.JSON_ITEM)
+    for parts in (
+        {"jax_random_key_metadata": meta},
+        {"jax_random_key": data},
+        {"jax_random_key": meta, "jax_random_key_metadata": meta},
+        {"jax_random_key": data, "jax_random_key_metadata": data},
+    ):
+        with pytest.raises(FormatError) as e:
+            ckpt.load_item(dataclasses.replace(key, checkpointables=parts), name="k")
+        assert e.value.rule == "HANDLER-003" and e.value.file == str(_ALL / "0" / "key")
+        kind = "jax" if "jax_random_key" in parts else "np"  # no key data: a numpy item's
+        assert e.value.message == (
+            f"item 'k': a random-key item holds a pytree item {kind}_random_key/ and a JSON "
+            f"item {kind}_random_key_metadata/"
+        )
+
+
+def test_a_random_key_items_metadata_must_say_typed_or_legacy(tmp_path) -> None:
+    step = _copy_step(tmp_path)
+    (step / "key" / "jax_random_key_metadata" / "metadata").write_text('{"typed": 1}')
+    with pytest.raises(DocumentError) as e:
+        ockpt.load_checkpointables(step, ["key"])
+    assert e.value.rule == "HANDLER-003" and e.value.pointer == "/typed"
+    assert e.value.file == str(step / "key" / "jax_random_key_metadata")
+    assert e.value.message == "must be an object with the boolean 'typed'"
+    (step / "np_key" / "np_random_key_metadata" / "metadata").write_text("[]")
+    with pytest.raises(DocumentError) as e:
+        ockpt.load_checkpointables(step, ["np_key"])
+    assert e.value.pointer == "/legacy"
+    assert e.value.message == "must be an object with the boolean 'legacy'"
+
+
+def test_a_random_key_items_data_holds_one_leaf(tmp_path) -> None:
+    item = _key_item(tmp_path / "key", {"a": np.zeros(2, np.uint32), "b": np.zeros(2, np.uint32)})
+    with pytest.raises(FormatError) as e:
+        ockpt.load_checkpointables(item)
+    assert e.value.rule == "HANDLER-002" and e.value.file == str(item / "jax_random_key")
+
+
+def test_typed_key_data_that_does_not_tell_its_implementation(tmp_path) -> None:
+    for name, data in (("four", np.arange(4, dtype=np.uint32)), ("scalar", np.uint32(5))):
+        item = _key_item(tmp_path / name, {"checkpoint": data})
+        with pytest.raises(UnsupportedError) as e:
+            ockpt.load_checkpointables(item)
+        assert e.value.rule == "HANDLER-005" and e.value.file == str(item), name
+        shape = list(np.asarray(data).shape)
+        assert e.value.message == (
+            f"item {name!r}: typed key data uint32 {shape} does not tell its implementation "
+            "(a last dimension of 4 is rbg or unsafe_rbg, which JaxRandomKeyCheckpointHandler "
+            "does not record); load the raw data with "
+            f"load_pytree({str(item / 'jax_random_key')!r}) and wrap it with "
+            "jax.random.wrap_key_data"
+        ), name
+
+
+def test_a_typed_key_without_jax_loaded_is_a_random_key(monkeypatch) -> None:
+    monkeypatch.setattr(_jax, "jax_loaded", lambda: False)
+    got = ockpt.load_checkpointables(_ALL, ["key", "raw_key"])
+    assert type(got["key"]) is RandomKey
+    assert got["key"].impl == "threefry2x32" and got["key"].data.tolist() == [0, 42]
+    assert got["key"].data.dtype == np.uint32
+    assert type(got["raw_key"]) is np.ndarray and got["raw_key"].tolist() == [0, 7]
+
+
+def test_a_typed_key_takes_the_implementation_its_data_tells(tmp_path) -> None:
+    jax = pytest.importorskip("jax")
+    default = jax.config.jax_default_prng_impl
+    jax.config.update("jax_default_prng_impl", "rbg")
+    try:
+        got = ockpt.load_checkpointables(_ALL, ["key"])["key"]
+    finally:
+        jax.config.update("jax_default_prng_impl", default)
+    assert str(jax.random.key_impl(got)) == "threefry2x32"
+    assert np.asarray(jax.random.key_data(got)).tolist() == [0, 42]
+
+
+def test_a_typed_key_recorded_in_array_metadatas(tmp_path, monkeypatch) -> None:
+    """Key data whose array_metadatas record the implementation loads as a typed key already:
+    its data is taken from it (jax loaded, or not)."""
+    jax = pytest.importorskip("jax")
+    item = _key_item(tmp_path / "key", {"checkpoint": jax.random.key(3)})
+    want = np.asarray(jax.random.key_data(jax.random.key(3)))
+    got = ockpt.load_checkpointables(item)["key"]
+    assert str(jax.random.key_impl(got)) == "threefry2x32"
+    assert np.array_equal(np.asarray(jax.random.key_data(got)), want)
+    (item / "jax_random_key_metadata" / "metadata").write_text('{"typed": false}')
+    raw = ockpt.load_checkpointables(item)["key"]
+    assert type(raw) is np.ndarray and raw.dtype == np.uint32 and np.array_equal(raw, want)
+    monkeypatch.setattr(_jax, "jax_loaded", lambda: False)
+    raw = ockpt.load_checkpointables(item)["key"]
+    assert type(raw) is np.ndarray and raw.dtype == np.uint32 and np.array_equal(raw, want)
+    (item / "jax_random_key_metadata" / "metadata").write_text('{"typed": true}')
+    key = ockpt.load_checkpointables(item)["key"]
+    assert type(key) is RandomKey and key.impl == "threefry2x32"
+    assert np.array_equal(key.data, want)
