@@ -9,6 +9,7 @@ import pytest
 
 from ockpt.documents._json import parse_json
 from ockpt.errors import DocumentError
+from tests.support.errors import error_fields
 
 # ---------------------------------------------------------------------------------------------
 # documents/_base.py (Document.from_bytes, read, to_bytes) and documents/strings.py
@@ -23,17 +24,55 @@ def test_from_bytes_and_read_name_the_file_in_errors(tmp_path):
     doc = StringsDocument.from_bytes(b'{"a":{"b":"x"}}')
     assert doc.values == {"a": {"b": "x"}} and doc.file == "_strings.json"
     assert StringsDocument.from_bytes(b'{"a":"x"}', file="g.json").file == "g.json"
-    for data, file, text in [
-        (b'{"a":1}', None, "_strings.json at /a: string leaf is not a string "
-                           "(expected 'string', got 'integer') [STR-001]"),
-        (b'{"a":1}', "g.json", "g.json at /a: string leaf is not a string "
-                               "(expected 'string', got 'integer') [STR-001]"),
-        (b'{"a":"x","a":"y"}', None, "_strings.json: duplicate key 'a' [JSON-002]"),
-        (b'{"a":"x","a":"y"}', "g.json", "g.json: duplicate key 'a' [JSON-002]"),
-    ]:  # fmt: skip
+    for data, file, want in [
+        (
+            b'{"a":1}',
+            None,
+            {
+                "rule": "STR-001",
+                "file": "_strings.json",
+                "message": "string leaf is not a string",
+                "pointer": "/a",
+                "expected": "string",
+                "got": "integer",
+            },
+        ),
+        (
+            b'{"a":1}',
+            "g.json",
+            {
+                "rule": "STR-001",
+                "file": "g.json",
+                "message": "string leaf is not a string",
+                "pointer": "/a",
+                "expected": "string",
+                "got": "integer",
+            },
+        ),
+        (
+            b'{"a":"x","a":"y"}',
+            None,
+            {
+                "rule": "JSON-002",
+                "file": "_strings.json",
+                "message": "duplicate key 'a'",
+                "pointer": "",
+            },
+        ),
+        (
+            b'{"a":"x","a":"y"}',
+            "g.json",
+            {
+                "rule": "JSON-002",
+                "file": "g.json",
+                "message": "duplicate key 'a'",
+                "pointer": "",
+            },
+        ),
+    ]:
         with pytest.raises(DocumentError) as info:
             StringsDocument.from_bytes(data, file=file)
-        assert str(info.value) == text
+        assert error_fields(info) == want
     path = tmp_path / "s.json"
     path.write_bytes(b'{"p":{"q":"v"}}')
     read = StringsDocument.read(path)
@@ -42,9 +81,14 @@ def test_from_bytes_and_read_name_the_file_in_errors(tmp_path):
     path.write_bytes(b'{"p":{"q":[]}}')
     with pytest.raises(DocumentError) as info:
         StringsDocument.read(path)
-    assert str(info.value) == (
-        f"{path} at /p/q: string leaf is not a string (expected 'string', got 'array') [STR-001]"
-    )
+    assert error_fields(info) == {
+        "rule": "STR-001",
+        "file": f"{path}",
+        "message": "string leaf is not a string",
+        "pointer": "/p/q",
+        "expected": "string",
+        "got": "array",
+    }
 
 
 def test_to_bytes_writes_each_model_with_its_separators():
@@ -67,18 +111,44 @@ def test_strings_from_json_names_the_pointer_of_a_bad_leaf():
     doc = StringsDocument.from_json(raw, file="s.json")
     assert doc.values == raw and doc.file == "s.json"
     assert StringsDocument.from_json({}).file == "_strings.json"
-    for bad, text in [
-        ({"a": {"b/c": {"d~": None}}},
-         "s.json at /a/b~1c/d~0: string leaf is not a string (expected 'string', got 'null') "
-         "[STR-001]"),
-        ({"a": "x", "b": 1.5}, "s.json at /b: string leaf is not a string "
-                                "(expected 'string', got 'number') [STR-001]"),
-        (["x"], "s.json: wrong type (expected 'object', got 'array') [STR-001]"),
-    ]:  # fmt: skip
+    for bad, want in [
+        (
+            {"a": {"b/c": {"d~": None}}},
+            {
+                "rule": "STR-001",
+                "file": "s.json",
+                "message": "string leaf is not a string",
+                "pointer": "/a/b~1c/d~0",
+                "expected": "string",
+                "got": "null",
+            },
+        ),
+        (
+            {"a": "x", "b": 1.5},
+            {
+                "rule": "STR-001",
+                "file": "s.json",
+                "message": "string leaf is not a string",
+                "pointer": "/b",
+                "expected": "string",
+                "got": "number",
+            },
+        ),
+        (
+            ["x"],
+            {
+                "rule": "STR-001",
+                "file": "s.json",
+                "message": "wrong type",
+                "pointer": "",  # the root: the empty JSON pointer
+                "expected": "object",
+                "got": "array",
+            },
+        ),
+    ]:
         with pytest.raises(DocumentError) as info:
             StringsDocument.from_json(bad, file="s.json")
-        assert str(info.value) == text
-    assert info.value.pointer == ""  # the root: the empty JSON pointer
+        assert error_fields(info) == want
 
 
 def test_strings_from_values_nests_and_refuses_collisions():
@@ -89,15 +159,29 @@ def test_strings_from_values_nests_and_refuses_collisions():
     doc = StringsDocument.from_values({"a/b/c": "x", "a/d": "y", "e": "z", "": "r"})
     assert doc.values == {"a": {"b": {"c": "x"}, "d": "y"}, "e": "z", "": "r"}
     assert doc.file == "_strings.json"
-    for values, text in [
-        ({"a": "x", "a/b": "y"},
-         "_strings.json at a/b: string leaf 'a/b' nests under another string leaf [PATH-001]"),
-        ({"a/b": "x", "a": "y"},
-         "_strings.json at a: string leaf 'a' collides with another [PATH-001]"),
-    ]:  # fmt: skip
+    for values, want in [
+        (
+            {"a": "x", "a/b": "y"},
+            {
+                "rule": "PATH-001",
+                "file": "_strings.json",
+                "message": "string leaf 'a/b' nests under another string leaf",
+                "pointer": "a/b",
+            },
+        ),
+        (
+            {"a/b": "x", "a": "y"},
+            {
+                "rule": "PATH-001",
+                "file": "_strings.json",
+                "message": "string leaf 'a' collides with another",
+                "pointer": "a",
+            },
+        ),
+    ]:
         with pytest.raises(DocumentError) as info:
             StringsDocument.from_values(values)
-        assert str(info.value) == text
+        assert error_fields(info) == want
 
 
 def test_strings_get_by_pointer_then_flat_and_names():
@@ -112,21 +196,56 @@ def test_strings_get_by_pointer_then_flat_and_names():
     assert doc.get("a/b") == "x" and doc.get("a/c/d") == "y" and doc.get("") == "r"
     assert doc.get("p/q") == "flat"
     assert sorted(doc.names()) == ["", "a/b", "a/c/d", "p/q"]
-    for name, text in [
-        ("a/z", "s.json: no string at '/a/z' for param 'a/z' [STR-002]"),
-        ("a/b/c", "s.json: no string at '/a/b/c' for param 'a/b/c' [STR-002]"),
-        ("a/c", "s.json: '/a/c' holds an object, not the string of param 'a/c' [STR-002]"),
-        ("a", "s.json: '/a' holds an object, not the string of param 'a' [STR-002]"),
+    for name, want in [
+        (
+            "a/z",
+            {
+                "rule": "STR-002",
+                "file": "s.json",
+                "message": "no string at '/a/z' for param 'a/z'",
+                "pointer": None,
+            },
+        ),
+        (
+            "a/b/c",
+            {
+                "rule": "STR-002",
+                "file": "s.json",
+                "message": "no string at '/a/b/c' for param 'a/b/c'",
+                "pointer": None,
+            },
+        ),
+        (
+            "a/c",
+            {
+                "rule": "STR-002",
+                "file": "s.json",
+                "message": "'/a/c' holds an object, not the string of param 'a/c'",
+                "pointer": None,
+            },
+        ),
+        (
+            "a",
+            {
+                "rule": "STR-002",
+                "file": "s.json",
+                "message": "'/a' holds an object, not the string of param 'a'",
+                "pointer": None,
+            },
+        ),
     ]:
         with pytest.raises(MissingDataError) as info:
             doc.get(name)
-        assert str(info.value) == text
+        assert error_fields(info) == want
     flat = StringsDocument({"x/y": {"z": "w"}, "x": {"y": 1}}, "s.json")
     with pytest.raises(MissingDataError) as info:  # the flat member is no string: STR-002
         flat.get("x/y")
-    assert str(info.value) == (
-        "s.json: '/x/y' holds an object, not the string of param 'x/y' [STR-002]"
-    )
+    assert error_fields(info) == {
+        "rule": "STR-002",
+        "file": "s.json",
+        "message": "'/x/y' holds an object, not the string of param 'x/y'",
+        "pointer": None,
+    }
 
 
 def test_text_with_a_lone_surrogate_is_scanned_like_any_other():
