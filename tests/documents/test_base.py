@@ -83,7 +83,7 @@ def test_from_bytes_and_read_name_the_file_in_errors(tmp_path):
         StringsDocument.read(path)
     assert error_fields(info) == {
         "rule": "STR-001",
-        "file": f"{path}",
+        "file": str(path),
         "message": "string leaf is not a string",
         "pointer": "/p/q",
         "expected": "string",

@@ -753,7 +753,7 @@ def test_read_refuses_a_file_over_the_document_limit(tmp_path, no_cache, in_forc
         MetadataDocument.read(path)
     assert error_fields(info) == {
         "rule": "JSON-003",
-        "file": f"{path}",
+        "file": str(path),
         "message": "file larger than its size limit",
         "pointer": None,
         "expected": f"<= {len(data) - 1} bytes",
