@@ -110,6 +110,20 @@ def test_leaf_name_error_renders_like_a_file_error_not_a_key_error():
     assert_error(err, rule="PATH-007", name="a.c", close=("a.b",))
 
 
+def test_fields_tell_values_of_other_types_apart():
+    """True, 1 and 1.0 are equal in Python; the fields of an error that got True are not those
+    of one that got 1 (the rendered text tells them apart too)."""
+    err = FormatError("bad", rule="X-001", expected=1, got=True)
+    fields = {"rule": "X-001", "file": None, "message": "bad", "pointer": None}
+    assert error_fields(err) == fields | {"expected": 1, "got": True}
+    assert error_fields(err) != fields | {"expected": 1, "got": 1}
+    assert error_fields(err) != fields | {"expected": 1.0, "got": True}
+    assert error_fields(err) != fields | {"expected": 1}
+    with pytest.raises(AssertionError):
+        assert_error(err, rule="X-001", got=1)
+    assert_error(err, rule="X-001", got=True)
+
+
 def test_assert_error_fails_on_a_wrong_field_and_on_a_missing_rule():
     err = OcdbtError("bad", rule="OCDBT-001", file="f", pointer="@0")
     assert_error(err, rule="OCDBT-001", file="f", pointer="@0")

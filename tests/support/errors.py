@@ -12,7 +12,23 @@ import pytest
 from ockpt.errors import FormatError, LeafNameError, OckptError, TargetError
 
 
-def error_fields(err: OckptError | pytest.ExceptionInfo) -> dict[str, Any]:
+class Fields(dict):
+    """An error's fields. Equal to a dict of the same fields whose `expected` and `got` are
+    also of the same types (their repr()s agree): ``True``, ``1`` and ``1.0`` are equal in
+    Python but an error that reports one must not report another."""
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, dict) or not dict.__eq__(self, other):
+            return False
+        return all(repr(self[k]) == repr(other[k]) for k in ("expected", "got") if k in self)
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+
+def error_fields(err: OckptError | pytest.ExceptionInfo) -> Fields:
     """The fields `err` carries, by name: `rule`, `file` and `message` of every error; a
     `FormatError`'s `pointer`, and `expected` and `got` when it was given them; a
     `TargetError`'s `leaf`, `missing` and `extra`; a `LeafNameError`'s `name` and `close`."""
@@ -33,7 +49,7 @@ def error_fields(err: OckptError | pytest.ExceptionInfo) -> dict[str, Any]:
         fields |= {"leaf": err.leaf, "missing": err.missing, "extra": err.extra}
     if isinstance(err, LeafNameError):
         fields |= {"name": err.name, "close": err.close}
-    return fields
+    return Fields(fields)
 
 
 def assert_error(err: OckptError | pytest.ExceptionInfo, **want: Any) -> None:
@@ -45,5 +61,5 @@ def assert_error(err: OckptError | pytest.ExceptionInfo, **want: Any) -> None:
     fields = error_fields(err)
     unknown = set(want) - set(fields) - {"expected", "got"}
     assert not unknown, f"{type(err).__name__} has no fields {sorted(unknown)}"
-    got = {k: fields.get(k, "<not given>") for k in want}
+    got = Fields({k: fields.get(k, "<not given>") for k in want})
     assert got == want, f"{type(err).__name__}: {got} != {want}"
