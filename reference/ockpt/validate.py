@@ -1068,7 +1068,7 @@ class _ItemCheck:
         src = self.store.value_range(key)
         value = src if src is not None else self.store.get(key)
         if value is None:
-            raise missing_chunk(f"{file}: chunk")  # removed since it was listed
+            raise missing_chunk(file, "chunk")  # removed since it was listed
         outcome.read += len(value)
         with src if src is not None else contextlib.nullcontext():
             if len(value) > (

@@ -25,7 +25,7 @@ from ockpt.zarr.array import (
 from ockpt.zarr.codecs import BytesCodec
 from ockpt.zarr.v2 import ArrayV2Metadata
 from ockpt.zarr.v3 import ArrayV3Metadata
-from tests.support.errors import error_fields
+from tests.support.errors import assert_error, error_fields
 
 EMPTY = 2**64 - 1
 
@@ -216,12 +216,12 @@ def test_overlap_gives_target_and_source_slices():
 def test_missing_chunk_error():
     """The error of a chunk absent where every chunk is stored: LOAD-041, naming ZARR-008.
     Kills missing_chunk 1-9."""
-    err = missing_chunk("x/c/0: chunk [0]")
+    err = missing_chunk("x/c/0", "chunk [0]")
     assert type(err) is MissingDataError and isinstance(err, KeyError)
     assert error_fields(err) == {
         "rule": "LOAD-041",
-        "file": None,
-        "message": "x/c/0: chunk [0] is missing and the checkpoint stores every chunk "
+        "file": "x/c/0",
+        "message": "chunk [0] is missing and the checkpoint stores every chunk "
         "(store_array_data_equal_to_fill_value; ZARR-008)",
         "pointer": None,
     }
@@ -313,8 +313,8 @@ def test_read_region_missing_chunks_fill_or_fail():
     )
     assert error_fields(err) == {
         "rule": "LOAD-041",
-        "file": None,
-        "message": "ck/c/1/1: chunk [1, 1] is missing and the checkpoint stores every chunk "
+        "file": "ck/c/1/1",
+        "message": "chunk [1, 1] is missing and the checkpoint stores every chunk "
         "(store_array_data_equal_to_fill_value; ZARR-008)",
         "pointer": None,
     }
@@ -324,7 +324,8 @@ def test_read_region_missing_chunks_fill_or_fail():
         ),
         MissingDataError,
     )
-    assert err.rule == "LOAD-041" and err.message.startswith("c/2/2: chunk [2, 2] is missing")
+    assert_error(err, rule="LOAD-041", file="c/2/2")
+    assert err.message.startswith("chunk [2, 2] is missing")
 
 
 def test_read_region_checks_out_and_skips_empty_regions():
@@ -499,8 +500,8 @@ def test_sharded_missing_inner_chunks_fill_or_fail():
     )
     assert error_fields(err) == {
         "rule": "LOAD-041",
-        "file": None,
-        "message": "ck/c/0/0: inner chunk [1, 0] of the shard is missing and the checkpoint stores "
+        "file": "ck/c/0/0",
+        "message": "inner chunk [1, 0] of the shard is missing and the checkpoint stores "
         "every chunk (store_array_data_equal_to_fill_value; ZARR-008)",
         "pointer": None,
     }
@@ -515,8 +516,8 @@ def test_sharded_missing_inner_chunks_fill_or_fail():
         lambda: read_region(meta, store.get, np.zeros((8, 12), "<i4"), missing="error"),
         MissingDataError,
     )
-    assert err.rule == "LOAD-041"
-    assert err.message.startswith("c/0/0: inner chunk [1, 0] of the shard is missing")
+    assert_error(err, rule="LOAD-041", file="c/0/0")
+    assert err.message.startswith("inner chunk [1, 0] of the shard is missing")
 
 
 def test_sharded_errors_name_the_shard_and_inner_chunk():

@@ -576,8 +576,8 @@ def test_check_shard_checks_every_inner_chunk(tmp_path, start):
         stream.check_shard(meta, shard, file="shard-0", missing="error")
     assert error_fields(info) == {
         "rule": "LOAD-041",
-        "file": None,  # `missing_chunk` names the file in its message, not in `file`
-        "message": "shard-0: inner chunk [0, 1] of the shard is missing and the checkpoint "
+        "file": "shard-0",
+        "message": "inner chunk [0, 1] of the shard is missing and the checkpoint "
         "stores every chunk (store_array_data_equal_to_fill_value; ZARR-008)",
         "pointer": None,
     }

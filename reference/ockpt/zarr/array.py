@@ -116,12 +116,14 @@ def overlap(box, lo, size):
     return tuple(target), tuple(source)
 
 
-def missing_chunk(what: str) -> MissingDataError:
-    """The error for a chunk that is absent where the checkpoint stores every chunk."""
+def missing_chunk(file: object, what: str) -> MissingDataError:
+    """The error for a chunk (`what`, in `file`: the chunk's or the shard's key) that is absent
+    where the checkpoint stores every chunk."""
     return MissingDataError(
         f"{what} is missing and the checkpoint stores every chunk "
         "(store_array_data_equal_to_fill_value; ZARR-008)",
         rule="LOAD-041",
+        file=file,
     )
 
 
@@ -155,7 +157,7 @@ def read_region(
         data = get(key)
         if data is None:
             if missing == "error":
-                raise missing_chunk(f"{where}: chunk {list(index)}")
+                raise missing_chunk(where, f"chunk {list(index)}")
             out[target] = meta.fill
             continue
         if sharding is not None:
@@ -183,7 +185,7 @@ def _read_shard(meta, sharding: ShardingCodec, data: bytes, index, box, out, whe
         entry = idx.get(sub)
         if entry is None:
             if missing == "error":
-                raise missing_chunk(f"{where}: inner chunk {list(sub)} of the shard")
+                raise missing_chunk(where, f"inner chunk {list(sub)} of the shard")
             out[target] = meta.fill
             continue
         off, nbytes = entry

@@ -105,7 +105,7 @@ def check_shard(meta: Any, shard: Any, *, file: object, missing: str) -> bool:
         entry = index.get(sub)
         if entry is None:
             if missing == "error":
-                raise missing_chunk(f"{file}: {pointer} of the shard")
+                raise missing_chunk(file, f"{pointer} of the shard")
             continue
         offset, stored = entry
         if isinstance(shard, ByteRange):

@@ -457,11 +457,11 @@ def _fetch(array: Any, key: str) -> Any:
     return array._store.get(key)
 
 
-def _missing(group: _Group, dests: list[tuple[int, tuple, tuple]], what: str) -> None:
+def _missing(group: _Group, dests: list[tuple[int, tuple, tuple]], where: str, what: str) -> None:
     """A chunk that is not stored: the fill value, or an error where every chunk is stored."""
     array = group.array
     if array._missing == "error":
-        raise missing_chunk(what)
+        raise missing_chunk(where, what)
     for n, _, target in dests:
         out = group.outs[n]
         _assign(out, target, np.broadcast_to(array.metadata.fill, out[target].shape))
@@ -528,7 +528,7 @@ def _read_inner_chunk(
     lo = tuple(i * s + j * c for i, s, j, c in zip(index, shard, sub, inner, strict=True))
     entry = shard_index.get(sub)
     if entry is None:
-        _missing(group, dests, f"{where}: inner chunk {list(sub)} of the shard")
+        _missing(group, dests, where, f"inner chunk {list(sub)} of the shard")
         return
     offset, nbytes = entry
     data: Any = src.part(offset, nbytes)
@@ -556,7 +556,7 @@ def _read_shard(
             (0,) * len(shard)
         )
         if entry is None:
-            _missing(group, dests, f"{where}: inner chunk {[0] * len(shard)} of the shard")
+            _missing(group, dests, where, f"inner chunk {[0] * len(shard)} of the shard")
             return
         offset, nbytes = entry
         pointer = f"inner chunk {[0] * len(shard)}"
@@ -570,11 +570,11 @@ def _read_shard(
             region = out[(*target, ...)]  # a view, also when 0-d
             if region.flags.c_contiguous or region.ndim == 0:
                 read_region(array.metadata, get, region, sub, prefix=array._prefix,
-                            missing=array._missing, file=array.file)  # fmt: skip
+                            missing=array._missing, file=array._keys_root)  # fmt: skip
                 continue
         tmp = np.empty(tuple(b - a for a, b in sub), dtype=array.dtype)
         read_region(array.metadata, get, tmp, sub, prefix=array._prefix,
-                    missing=array._missing, file=array.file)  # fmt: skip
+                    missing=array._missing, file=array._keys_root)  # fmt: skip
         _assign(out, target, tmp)
 
 
@@ -583,7 +583,7 @@ def _read_chunk(group: _Group, index: tuple[int, ...], dests: list[tuple[int, tu
     array = group.array
     meta = array.metadata
     key = array._prefix + meta.chunk_key(index)
-    where = f"{array.file}/{key}"
+    where = f"{array._keys_root}/{key}"
     chunk = tuple(meta.chunk_shape)
     lo = tuple(i * c for i, c in zip(index, chunk, strict=True))
     sharded = isinstance(meta, ArrayV3Metadata) and meta.sharding is not None
@@ -609,7 +609,7 @@ def _read_chunk(group: _Group, index: tuple[int, ...], dests: list[tuple[int, tu
             return
     data = _fetch(array, key)
     if data is None:
-        _missing(group, dests, f"{where}: chunk {list(index)}")
+        _missing(group, dests, where, f"chunk {list(index)}")
     elif sharded:
         _read_shard(group, data, lo, dests, where)
     else:

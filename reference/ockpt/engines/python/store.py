@@ -351,6 +351,9 @@ class StoredArray:
     _store: KeyValueStore = field(repr=False)
     _prefix: str = field(repr=False, default="")
     _missing: str = field(repr=False, default="fill")
+    #: What the chunk keys (`_prefix` + chunk key) are relative to, for the file an error about
+    #: one chunk names: the item's directory (per-leaf zarr), the database's manifest (OCDBT).
+    _keys_root: str = field(repr=False, default="")
 
     @property
     def nbytes(self) -> int:
@@ -367,7 +370,7 @@ class StoredArray:
             box,
             prefix=self._prefix,
             missing=self._missing,  # type: ignore[arg-type]
-            file=self.file,
+            file=self._keys_root,
         )
 
     def map(self, maps: FileMaps) -> np.ndarray:
@@ -532,6 +535,7 @@ class ArrayStore:
             self.kv,
             prefix,
             "error" if self.missing_chunks_are_errors else "fill",
+            self.kv.display if self._per_leaf else file,
         )
 
     def open_many(self, names: Iterable[str]) -> dict[str, StoredArray]:

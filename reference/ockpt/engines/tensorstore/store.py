@@ -214,7 +214,7 @@ class StoredArray:
             )
             cells = math.prod(-(-b // c) - a // c for (a, b), c in zip(box, cell, strict=True))
             if touched < cells and all(a < b for a, b in box):
-                raise missing_chunk(f"{self.file}: a chunk of region {[list(b) for b in box]}")
+                raise missing_chunk(self.file, f"a chunk of region {[list(b) for b in box]}")
         for grid, store in self._chunk_stores.items():
             lo = [g * c for g, c in zip(grid, cell, strict=True)]
             parts = []
