@@ -144,6 +144,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """pyproject's addopts give the default run, the whole suite, a worker per core. Unless -n
+    is given on the command line, run in this one process instead with --slow (the slow
+    matrix starts many processes itself: 16 JAX processes, torchrun ranks, killed writers, and
+    its timed trials are not to share the cores with another worker) and when tests are named
+    (a file or a test starts at once, without workers to start first)."""
+    given = any(a.startswith(("-n", "--numprocesses")) for a in config.invocation_params.args)
+    named = config.args_source is not pytest.Config.ArgsSource.TESTPATHS
+    if (config.getoption("--slow") or named) and not given and hasattr(config.option, "dist"):
+        config.option.numprocesses = 0
+        config.option.dist = "no"
+        config.option.tx = []
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if not config.getoption("--slow"):
         slow = [item for item in items if item.get_closest_marker("slow")]
