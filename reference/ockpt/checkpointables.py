@@ -200,7 +200,7 @@ def load_item(
         )
     if cls is not None:
         raise UnsupportedError(
-            f"item {name!r} was written by {cls}, which ockpt does not read ({layout.reason})",
+            f"item {name!r}: {layout.reason}",  # the reason names the handler
             rule="HANDLER-004",
             file=layout.path,
         )
