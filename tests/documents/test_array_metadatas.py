@@ -4,7 +4,7 @@ checkpoints and hand-made faults (file, pointer, rule), and exact round trips.
 
 from __future__ import annotations
 
-import pytest
+import functools
 
 from ockpt.documents import (
     ArrayMetadatas,
@@ -12,18 +12,10 @@ from ockpt.documents import (
 from ockpt.documents.array_metadatas import ArrayMetadata, process_index
 from ockpt.errors import DocumentError
 from tests.support import FIXTURES
-from tests.support.errors import error_fields
+from tests.support.errors import error_fields, raised, raised_fields
 
-
-def _error(fn, *args, **kwargs) -> DocumentError:
-    with pytest.raises(DocumentError) as info:
-        fn(*args, **kwargs)
-    return info.value
-
-
-def _fields(fn, *args, **kwargs) -> dict:
-    """The fields of the DocumentError that `fn(*args, **kwargs)` raises."""
-    return error_fields(_error(fn, *args, **kwargs))
+_error = functools.partial(raised, DocumentError)
+_fields = functools.partial(raised_fields, DocumentError)
 
 
 # ---------------------------------------------------------------------------------------------

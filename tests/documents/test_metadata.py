@@ -5,6 +5,7 @@ fault (file, JSON pointer, expected, got, rule); the document's limits and its p
 
 from __future__ import annotations
 
+import functools
 import json
 
 import pytest
@@ -15,7 +16,7 @@ from ockpt.errors import DocumentError
 from ockpt.limits import LIMITS
 from ockpt.paths import EmptyNode, KeyEntry, KeyType
 from tests.support import FIXTURES
-from tests.support.errors import assert_error, error_fields
+from tests.support.errors import assert_error, error_fields, raised, raised_fields
 
 _FILES = sorted(FIXTURES.glob("orbax-*/*/checkpoint/**/_METADATA"))
 
@@ -42,7 +43,8 @@ def _entry_of(**value):
 )
 def test_unusual_entries_take_the_full_parser(value):
     got = metadata.TreeEntry.from_json("('a',)", _entry_of(**value), file="f")
-    assert metadata._plain_entry(metadata.TreeEntry, "('a',)", _entry_of(**value), {}) in (None, got)
+    fast = metadata._plain_entry(metadata.TreeEntry, "('a',)", _entry_of(**value), {})
+    assert fast in (None, got)
     assert got.to_json() == _entry_of(**value) or value.get("write_shape", 0) is None
 
 
@@ -377,15 +379,8 @@ def test_a_document_no_kept_one_could_be_is_not_hashed(monkeypatch):
     assert metadata._PARSED == {}
 
 
-def _error(fn, *args, **kwargs) -> DocumentError:
-    with pytest.raises(DocumentError) as info:
-        fn(*args, **kwargs)
-    return info.value
-
-
-def _fields(fn, *args, **kwargs) -> dict:
-    """The fields of the DocumentError that `fn(*args, **kwargs)` raises."""
-    return error_fields(_error(fn, *args, **kwargs))
+_error = functools.partial(raised, DocumentError)
+_fields = functools.partial(raised_fields, DocumentError)
 
 
 # ---------------------------------------------------------------------------------------------

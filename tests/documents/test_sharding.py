@@ -4,9 +4,8 @@ device, positional), each fault's file, pointer and rule, and exact round trips.
 
 from __future__ import annotations
 
+import functools
 import json
-
-import pytest
 
 from ockpt.documents import (
     NamedShardingSpec,
@@ -15,18 +14,10 @@ from ockpt.documents import (
 )
 from ockpt.documents.sharding import parse_sharding
 from ockpt.errors import DocumentError
-from tests.support.errors import error_fields
+from tests.support.errors import error_fields, raised, raised_fields
 
-
-def _error(fn, *args, **kwargs) -> DocumentError:
-    with pytest.raises(DocumentError) as info:
-        fn(*args, **kwargs)
-    return info.value
-
-
-def _fields(fn, *args, **kwargs) -> dict:
-    """The fields of the DocumentError that `fn(*args, **kwargs)` raises."""
-    return error_fields(_error(fn, *args, **kwargs))
+_error = functools.partial(raised, DocumentError)
+_fields = functools.partial(raised_fields, DocumentError)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ file name still fails the test that checks it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -63,3 +64,17 @@ def assert_error(err: OckptError | pytest.ExceptionInfo, **want: Any) -> None:
     assert not unknown, f"{type(err).__name__} has no fields {sorted(unknown)}"
     got = Fields({k: fields.get(k, "<not given>") for k in want})
     assert got == want, f"{type(err).__name__}: {got} != {want}"
+
+
+def raised(kind: type[OckptError], fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """The error of class `kind` that ``fn(*args, **kwargs)`` raises (the test fails if none)."""
+    with pytest.raises(kind) as info:
+        fn(*args, **kwargs)
+    return info.value
+
+
+def raised_fields(
+    kind: type[OckptError], fn: Callable[..., Any], *args: Any, **kwargs: Any
+) -> Fields:
+    """`error_fields` of the error of class `kind` that ``fn(*args, **kwargs)`` raises."""
+    return error_fields(raised(kind, fn, *args, **kwargs))
