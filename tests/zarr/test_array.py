@@ -26,6 +26,7 @@ from ockpt.zarr.codecs import BytesCodec
 from ockpt.zarr.v2 import ArrayV2Metadata
 from ockpt.zarr.v3 import ArrayV3Metadata
 from tests.support.errors import assert_error, error_fields
+from tests.support.zarr import array_v2, array_v3, sharding_codec
 
 EMPTY = 2**64 - 1
 
@@ -34,51 +35,6 @@ def _raises(fn, kind=ZarrFormatError):
     with pytest.raises(kind) as info:
         fn()
     return info.value
-
-
-def _v2(**change) -> dict:
-    d = {
-        "chunks": [2, 3],
-        "compressor": None,
-        "dimension_separator": ".",
-        "dtype": "<i4",
-        "fill_value": 7,
-        "filters": None,
-        "order": "C",
-        "shape": [5, 7],
-        "zarr_format": 2,
-    }
-    d.update(change)
-    return {k: v for k, v in d.items() if v != "absent"}
-
-
-_LE = {"name": "bytes", "configuration": {"endian": "little"}}
-
-
-def _sharding(inner, codecs=None, index_location=None) -> dict:
-    conf = {
-        "chunk_shape": list(inner),
-        "codecs": codecs or [_LE],
-        "index_codecs": [_LE, {"name": "crc32c"}],
-    }
-    if index_location:
-        conf["index_location"] = index_location
-    return {"name": "sharding_indexed", "configuration": conf}
-
-
-def _v3(shape=(5, 7), chunk=(2, 3), codecs=None, **change) -> dict:
-    d = {
-        "zarr_format": 3,
-        "node_type": "array",
-        "shape": list(shape),
-        "data_type": "int32",
-        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": list(chunk)}},
-        "chunk_key_encoding": {"name": "default"},
-        "fill_value": 7,
-        "codecs": codecs or [_LE],
-    }
-    d.update(change)
-    return {k: v for k, v in d.items() if v != "absent"}
 
 
 # --------------------------------------------------------------------------------------------
@@ -95,7 +51,7 @@ def test_open_metadata_reads_zarray_first_then_zarr_json():
     "<file>/<key>", or the key without a file. Kills open_metadata 1-39 (lookups, order,
     names)."""
     array._PARSED.clear()
-    v2, v3 = _json(_v2()), _json(_v3())
+    v2, v3 = _json(array_v2()), _json(array_v3())
     asked = []
 
     def getter(store):
@@ -122,7 +78,7 @@ def test_open_metadata_reads_zarray_first_then_zarr_json():
     assert open_metadata(only3, zarr_version=2) is None
     assert open_metadata(getter({}), prefix="p/") is None
     assert asked == [".zarray", "p/.zarray", "p/zarr.json"]
-    bad2, bad3 = _json(_v2(order="X")), _json(_v3(node_type="group"))
+    bad2, bad3 = _json(array_v2(order="X")), _json(array_v3(node_type="group"))
     err = _raises(lambda: open_metadata({"p/.zarray": bad2}.get, prefix="p/", file="ck"))
     assert (err.file, err.pointer, err.rule) == ("ck/p/.zarray", "/order", "ZARR-004")
     err = _raises(lambda: open_metadata({"p/zarr.json": bad3}.get, prefix="p/"))
@@ -130,7 +86,7 @@ def test_open_metadata_reads_zarray_first_then_zarr_json():
     err = _raises(lambda: open_metadata({"zarr.json": bad3}.get, file=Path("d")))
     assert err.file == "d/zarr.json"
     # bytes-like values are parsed too
-    m = open_metadata({"zarr.json": bytearray(_json(_v3(fill_value=5)))}.get)
+    m = open_metadata({"zarr.json": bytearray(_json(array_v3(fill_value=5)))}.get)
     assert m.fill.item() == 5
 
 
@@ -139,7 +95,7 @@ def test_open_metadata_parses_each_document_once_per_class():
     force; the memo is emptied when it holds 4096 documents. Kills open_metadata memo
     mutants."""
     array._PARSED.clear()
-    v2 = _json(_v2(fill_value=11))
+    v2 = _json(array_v2(fill_value=11))
     a = open_metadata({".zarray": v2}.get)
     b = open_metadata({"x/.zarray": bytearray(v2)}.get, prefix="x/")
     assert a is b and a.fill.item() == 11
@@ -154,9 +110,9 @@ def test_open_metadata_parses_each_document_once_per_class():
         array._PARSED[(ArrayV2Metadata, b"%d" % i, LIMITS)] = a
     open_metadata({".zarray": v2}.get)
     assert len(array._PARSED) == array._PARSED_KEEP == 4096
-    open_metadata({"zarr.json": _json(_v3())}.get)
+    open_metadata({"zarr.json": _json(array_v3())}.get)
     assert len(array._PARSED) == 1
-    assert list(array._PARSED) == [(ArrayV3Metadata, _json(_v3()), LIMITS)]
+    assert list(array._PARSED) == [(ArrayV3Metadata, _json(array_v3()), LIMITS)]
     array._PARSED.clear()
 
 
@@ -167,7 +123,7 @@ def test_open_metadata_parses_each_document_once_per_class():
 def test_regions_must_lie_within_the_shape():
     """A region has one (start, stop) per dimension with 0 <= start <= stop <= size; None is
     the whole array. Kills check_box 1-21 (15, 18, 19 are equivalent)."""
-    m = ArrayV2Metadata.from_dict(_v2())  # shape (5, 7)
+    m = ArrayV2Metadata.from_dict(array_v2())  # shape (5, 7)
     assert array.check_box(m, None, "f") == [(0, 5), (0, 7)]
     assert array.check_box(m, [[0, 5], (7, 7)], "f") == [(0, 5), (7, 7)]
     assert array.check_box(m, [(5, 5), (0, 0)], "f") == [(5, 5), (0, 0)]
@@ -188,14 +144,14 @@ def test_chunks_for_region_are_the_overlapped_chunks_in_c_order():
     """The grid indices a region overlaps (ceil at the stop), C order; an empty region has
     none. Kills chunks_for_region 1-25 (20, 23, 24 are
     equivalent)."""
-    m = ArrayV2Metadata.from_dict(_v2())  # shape (5, 7), chunks (2, 3)
+    m = ArrayV2Metadata.from_dict(array_v2())  # shape (5, 7), chunks (2, 3)
     assert list(chunks_for_region(m)) == [(i, j) for i in range(3) for j in range(3)]
     assert list(chunks_for_region(m, [(1, 4), (3, 4)])) == [(0, 1), (1, 1)]
     assert list(chunks_for_region(m, [(2, 3), (5, 7)])) == [(1, 1), (1, 2)]
     assert list(chunks_for_region(m, [(4, 5), (6, 7)])) == [(2, 2)]
     assert list(chunks_for_region(m, [(1, 1), (0, 7)])) == []
     assert list(chunks_for_region(m, [(0, 5), (3, 3)])) == []
-    m0 = ArrayV2Metadata.from_dict(_v2(shape=[], chunks=[]))
+    m0 = ArrayV2Metadata.from_dict(array_v2(shape=[], chunks=[]))
     assert list(chunks_for_region(m0)) == [()]
     err = _raises(lambda: chunks_for_region(m, [(0, 9), (0, 7)]), ValueError)
     assert str(err) == "None: region [(0, 9), (0, 7)] is not within shape [5, 7]"
@@ -255,9 +211,9 @@ def test_read_region_reads_each_overlapped_chunk(version):
     """A region is filled from the chunks it overlaps, each asked for once under the prefix,
     edge chunks cut to the array. Kills read_region 1-91 on the chunk path."""
     meta = (
-        ArrayV2Metadata.from_dict(_v2())
+        ArrayV2Metadata.from_dict(array_v2())
         if version == 2
-        else ArrayV3Metadata.from_dict(_v3(chunk_key_encoding={"name": "v2"}))
+        else ArrayV3Metadata.from_dict(array_v3(chunk_key_encoding={"name": "v2"}))
     )
     store = {"p/" + k: v for k, v in _chunks(meta, VALUES).items()}
     for box in BOXES:
@@ -280,11 +236,11 @@ def test_read_region_reads_each_overlapped_chunk(version):
 def test_read_region_of_f_order_v2_chunks():
     """A v2 array in F order stores each chunk transposed. Kills the order argument mutants
     of ArrayV2Metadata.from_dict."""
-    meta = ArrayV2Metadata.from_dict(_v2(order="F"))
+    meta = ArrayV2Metadata.from_dict(array_v2(order="F"))
     out = np.empty((5, 7), "<i4")
     read_region(meta, _chunks(meta, VALUES, order="F").get, out)
     assert np.array_equal(out, VALUES)
-    big = ArrayV2Metadata.from_dict(_v2(dtype=">i4", dimension_separator="/"))
+    big = ArrayV2Metadata.from_dict(array_v2(dtype=">i4", dimension_separator="/"))
     stored = {
         k: np.frombuffer(v, "<i4").astype(">i4").tobytes() for k, v in _chunks(big, VALUES).items()
     }
@@ -297,7 +253,7 @@ def test_read_region_missing_chunks_fill_or_fail():
     """An absent chunk reads as the fill value, or with missing="error" is LOAD-041 naming
     "<file>/<prefix><key>: chunk [i, j]" (the key alone without a file).
     Kills read_region missing-chunk mutants."""
-    meta = ArrayV3Metadata.from_dict(_v3(fill_value=-5))
+    meta = ArrayV3Metadata.from_dict(array_v3(fill_value=-5))
     store = _chunks(meta, VALUES, skip={(1, 1)})
     out = np.zeros((5, 7), "<i4")
     read_region(meta, {"p/" + k: v for k, v in store.items()}.get, out, prefix="p/")
@@ -332,7 +288,7 @@ def test_read_region_checks_out_and_skips_empty_regions():
     """`out` must have the region's shape (ValueError naming the file); an empty region or a
     zero-size array reads nothing, even with missing="error".
     Kills read_region shape-check and empty-region mutants."""
-    meta = ArrayV2Metadata.from_dict(_v2())
+    meta = ArrayV2Metadata.from_dict(array_v2())
     err = _raises(lambda: read_region(meta, {}.get, np.zeros((5, 6), "<i4"), file="ck"), ValueError)
     assert str(err) == "ck: out has shape (5, 6), region has shape (5, 7)"
     err = _raises(
@@ -354,7 +310,7 @@ def test_read_region_checks_out_and_skips_empty_regions():
     assert read_region(meta, never, out, [(2, 2), (0, 7)], missing="error") is out
     out = np.full((3, 0), 1, "<i4")
     assert read_region(meta, never, out, [(2, 5), (4, 4)], missing="error") is out
-    zero = ArrayV3Metadata.from_dict(_v3(shape=(0, 4), chunk=(2, 2)))
+    zero = ArrayV3Metadata.from_dict(array_v3(shape=(0, 4), chunk=(2, 2)))
     out = np.zeros((0, 4), "<i4")
     assert read_region(zero, never, out, missing="error") is out
 
@@ -362,7 +318,7 @@ def test_read_region_checks_out_and_skips_empty_regions():
 def test_read_region_chunk_errors_name_the_chunk_file():
     """A chunk that does not decode is an error naming "<file>/<prefix><key>", or the key.
     Kills read_region where/decode-argument mutants."""
-    meta = ArrayV2Metadata.from_dict(_v2())
+    meta = ArrayV2Metadata.from_dict(array_v2())
     err = _raises(
         lambda: read_region(
             meta,
@@ -422,7 +378,7 @@ SHARDED = np.arange(96, dtype="<i4").reshape(8, 12) * 7 - 300
 
 def _sharded_meta(inner=(2, 3), **kw) -> ArrayV3Metadata:
     return ArrayV3Metadata.from_dict(
-        _v3(shape=(8, 12), chunk=(4, 6), codecs=[_sharding(inner, **kw)], fill_value=-1)
+        array_v3(shape=(8, 12), chunk=(4, 6), codecs=[sharding_codec(inner, **kw)], fill_value=-1)
     )
 
 

@@ -10,7 +10,6 @@ import gzip
 import tracemalloc
 import zlib
 
-import google_crc32c
 import numpy as np
 import pytest
 import zstandard
@@ -29,6 +28,7 @@ from ockpt.zarr.codecs import (
     parse_codecs,
 )
 from tests.support.errors import error_fields
+from tests.support.zarr import BYTES_LE, with_crc32c
 
 F4 = np.dtype("<f4")
 
@@ -38,10 +38,6 @@ def _error(call) -> ZarrFormatError:  # type: ignore[no-untyped-def]
     with pytest.raises(ZarrFormatError) as info:
         call()
     return info.value
-
-
-def _crc(data: bytes) -> bytes:
-    return data + google_crc32c.value(data).to_bytes(4, "little")
 
 
 # --------------------------------------------------------------------------------------------
@@ -189,8 +185,8 @@ def test_crc32c_codec_checks_and_strips_the_checksum():
     """The body before a stored CRC-32C (little endian) is returned when they match; a
     mismatch and a stream shorter than 4 bytes are ZARR-016 with the values."""
     body = b"some chunk bytes"
-    assert Crc32cCodec().decode(_crc(body), max_size=99, file="f", pointer="/p") == body
-    assert Crc32cCodec().decode(_crc(b""), max_size=0, file="f", pointer="/p") == b""
+    assert Crc32cCodec().decode(with_crc32c(body), max_size=99, file="f", pointer="/p") == body
+    assert Crc32cCodec().decode(with_crc32c(b""), max_size=0, file="f", pointer="/p") == b""
     e = _error(lambda: Crc32cCodec().decode(b"abcdefg", max_size=10, file="f", pointer="/p"))
     assert error_fields(e) == {
         "rule": "ZARR-016",
@@ -310,7 +306,7 @@ def test_pipeline_bounds_every_stage():
         "message": "gzip stream decodes to more than the chunk size",
         "pointer": "/p",
     }
-    ok = gzip.compress(_crc(b"x"))
+    ok = gzip.compress(with_crc32c(b"x"))
     assert q.decode_bytes(ok, 1, file="f", pointer="/p") == b"x"
 
 
@@ -324,9 +320,9 @@ def test_pipeline_refuses_a_chunk_too_large_for_memory(monkeypatch):
     none = CodecPipeline((), BytesCodec(None), ())
     assert none.decode_bytes(b"x" * 100, 100, file="f", pointer="/p") == b"x" * 100
     one = CodecPipeline((), BytesCodec(None), (Crc32cCodec(),))
-    assert one.decode_bytes(_crc(b"x" * 100), 100, file="f", pointer="/p") == b"x" * 100
+    assert one.decode_bytes(with_crc32c(b"x" * 100), 100, file="f", pointer="/p") == b"x" * 100
     with pytest.raises(MemoryLimitError) as info:
-        one.decode_bytes(_crc(b"x" * 101), 101, file="f", pointer="/p")
+        one.decode_bytes(with_crc32c(b"x" * 101), 101, file="f", pointer="/p")
     assert error_fields(info) == {
         "rule": "LIMIT-006",
         "file": "f",
@@ -334,7 +330,7 @@ def test_pipeline_refuses_a_chunk_too_large_for_memory(monkeypatch):
     }
     two = CodecPipeline((), BytesCodec(None), (Crc32cCodec(), Crc32cCodec()))
     with pytest.raises(MemoryLimitError) as info:
-        two.decode_bytes(_crc(_crc(b"x")), 1, file="f", pointer="/p")
+        two.decode_bytes(with_crc32c(with_crc32c(b"x")), 1, file="f", pointer="/p")
     assert error_fields(info) == {
         "rule": "LIMIT-006",
         "file": "f",
@@ -345,9 +341,6 @@ def test_pipeline_refuses_a_chunk_too_large_for_memory(monkeypatch):
 
 # --------------------------------------------------------------------------------------------
 # codecs: _config, _int, parse_codec, the parsers, parse_codecs
-
-
-BYTES_LE = {"name": "bytes", "configuration": {"endian": "little"}}
 
 
 @pytest.mark.parametrize(

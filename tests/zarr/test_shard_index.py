@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import struct
 
-import google_crc32c
 import numpy as np
 import pytest
 
@@ -20,6 +19,7 @@ from ockpt.zarr.codecs import (
 )
 from ockpt.zarr.shard_index import EMPTY, ShardIndex, ShardingCodec
 from tests.support.errors import assert_error, error_fields
+from tests.support.zarr import BYTES_LE, build_shard
 
 F4 = np.dtype("<f4")
 
@@ -29,13 +29,6 @@ def _error(call) -> ZarrFormatError:  # type: ignore[no-untyped-def]
     with pytest.raises(ZarrFormatError) as info:
         call()
     return info.value
-
-
-def _crc(data: bytes) -> bytes:
-    return data + google_crc32c.value(data).to_bytes(4, "little")
-
-
-BYTES_LE = {"name": "bytes", "configuration": {"endian": "little"}}
 
 
 # --------------------------------------------------------------------------------------------
@@ -177,24 +170,6 @@ def test_sharding_configuration_refused(conf, want):
     assert error_fields(e) == {"file": "a/zarr.json", **want}
 
 
-def _shard(chunks: list, *, crc: bool, start: bool) -> tuple[bytes, list]:
-    """A shard holding `chunks` (bytes, or None: not stored) and the index of their
-    (offset, nbytes), offsets from the shard's start."""
-    n_index = 16 * len(chunks) + (4 if crc else 0)
-    base = n_index if start else 0
-    data, pairs = b"", []
-    for c in chunks:
-        if c is None:
-            pairs.append((EMPTY, EMPTY))
-        else:
-            pairs.append((base + len(data), len(c)))
-            data += c
-    index = b"".join(struct.pack("<QQ", *p) for p in pairs)
-    if crc:
-        index = _crc(index)
-    return (index + data if start else data + index), pairs
-
-
 def _codec(*, crc: bool, start: bool, inner=(2, 2)) -> ShardingCodec:  # type: ignore[no-untyped-def]
     return ShardingCodec(
         inner, CodecPipeline((), BytesCodec(None), ()), crc, "start" if start else "end"
@@ -208,7 +183,7 @@ def test_shard_index_decodes_at_either_end(crc, start):
     or the start, with or without its CRC-32C: every entry as written, `get` giving None for
     the one not stored. `grid` is shard // inner; `index_nbytes` 16 a chunk (+ 4)."""
     chunks = [b"a" * 3, None, b"", b"bb", b"c" * 5, b"d"]
-    shard, pairs = _shard(chunks, crc=crc, start=start)
+    shard, pairs = build_shard(chunks, crc=crc, start=start)
     codec = _codec(crc=crc, start=start)
     assert codec.grid((4, 6)) == (2, 3)
     assert codec.grid((5, 7)) == (2, 3)
@@ -226,14 +201,14 @@ def test_one_chunk_shard_index_decodes_at_either_end(crc, start):
     stored; `get` of (0, 0) reads the one pair; the entries are uint64 as `ShardIndex` says.
     Kills `decode_index` 91, 93 (the entries' dtype left to numpy: int64)."""
     for chunk in (b"xyz", b"", None):
-        shard, pairs = _shard([chunk], crc=crc, start=start)
+        shard, pairs = build_shard([chunk], crc=crc, start=start)
         codec = _codec(crc=crc, start=start)
         index = codec.decode_index(shard, (2, 2), file="f", pointer="/s")
         assert index.entries.shape == (1, 1, 2)
         assert index.entries.dtype == np.uint64  # as the numpy path gives (`ShardIndex`)
         assert index.get((0, 0)) == (None if chunk is None else pairs[0])
     # a rank-0 array: one inner chunk, the grid ()
-    shard, pairs = _shard([b"abcd"], crc=crc, start=start)
+    shard, pairs = build_shard([b"abcd"], crc=crc, start=start)
     index = _codec(crc=crc, start=start, inner=()).decode_index(shard, (), file="f", pointer=None)
     assert index.get(()) == pairs[0]
 
@@ -317,7 +292,7 @@ def test_shard_index_refusals(start, n_chunks):
 
 def test_shard_index_crc32c_is_checked():
     """A crc32c index: the CRC-32C covers the pairs; a mismatch is ZARR-016 at the pointer."""
-    shard, _ = _shard([b"abc"], crc=True, start=False)
+    shard, _ = build_shard([b"abc"], crc=True, start=False)
     bad = shard[:-1] + bytes([shard[-1] ^ 1])
     e = _error(
         lambda: _codec(crc=True, start=False).decode_index(bad, (2, 2), file="f", pointer="/s")

@@ -39,9 +39,10 @@ from ockpt.zarr.codecs import (
     TransposeCodec,
     ZstdCodec,
 )
-from ockpt.zarr.shard_index import EMPTY, ShardingCodec
+from ockpt.zarr.shard_index import ShardingCodec
 from tests.support import FIXTURES, fixture_cases
 from tests.support.errors import error_fields
+from tests.support.zarr import build_shard, with_crc32c
 
 BAD = FIXTURES / "bad"
 VARIANTS = json.loads((BAD / "expected.json").read_text(encoding="utf-8"))["variants"]
@@ -86,10 +87,6 @@ def _gzip(data: bytes, wbits: int) -> bytes:
     return c.compress(data) + c.flush()
 
 
-def _crc(data: bytes) -> bytes:
-    return data + google_crc32c.value(data).to_bytes(4, "little")
-
-
 CODECS = {
     "zstd": (ZstdCodec(), lambda d: zstandard.ZstdCompressor(level=1).compress(d)),
     "zstd-nosize": (
@@ -102,7 +99,7 @@ CODECS = {
     ),
     "gzip": (GzipCodec(wbits=31), lambda d: _gzip(d, 31)),
     "zlib": (GzipCodec(wbits=15), lambda d: _gzip(d, 15)),
-    "crc32c": (Crc32cCodec(), _crc),
+    "crc32c": (Crc32cCodec(), with_crc32c),
 }
 
 
@@ -262,24 +259,6 @@ def _error(call) -> ZarrFormatError:  # type: ignore[no-untyped-def]
     return info.value
 
 
-def _shard(chunks: list, *, crc: bool, start: bool) -> tuple[bytes, list]:
-    """A shard holding `chunks` (bytes, or None: not stored) and the index of their
-    (offset, nbytes), offsets from the shard's start."""
-    n_index = 16 * len(chunks) + (4 if crc else 0)
-    base = n_index if start else 0
-    data, pairs = b"", []
-    for c in chunks:
-        if c is None:
-            pairs.append((EMPTY, EMPTY))
-        else:
-            pairs.append((base + len(data), len(c)))
-            data += c
-    index = b"".join(struct.pack("<QQ", *p) for p in pairs)
-    if crc:
-        index = _crc(index)
-    return (index + data if start else data + index), pairs
-
-
 # --------------------------------------------------------------------------------------------
 # stream: check_chunk and its stages
 
@@ -395,19 +374,24 @@ Z, G, C = (ZstdCodec(),), (GzipCodec(),), (Crc32cCodec(),)
             10240,
             _err("corrupt gzip stream: Error -3 while decompressing data: incorrect header check"),
         ),
-        (C, _crc(DATA), 10240, True),
-        (C, _crc(b""), 0, True),
+        (C, with_crc32c(DATA), 10240, True),
+        (C, with_crc32c(b""), 0, True),
         (
             C,
-            _crc(DATA)[:-1] + b"\0",
+            with_crc32c(DATA)[:-1] + b"\0",
             10240,
             _err("crc32c mismatch", "ZARR-016", expected="0xbd846cd7", got="0x00846cd7"),
         ),
         (C, b"abc", 0, _err("too short for a crc32c checksum", "ZARR-016", got=3)),
         (C, b"", 0, _err("too short for a crc32c checksum", "ZARR-016", got=0)),
-        (C, _crc(DATA), 10239, _err(SIZE, expected=10239, got="> 10239")),
-        (Z + C, _crc(FRAME), 10240, True),
-        (G + Z + C, _crc(zstandard.ZstdCompressor().compress(gzip.compress(DATA))), 10240, True),
+        (C, with_crc32c(DATA), 10239, _err(SIZE, expected=10239, got="> 10239")),
+        (Z + C, with_crc32c(FRAME), 10240, True),
+        (
+            G + Z + C,
+            with_crc32c(zstandard.ZstdCompressor().compress(gzip.compress(DATA))),
+            10240,
+            True,
+        ),
     ],
 )
 def test_streamed_check_gives_the_whole_error(codecs_, data, nbytes, want, k):
@@ -493,7 +477,7 @@ def test_streaming_reads_in_steps_and_feeds_a_kib_at_a_time(monkeypatch):
         (len(big) - 7) % stream.FEED
     ]
     assert stream.STEP == 1 << 20 and stream.FEED == 1 << 10
-    src = Trickle(_crc(DATA), 1 << 30)
+    src = Trickle(with_crc32c(DATA), 1 << 30)
     assert stream.check_chunk(
         CodecPipeline((), BytesCodec(None), C), src, 10240, file="f", pointer=None
     )
@@ -554,7 +538,7 @@ def test_check_shard_checks_every_inner_chunk(tmp_path, start):
             },
         ),
     ):
-        shard, _ = _shard(chunks, crc=True, start=start)
+        shard, _ = build_shard(chunks, crc=True, start=start)
         for as_range in (False, True):
             if as_range:
                 path = tmp_path / "shard"
@@ -571,7 +555,7 @@ def test_check_shard_checks_every_inner_chunk(tmp_path, start):
                 if as_range:
                     source.close()
             assert got == want, (chunks, as_range)
-    shard, _ = _shard([good, None, good, good], crc=True, start=start)
+    shard, _ = build_shard([good, None, good, good], crc=True, start=start)
     with pytest.raises(MissingDataError) as info:
         stream.check_shard(meta, shard, file="shard-0", missing="error")
     assert error_fields(info) == {
@@ -588,7 +572,7 @@ def test_check_shard_refuses_a_bad_index_and_skips_what_it_cannot_stream():
     codecs cannot be streamed gives False untouched, as does an inner chunk whose zstd window
     is too large."""
     meta = _meta(Z, (3, 2), (6, 4))
-    shard, _ = _shard([b"a"] * 4, crc=True, start=False)
+    shard, _ = build_shard([b"a"] * 4, crc=True, start=False)
     bad = shard[:-1] + bytes([shard[-1] ^ 1])
     e = _error(lambda: stream.check_shard(meta, bad, file="s", missing="fill"))
     assert (e.rule, e.file, e.pointer, e.message) == (
@@ -606,7 +590,7 @@ def test_check_shard_refuses_a_bad_index_and_skips_what_it_cannot_stream():
     wide = zstandard.ZstdCompressor(write_content_size=False).compress(bytes(12))
     wide = wide[:5] + bytes([(28 - 10) << 3]) + wide[6:]
     good = zstandard.ZstdCompressor().compress(bytes(12))
-    shard, _ = _shard([good, wide, good, good], crc=True, start=False)
+    shard, _ = build_shard([good, wide, good, good], crc=True, start=False)
     assert stream.check_shard(meta, shard, file="s", missing="fill") is False
 
 
@@ -669,11 +653,11 @@ def test_stage_bounds_in_a_chain():
     """In a chain the innermost stage (last undone) is bounded by the chunk size, the others by
     `intermediate_bound`: a zstd frame inside crc32c declaring one byte more than the chunk is
     refused by zstd's content size check. Kills `_check_chunk` 7-11."""
-    assert _check(Z + C, _crc(FRAME), 10239) == _err(
+    assert _check(Z + C, with_crc32c(FRAME), 10239) == _err(
         "zstd content size exceeds the chunk size", expected=10239, got=10240
     )
-    assert _check(C + Z, zstandard.ZstdCompressor().compress(_crc(DATA)), 10240) is True
-    assert _check(C + Z, zstandard.ZstdCompressor().compress(_crc(DATA)), 10239) == _err(
+    assert _check(C + Z, zstandard.ZstdCompressor().compress(with_crc32c(DATA)), 10240) is True
+    assert _check(C + Z, zstandard.ZstdCompressor().compress(with_crc32c(DATA)), 10239) == _err(
         SIZE, expected=10239, got="> 10239"
     )
 

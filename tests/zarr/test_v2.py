@@ -14,6 +14,7 @@ from ockpt.errors import ZarrFormatError
 from ockpt.zarr.codecs import BytesCodec, TransposeCodec, ZstdCodec
 from ockpt.zarr.v2 import ArrayV2Metadata
 from tests.support.errors import error_fields
+from tests.support.zarr import array_v2
 
 
 def _raises(fn, kind=ZarrFormatError):
@@ -26,22 +27,6 @@ def _raises(fn, kind=ZarrFormatError):
 # v2: ArrayV2Metadata
 
 
-def _v2(**change) -> dict:
-    d = {
-        "chunks": [2, 3],
-        "compressor": None,
-        "dimension_separator": ".",
-        "dtype": "<i4",
-        "fill_value": 7,
-        "filters": None,
-        "order": "C",
-        "shape": [5, 7],
-        "zarr_format": 2,
-    }
-    d.update(change)
-    return {k: v for k, v in d.items() if v != "absent"}
-
-
 def _v2_error(d, file="a/.zarray"):
     return _raises(lambda: ArrayV2Metadata.from_dict(d, file=file))
 
@@ -50,7 +35,7 @@ def test_v2_metadata_fields_and_round_trip():
     """Every field of a .zarray is kept as read, the derived fields are those of the
     document, and to_dict gives the document back, keys in tensorstore's (sorted) order,
     unknown keys last. Kills ArrayV2Metadata.from_dict return-value mutants, to_dict 1-26."""
-    d = _v2(compressor={"id": "zstd", "level": 3}, fill_value=-2, extra_key={"x": 1})
+    d = array_v2(compressor={"id": "zstd", "level": 3}, fill_value=-2, extra_key={"x": 1})
     m = ArrayV2Metadata.from_dict(d, file="a/.zarray")
     assert (m.shape, m.chunks, m.chunk_shape, m.dtype) == ((5, 7), (2, 3), (2, 3), "<i4")
     assert m.compressor == {"id": "zstd", "level": 3} and m.fill_value == -2
@@ -77,7 +62,7 @@ def test_v2_metadata_fields_and_round_trip():
     ]
     assert type(out["chunks"]) is list and type(out["shape"]) is list
     # an absent separator stays absent; filters [] and order F are kept
-    d = _v2(dimension_separator="absent", filters=[], order="F", dtype=">f8", fill_value="NaN")
+    d = array_v2(dimension_separator="absent", filters=[], order="F", dtype=">f8", fill_value="NaN")
     m = ArrayV2Metadata.from_dict(d)
     assert m.dimension_separator is None and m.separator == "."
     assert (m.filters, m.order, m.extra) == ([], "F", {})
@@ -91,7 +76,7 @@ def test_v2_metadata_fields_and_round_trip():
 def test_v2_optional_fields_default():
     """order absent is C, filters and dimension_separator absent are None.
     Kills ArrayV2Metadata.from_dict d.get(...) default mutants."""
-    d = _v2(order="absent", filters="absent", dimension_separator="absent")
+    d = array_v2(order="absent", filters="absent", dimension_separator="absent")
     m = ArrayV2Metadata.from_dict(d)
     assert (m.order, m.filters, m.dimension_separator) == ("C", None, None)
     assert m.pipeline.array_to_array == ()
@@ -101,24 +86,24 @@ def test_v2_optional_fields_default():
 def test_v2_chunk_keys():
     """Indices joined by the separator ("." when absent); "0" for a 0-d array.
     Kills ArrayV2Metadata.chunk_key 1-4."""
-    m = ArrayV2Metadata.from_dict(_v2())
+    m = ArrayV2Metadata.from_dict(array_v2())
     assert m.chunk_key((1, 10)) == "1.10"
-    assert ArrayV2Metadata.from_dict(_v2(dimension_separator="/")).chunk_key((1, 10)) == "1/10"
-    m = ArrayV2Metadata.from_dict(_v2(dimension_separator="absent"))
+    assert ArrayV2Metadata.from_dict(array_v2(dimension_separator="/")).chunk_key((1, 10)) == "1/10"
+    m = ArrayV2Metadata.from_dict(array_v2(dimension_separator="absent"))
     assert m.chunk_key((2, 0)) == "2.0"
-    m = ArrayV2Metadata.from_dict(_v2(shape=[], chunks=[]))
+    m = ArrayV2Metadata.from_dict(array_v2(shape=[], chunks=[]))
     assert m.chunk_key(()) == "0"
 
 
 def test_v2_from_bytes_parses_and_names_the_file():
     """from_bytes parses JSON, then the dict, both naming the file.
     Kills ArrayV2Metadata.from_bytes 1-8."""
-    d = _v2()
+    d = array_v2()
     m = ArrayV2Metadata.from_bytes(json.dumps(d).encode(), file="p/.zarray")
     assert m.to_dict() == d
     err = _raises(lambda: ArrayV2Metadata.from_bytes(b"[1", file="p/.zarray"))
     assert err.file == "p/.zarray" and err.rule == "JSON-001"
-    bad = json.dumps(_v2(order="X")).encode()
+    bad = json.dumps(array_v2(order="X")).encode()
     err = _raises(lambda: ArrayV2Metadata.from_bytes(bad, file="p/.zarray"))
     assert error_fields(err) == {
         "rule": "ZARR-004",
@@ -135,7 +120,7 @@ def test_v2_from_bytes_parses_and_names_the_file():
 def test_v2_required_fields(key):
     """Each required field missing is ZARR-002 at its pointer.
     Kills ArrayV2Metadata.from_dict required-field mutants."""
-    err = _v2_error(_v2(**{key: "absent"}))
+    err = _v2_error(array_v2(**{key: "absent"}))
     assert error_fields(err) == {
         "rule": "ZARR-002",
         "file": "a/.zarray",
@@ -292,7 +277,7 @@ def test_v2_required_fields(key):
 def test_v2_refusals_name_file_pointer_and_rule(change, want):
     """Each check of a .zarray, its whole error: file, pointer, message, details, rule.
     Kills ArrayV2Metadata.from_dict check mutants."""
-    assert error_fields(_v2_error(_v2(**change))) == {"file": "a/.zarray", **want}
+    assert error_fields(_v2_error(array_v2(**change))) == {"file": "a/.zarray", **want}
 
 
 def test_v2_not_an_object_and_dtype():
@@ -305,15 +290,15 @@ def test_v2_not_an_object_and_dtype():
         "message": ".zarray must be a JSON object",
         "pointer": "",
     }
-    err = _v2_error(_v2(dtype="|O"))
+    err = _v2_error(array_v2(dtype="|O"))
     assert (err.rule, err.file, err.pointer, err.got) == ("ZARR-001", "a/.zarray", "/dtype", "|O")
 
 
 def test_v2_zarr_format_is_an_integer_two():
     """zarr_format 2 is accepted whatever the other keys; true (== 1) is not 2.
     Kills ArrayV2Metadata.from_dict zarr_format mutants."""
-    assert ArrayV2Metadata.from_dict(_v2(zarr_format=2)).zarr_format == 2
-    err = _v2_error(_v2(zarr_format=True))
+    assert ArrayV2Metadata.from_dict(array_v2(zarr_format=2)).zarr_format == 2
+    err = _v2_error(array_v2(zarr_format=True))
     assert error_fields(err) == {
         "rule": "ZARR-002",
         "file": "a/.zarray",

@@ -15,6 +15,7 @@ from ockpt.zarr.codecs import BytesCodec, TransposeCodec
 from ockpt.zarr.shard_index import ShardingCodec
 from ockpt.zarr.v3 import ArrayV3Metadata
 from tests.support.errors import error_fields
+from tests.support.zarr import BYTES_LE, array_v3, sharding_codec
 
 
 def _raises(fn, kind=ZarrFormatError):
@@ -26,34 +27,6 @@ def _raises(fn, kind=ZarrFormatError):
 # --------------------------------------------------------------------------------------------
 # v3: ArrayV3Metadata
 
-_LE = {"name": "bytes", "configuration": {"endian": "little"}}
-
-
-def _sharding(inner, codecs=None, index_location=None) -> dict:
-    conf = {
-        "chunk_shape": list(inner),
-        "codecs": codecs or [_LE],
-        "index_codecs": [_LE, {"name": "crc32c"}],
-    }
-    if index_location:
-        conf["index_location"] = index_location
-    return {"name": "sharding_indexed", "configuration": conf}
-
-
-def _v3(shape=(5, 7), chunk=(2, 3), codecs=None, **change) -> dict:
-    d = {
-        "zarr_format": 3,
-        "node_type": "array",
-        "shape": list(shape),
-        "data_type": "int32",
-        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": list(chunk)}},
-        "chunk_key_encoding": {"name": "default"},
-        "fill_value": 7,
-        "codecs": codecs or [_LE],
-    }
-    d.update(change)
-    return {k: v for k, v in d.items() if v != "absent"}
-
 
 def _v3_error(d, file="a/zarr.json"):
     return _raises(lambda: ArrayV3Metadata.from_dict(d, file=file))
@@ -64,7 +37,7 @@ def test_v3_metadata_fields_and_round_trip():
     document, and to_dict gives it back, keys in tensorstore's (sorted) order, unknown keys
     (must_understand: false) last. Kills ArrayV3Metadata.from_dict return-value mutants and
     to_dict 1-45."""
-    d = _v3(
+    d = array_v3(
         attributes={"a": 1},
         dimension_names=["x", None],
         storage_transformers=[],
@@ -75,7 +48,7 @@ def test_v3_metadata_fields_and_round_trip():
     m = ArrayV3Metadata.from_dict(d, file="a/zarr.json")
     assert (m.shape, m.chunk_shape, m.data_type) == ((5, 7), (2, 3), "int32")
     assert m.chunk_grid == d["chunk_grid"] and m.chunk_key_encoding == d["chunk_key_encoding"]
-    assert (m.fill_value, m.codecs, m.attributes) == ("0x00000009", (_LE,), {"a": 1})
+    assert (m.fill_value, m.codecs, m.attributes) == ("0x00000009", (BYTES_LE,), {"a": 1})
     assert (m.dimension_names, m.storage_transformers) == (("x", None), ())
     assert m.extra == {"ext": {"must_understand": False, "y": 2}}
     assert (m.separator, m.key_encoding, m.zarr_format) == ("/", "v2", 3)
@@ -100,7 +73,7 @@ def test_v3_metadata_fields_and_round_trip():
     ]
     assert type(out["codecs"]) is list and type(out["shape"]) is list
     assert type(out["dimension_names"]) is list and type(out["storage_transformers"]) is list
-    m = ArrayV3Metadata.from_dict(_v3())
+    m = ArrayV3Metadata.from_dict(array_v3())
     assert (m.attributes, m.dimension_names, m.storage_transformers, m.extra) == (
         None,
         None,
@@ -108,7 +81,7 @@ def test_v3_metadata_fields_and_round_trip():
         {},
     )
     assert (m.separator, m.key_encoding) == ("/", "default")
-    assert m.to_dict() == _v3()
+    assert m.to_dict() == array_v3()
     assert list(m.to_dict()) == [
         "chunk_grid",
         "chunk_key_encoding",
@@ -126,7 +99,7 @@ def test_v3_chunk_keys():
     indices joined by the separator ("." unless configured), "0" for a 0-d array.
     Kills ArrayV3Metadata.chunk_key 1-12 and the separator default mutants."""
     key = lambda enc, index, shape=(5, 7), chunk=(2, 3): ArrayV3Metadata.from_dict(  # noqa: E731
-        _v3(shape=shape, chunk=chunk, chunk_key_encoding=enc)
+        array_v3(shape=shape, chunk=chunk, chunk_key_encoding=enc)
     ).chunk_key(index)
     assert key({"name": "default"}, (1, 10)) == "c/1/10"
     assert key({"name": "default", "configuration": {}}, (1, 10)) == "c/1/10"
@@ -140,12 +113,12 @@ def test_v3_chunk_keys():
 def test_v3_from_bytes_parses_and_names_the_file():
     """from_bytes parses JSON, then the dict, both naming the file.
     Kills ArrayV3Metadata.from_bytes 1-8."""
-    d = _v3()
+    d = array_v3()
     m = ArrayV3Metadata.from_bytes(json.dumps(d).encode(), file="p/zarr.json")
     assert m.to_dict() == d
     err = _raises(lambda: ArrayV3Metadata.from_bytes(b"[1", file="p/zarr.json"))
     assert err.file == "p/zarr.json" and err.rule == "JSON-001"
-    bad = json.dumps(_v3(node_type="group")).encode()
+    bad = json.dumps(array_v3(node_type="group")).encode()
     err = _raises(lambda: ArrayV3Metadata.from_bytes(bad, file="p/zarr.json"))
     assert error_fields(err) == {
         "rule": "ZARR-010",
@@ -172,7 +145,7 @@ def test_v3_from_bytes_parses_and_names_the_file():
 def test_v3_required_fields(key):
     """Each required field missing is ZARR-010 at its pointer.
     Kills ArrayV3Metadata.from_dict required-field mutants."""
-    d = _v3()
+    d = array_v3()
     del d[key]
     err = _v3_error(d)
     assert error_fields(err) == {
@@ -470,7 +443,7 @@ _GRID = {
 def test_v3_refusals_name_file_pointer_and_rule(change, want):
     """Each check of a zarr.json, its whole error: file, pointer, message, details, rule.
     Kills ArrayV3Metadata.from_dict check mutants."""
-    assert error_fields(_v3_error(_v3(**change))) == {"file": "a/zarr.json", **want}
+    assert error_fields(_v3_error(array_v3(**change))) == {"file": "a/zarr.json", **want}
 
 
 def test_v3_not_an_object():
@@ -488,14 +461,16 @@ def test_v3_not_an_object():
 def test_v3_codecs_are_parsed_for_the_rank_dtype_and_file():
     """The codec chain is parsed with the array's rank (transpose order), element type
     (bytes endian) and file. Kills the parse_codecs call mutants."""
-    codecs = [{"name": "transpose", "configuration": {"order": [1, 0]}}, _LE]
-    m = ArrayV3Metadata.from_dict(_v3(codecs=codecs))
+    codecs = [{"name": "transpose", "configuration": {"order": [1, 0]}}, BYTES_LE]
+    m = ArrayV3Metadata.from_dict(array_v3(codecs=codecs))
     assert m.pipeline.array_to_array == (TransposeCodec((1, 0)),)
-    err = _v3_error(_v3(codecs=[{"name": "transpose", "configuration": {"order": [0]}}, _LE]))
+    err = _v3_error(
+        array_v3(codecs=[{"name": "transpose", "configuration": {"order": [0]}}, BYTES_LE])
+    )
     assert (err.rule, err.file) == ("ZARR-013", "a/zarr.json")
-    err = _v3_error(_v3(codecs=[{"name": "bytes"}]))  # int32 needs an endian
+    err = _v3_error(array_v3(codecs=[{"name": "bytes"}]))  # int32 needs an endian
     assert (err.rule, err.file) == ("ZARR-013", "a/zarr.json")
-    m = ArrayV3Metadata.from_dict(_v3(codecs=[{"name": "bytes"}], data_type="uint8"))
+    m = ArrayV3Metadata.from_dict(array_v3(codecs=[{"name": "bytes"}], data_type="uint8"))
     assert m.numpy_dtype == np.dtype("uint8")
 
 
@@ -503,13 +478,19 @@ def test_v3_sharding_checks():
     """Sharding: no array->array codec before it (ZARR-014), the shard shape a multiple of
     the inner chunk shape (ZARR-014, with both shapes), and the inner grid within the limits
     (ZARR-005 at /codecs). Kills ArrayV3Metadata.from_dict sharding mutants."""
-    m = ArrayV3Metadata.from_dict(_v3(shape=(8, 6), chunk=(4, 6), codecs=[_sharding((2, 3))]))
+    m = ArrayV3Metadata.from_dict(
+        array_v3(shape=(8, 6), chunk=(4, 6), codecs=[sharding_codec((2, 3))])
+    )
     assert m.sharding is m.pipeline.array_to_bytes
     assert isinstance(m.sharding, ShardingCodec) and m.sharding.chunk_shape == (2, 3)
-    m = ArrayV3Metadata.from_dict(_v3(shape=(8, 6), chunk=(4, 6), codecs=[_sharding((4, 6))]))
+    m = ArrayV3Metadata.from_dict(
+        array_v3(shape=(8, 6), chunk=(4, 6), codecs=[sharding_codec((4, 6))])
+    )
     assert m.sharding.chunk_shape == (4, 6)
     transpose = {"name": "transpose", "configuration": {"order": [1, 0]}}
-    err = _v3_error(_v3(shape=(8, 6), chunk=(4, 6), codecs=[transpose, _sharding((2, 3))]))
+    err = _v3_error(
+        array_v3(shape=(8, 6), chunk=(4, 6), codecs=[transpose, sharding_codec((2, 3))])
+    )
     assert error_fields(err) == {
         "rule": "ZARR-014",
         "file": "a/zarr.json",
@@ -517,7 +498,7 @@ def test_v3_sharding_checks():
         "pointer": "/codecs",
     }
     for inner in ((3, 3), (4, 4), (2, 4)):
-        err = _v3_error(_v3(shape=(8, 6), chunk=(4, 6), codecs=[_sharding(inner)]))
+        err = _v3_error(array_v3(shape=(8, 6), chunk=(4, 6), codecs=[sharding_codec(inner)]))
         assert error_fields(err) == {
             "rule": "ZARR-014",
             "file": "a/zarr.json",
@@ -526,7 +507,7 @@ def test_v3_sharding_checks():
             "expected": "divisors of [4, 6]",
             "got": list(inner),
         }
-    err = _v3_error(_v3(shape=(2**25, 1), chunk=(2**25, 1), codecs=[_sharding((1, 1))]))
+    err = _v3_error(array_v3(shape=(2**25, 1), chunk=(2**25, 1), codecs=[sharding_codec((1, 1))]))
     assert error_fields(err) == {
         "rule": "ZARR-005",
         "file": "a/zarr.json",
@@ -535,4 +516,6 @@ def test_v3_sharding_checks():
         "expected": "<= 16777216",
         "got": 33554432,
     }
-    ArrayV3Metadata.from_dict(_v3(shape=(2**24, 1), chunk=(2**24, 1), codecs=[_sharding((1, 1))]))
+    ArrayV3Metadata.from_dict(
+        array_v3(shape=(2**24, 1), chunk=(2**24, 1), codecs=[sharding_codec((1, 1))])
+    )
