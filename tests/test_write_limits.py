@@ -15,8 +15,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ockpt
+from ockpt import limits as limits_module
 from ockpt import write_limits
+from ockpt._zarr_write import ArrayWrite
+from ockpt.errors import FormatError
 from ockpt.limits import LIMITS
+from ockpt.paths import KeyEntry, KeyType
 from ockpt.store import commit
 from ockpt.writer import JsonItem
 
@@ -366,3 +370,373 @@ def _assert_bound(tree: object, layout: str) -> None:
     plan = writer._plan(tree, opts, job, copy=False)
     sizes = sum(len(data) for data in writer._all_documents(plan, opts, job).values())
     assert writer._documents_bound(plan) >= sizes
+
+
+# --- write_limits: _shown, _utf8_bytes, _refuse, check_key_paths, _check_key_text,
+# check_string_name, check_array_name, check_array_dirs, zarr_key_bytes, _stored_grid,
+# check_array, check_array_path, check_documents, check_json (called directly) ---
+
+
+def _path(*keys: str):
+    return tuple(KeyEntry(k, KeyType.DICT) for k in keys)
+
+
+def _array(name="a", shape=(4,), dtype=np.float32, chunk=None, write=None) -> ArrayWrite:
+    chunk = shape if chunk is None else chunk
+    return ArrayWrite(
+        param_name=name,
+        shape=tuple(shape),
+        dtype=np.dtype(dtype),
+        chunk_shape=tuple(chunk),
+        write_shape=tuple(chunk if write is None else write),
+        pieces=(),
+        write_metadata=True,
+    )
+
+
+def test_item_names_and_os_limits() -> None:
+    assert write_limits.NAME_MAX == 255 and write_limits.PATH_MAX == 4096
+    assert write_limits.ITEM_NAMES == {
+        "_METADATA",
+        "_CHECKPOINT_METADATA",
+        "_sharding",
+        "array_metadatas",
+        "_strings.json",
+        "checkpoint",
+        "manifest.ocdbt",
+        "d",
+        "commit_success.txt",
+    }
+
+
+def test_a_long_leaf_name_is_shown_cut_short() -> None:
+    assert write_limits._shown("a" * 80) == repr("a" * 80)
+    assert write_limits._shown("a" * 81) == repr("a" * 60) + "... (81 characters)"
+    err = write_limits._refuse("b" * 81, "too long", "R-1", expected=1, got=2)
+    assert err.pointer == "b" * 60 + "..."
+    assert err.rule == "R-1" and (err.expected, err.got) == (1, 2)
+    assert err.message == f"leaf {'b' * 60!r}... (81 characters): too long"
+    short = write_limits._refuse("c" * 80, "m", "R-2")
+    assert short.pointer == "c" * 80 and short.message == f"leaf {'c' * 80!r}: m"
+
+
+def test_utf8_bytes_counts_bytes_or_none_without_an_encoding() -> None:
+    assert write_limits._utf8_bytes("é") == 2
+    assert write_limits._utf8_bytes("") == 0
+    assert write_limits._utf8_bytes("\ud800") is None
+
+
+def test_check_key_paths_counts_entries_at_the_limit(monkeypatch) -> None:
+    _limits(monkeypatch, max_tree_entries=3)
+    write_limits.check_key_paths([_path("a"), _path("b"), _path("c")])
+    with pytest.raises(FormatError) as e:
+        write_limits.check_key_paths([_path("a"), _path("b"), _path("c"), _path("d")])
+    assert e.value.rule == "LIMIT-002"
+    assert (e.value.expected, e.value.got) == ("<= 3", 4)
+    assert e.value.message == "too many leaves and empty nodes for _METADATA"
+
+
+def test_check_key_paths_depth_at_the_limit(monkeypatch) -> None:
+    _limits(monkeypatch, max_depth=3)
+    write_limits.check_key_paths([_path("a", "b", "c")])
+    with pytest.raises(FormatError) as e:
+        write_limits.check_key_paths([_path("a"), _path("a", "b", "c", "d")])
+    assert e.value.rule == "LIMIT-004"
+    assert e.value.pointer == "a.b.c.d"
+    assert (e.value.expected, e.value.got) == ("<= 3 keys", 4)
+    assert e.value.message == "leaf 'a.b.c.d': key path too deep"
+
+
+def test_check_key_paths_key_text_bytes_at_the_limit(monkeypatch) -> None:
+    _limits(monkeypatch, max_key_bytes=4)
+    write_limits.check_key_paths([_path("x", "éé")])  # 4 bytes
+    with pytest.raises(FormatError) as e:
+        write_limits.check_key_paths([_path("ok"), _path("x", "ééa")])  # 5 bytes
+    assert e.value.rule == "LIMIT-003"
+    assert e.value.pointer == "x.ééa"
+    assert (e.value.expected, e.value.got) == ("<= 4 UTF-8 bytes", 5)
+    assert e.value.message == "leaf 'x.ééa': key text too long"
+
+
+def test_check_key_paths_refuses_a_key_without_utf8(monkeypatch) -> None:
+    with pytest.raises(FormatError) as e:
+        write_limits.check_key_paths([_path("p", "\ud800")])
+    assert e.value.rule == "WRITE-005"
+    assert e.value.pointer == "p.\ud800"
+    assert e.value.message == "leaf 'p.\\ud800': key '\\ud800' has no UTF-8 encoding"
+
+
+def test_check_string_name_nesting_at_the_limit(monkeypatch) -> None:
+    _limits(monkeypatch, max_depth=4)
+    write_limits.check_string_name("a/b/c")  # depth 2 + 2
+    with pytest.raises(FormatError) as e:
+        write_limits.check_string_name("a/b/c/d")
+    assert e.value.rule == "JSON-003"
+    assert e.value.pointer == "a/b/c/d"
+    assert (e.value.expected, e.value.got) == ("<= 4 levels", 5)
+    assert e.value.message == "leaf 'a/b/c/d': its '/'s nest _strings.json too deep"
+
+
+def test_check_array_name_with_ocdbt_allows_any_name() -> None:
+    for name in ("_METADATA", "a\\b", "x" * 300, "ocdbt.process_0", "d/e"):
+        write_limits.check_array_name(name, use_ocdbt=True)
+
+
+@pytest.mark.parametrize(
+    ("name", "first"),
+    [
+        ("_METADATA", "_METADATA"),
+        ("d/x", "d"),
+        ("ocdbt.process_12/x", "ocdbt.process_12"),
+        ("commit_success.txt", "commit_success.txt"),
+    ],
+)
+def test_check_array_name_refuses_the_items_own_names(name, first) -> None:
+    with pytest.raises(FormatError) as e:
+        write_limits.check_array_name(name, use_ocdbt=False)
+    assert e.value.rule == "WRITE-005" and e.value.pointer == name
+    assert e.value.message == (
+        f"leaf {name!r}: without OCDBT its directory {first!r} is the item's own"
+    )
+
+
+def test_check_array_name_allows_names_near_the_items_own() -> None:
+    for name in ("x/_METADATA", "dd", "ocdbt.process_01", "ocdbt.process_x", "_metadata.x"):
+        write_limits.check_array_name(name, use_ocdbt=False)
+
+
+def test_check_array_name_refuses_a_backslash() -> None:
+    with pytest.raises(FormatError) as e:
+        write_limits.check_array_name("a/b\\c", use_ocdbt=False)
+    assert e.value.rule == "WRITE-005" and e.value.pointer == "a/b\\c"
+    assert e.value.message == "leaf 'a/b\\\\c': without OCDBT a '\\' would separate directories"
+
+
+def test_check_array_name_segment_bytes_at_name_max() -> None:
+    write_limits.check_array_name("a/" + "é" * 127 + "x", use_ocdbt=False)  # 255 bytes
+    name = "é" * 128 + "/b"  # 256 bytes in the first segment
+    with pytest.raises(FormatError) as e:
+        write_limits.check_array_name(name, use_ocdbt=False)
+    assert e.value.rule == "WRITE-005"
+    assert (e.value.expected, e.value.got) == ("<= 255 UTF-8 bytes", 256)
+    assert e.value.message == (
+        f"leaf {write_limits._shown(name)}: without OCDBT each '/'-separated part is a "
+        "directory name, and one is too long"
+    )
+    with pytest.raises(FormatError) as e:
+        write_limits.check_array_name("a/" + "b" * 300, use_ocdbt=False)
+    assert e.value.got == 300
+
+
+def test_check_array_dirs_refuses_names_one_only_on_folding_file_systems() -> None:
+    write_limits.check_array_dirs(["W", "w", "\u00e9", "e\u0301"], use_ocdbt=True)
+    write_limits.check_array_dirs(["a/x", "a/y", "a", "b/x", "ab"], use_ocdbt=False)
+    with pytest.raises(FormatError) as e:
+        write_limits.check_array_dirs(["ok", "L/x", "l/y"], use_ocdbt=False)
+    assert e.value.rule == "WRITE-005" and e.value.pointer == "l/y"
+    assert e.value.message == (
+        "leaf 'l/y': without OCDBT its directory 'l' and 'L' differ only in case or Unicode "
+        "normalization: one directory on macOS and Windows"
+    )
+    with pytest.raises(FormatError) as e:
+        write_limits.check_array_dirs(["a/\u00e9", "a/e\u0301"], use_ocdbt=False)
+    assert "its directory 'a/e\u0301' and 'a/\u00e9' differ" in e.value.message
+    with pytest.raises(FormatError) as e:  # the second segment only
+        write_limits.check_array_dirs(["a/Straße/x", "a/STRASSE"], use_ocdbt=False)
+    assert "'a/STRASSE' and 'a/Straße'" in e.value.message
+
+
+def test_zarr_key_bytes_of_both_versions() -> None:
+    assert write_limits.zarr_key_bytes((), (), 2) == len(".zarray")
+    assert write_limits.zarr_key_bytes((), (), 3) == len("zarr.json")
+    assert write_limits.zarr_key_bytes((10**9, 10**9), (1, 1), 2) == len("999999999.999999999")
+    assert write_limits.zarr_key_bytes((10**9, 10), (1, 1), 3) == len("c/999999999/9")
+    assert write_limits.zarr_key_bytes((10, 10), (3, 5), 2) == len(".zarray")  # "3.1"
+    assert write_limits.zarr_key_bytes((1,) * 5, (1,) * 5, 3) == len("c/0/0/0/0/0")
+    assert write_limits.zarr_key_bytes((100,) * 4, (1,) * 4, 2) == len("99.99.99.99")
+    assert write_limits.zarr_key_bytes((7,), (7,), 2) == len(".zarray")
+    with pytest.raises(ValueError):
+        write_limits.zarr_key_bytes((1, 2), (1,), 3)
+
+
+def test_stored_grid_is_the_chunk_in_v2_and_the_shard_in_v3() -> None:
+    a = _array(shape=(8,), chunk=(2,), write=(4,))
+    assert write_limits._stored_grid(a, 2) == (2,)
+    assert write_limits._stored_grid(a, 3) == (4,)
+
+
+def test_check_array_rank_at_the_limit(monkeypatch) -> None:
+    _limits(monkeypatch, max_zarr_ndim=3)
+    write_limits.check_array(_array(shape=(1, 1, 1)), zarr_version=3, use_ocdbt=True)
+    with pytest.raises(FormatError) as e:
+        write_limits.check_array(_array("w", shape=(1,) * 4), zarr_version=3, use_ocdbt=True)
+    assert e.value.rule == "ZARR-005" and e.value.pointer == "w"
+    assert (e.value.expected, e.value.got) == ("<= 3", 4)
+    assert e.value.message == "leaf 'w': too many dimensions for a zarr array"
+
+
+def _grid_limits(**kw: int):
+    return limits_module.applied(dataclasses.replace(limits_module.LIMITS, **kw))
+
+
+def test_check_array_checks_the_grid_of_the_stored_chunks(monkeypatch) -> None:
+    # more than max_chunks elements: the grids of v3 shards and inner chunks are checked
+    _limits(monkeypatch, max_chunks=8)
+    with _grid_limits(max_chunks=8):
+        write_limits.check_array(_array(shape=(16,), chunk=(2,)), zarr_version=2, use_ocdbt=False)
+        with pytest.raises(FormatError) as e:
+            write_limits.check_array(
+                _array("g", shape=(18,), chunk=(2,)), zarr_version=2, use_ocdbt=False
+            )
+        assert e.value.rule == "ZARR-005" and e.value.got == 9
+        assert e.value.pointer == "'g'"
+        # v3: the inner chunk grid is checked too, not only the shards'
+        with pytest.raises(FormatError) as e:
+            write_limits.check_array(
+                _array(shape=(18,), chunk=(2,), write=(6,)), zarr_version=3, use_ocdbt=False
+            )
+        assert e.value.got == 9
+        # v2 ignores the write shape
+        write_limits.check_array(
+            _array(shape=(16,), chunk=(2,), write=(1,)), zarr_version=2, use_ocdbt=False
+        )
+
+
+def test_check_array_checks_the_grid_only_above_the_element_or_byte_bound(monkeypatch) -> None:
+    with _grid_limits(max_chunks=2):
+        # 4 elements, 16 bytes: under both bounds, the grid (4 chunks) is not computed
+        _limits(monkeypatch, max_chunks=4, max_chunk_bytes=16)
+        write_limits.check_array(_array(shape=(4,), chunk=(1,)), zarr_version=2, use_ocdbt=False)
+        # 5 elements: over max_chunks
+        _limits(monkeypatch, max_chunks=4, max_chunk_bytes=1 << 30)
+        with pytest.raises(FormatError):
+            write_limits.check_array(
+                _array(shape=(5,), chunk=(1,)), zarr_version=2, use_ocdbt=False
+            )
+        # 4 elements of 8 bytes: over max_chunk_bytes (16) only
+        _limits(monkeypatch, max_chunks=4, max_chunk_bytes=16)
+        with pytest.raises(FormatError):
+            write_limits.check_array(
+                _array(shape=(4,), dtype=np.float64, chunk=(1,)), zarr_version=2, use_ocdbt=False
+            )
+        # 4 elements of 4 bytes: exactly at both bounds
+        write_limits.check_array(_array(shape=(4,), chunk=(1,)), zarr_version=2, use_ocdbt=False)
+
+
+def test_check_array_ocdbt_key_length_at_the_limit(monkeypatch) -> None:
+    _limits(monkeypatch, max_key_bytes=40)
+    # v3 "<name>/zarr.json": name of 30 bytes -> 40
+    write_limits.check_array(_array("a" * 30), zarr_version=3, use_ocdbt=True)
+    with pytest.raises(FormatError) as e:
+        write_limits.check_array(_array("a" * 31), zarr_version=3, use_ocdbt=True)
+    assert e.value.rule == "OCDBT-008" and e.value.pointer == "a" * 31
+    assert (e.value.expected, e.value.got) == ("<= 40 bytes", 41)
+    assert e.value.message == f"leaf {'a' * 31!r}: its OCDBT keys would be too long"
+    # v2 "<name>/.zarray": 32 + 1 + 7 = 40
+    write_limits.check_array(_array("a" * 32), zarr_version=2, use_ocdbt=True)
+    with pytest.raises(FormatError):
+        write_limits.check_array(_array("a" * 33), zarr_version=2, use_ocdbt=True)
+    # UTF-8 bytes count: 15 "é" are 30 bytes
+    write_limits.check_array(_array("é" * 15), zarr_version=3, use_ocdbt=True)
+    with pytest.raises(FormatError) as e:
+        write_limits.check_array(_array("é" * 15 + "a"), zarr_version=3, use_ocdbt=True)
+    assert e.value.got == 41
+    # the chunk keys of a v3 shard grid: "<name>/c/99/99/99" is longer than "zarr.json"
+    with pytest.raises(FormatError) as e:
+        write_limits.check_array(
+            _array("a" * 30, shape=(100, 100, 100), chunk=(1, 1, 1)),
+            zarr_version=3,
+            use_ocdbt=True,
+        )
+    assert e.value.got == 31 + len("c/99/99/99")
+    # v3 counts shards (write shape), not inner chunks: 1 shard, key "c/0/0/0"
+    write_limits.check_array(
+        _array("a" * 30, shape=(100, 100, 100), chunk=(1, 1, 1), write=(100, 100, 100)),
+        zarr_version=3,
+        use_ocdbt=True,
+    )
+    # v2 counts chunks: "<name>/99.99.99" is longer than ".zarray"
+    with pytest.raises(FormatError) as e:
+        write_limits.check_array(
+            _array("a" * 32, shape=(100, 100, 100), chunk=(1, 1, 1), write=(100, 100, 100)),
+            zarr_version=2,
+            use_ocdbt=True,
+        )
+    assert e.value.got == 33 + len("99.99.99")
+    # without OCDBT no key is checked
+    write_limits.check_array(_array("a" * 100), zarr_version=3, use_ocdbt=False)
+
+
+def test_check_array_skips_the_key_check_for_short_names_only(monkeypatch) -> None:
+    # a name is checked when 4 * its characters reach half the key limit
+    _limits(monkeypatch, max_key_bytes=40)
+    write_limits.check_array(_array("a" * 4), zarr_version=3, use_ocdbt=True)
+    _limits(monkeypatch, max_key_bytes=10)  # half: 5; 4 * 1 = 4 < 5 is skipped
+    write_limits.check_array(_array("a"), zarr_version=3, use_ocdbt=True)
+    _limits(monkeypatch, max_key_bytes=9)  # half 4: 4 is not below, checked
+    with pytest.raises(FormatError) as e:
+        write_limits.check_array(_array("a"), zarr_version=3, use_ocdbt=True)
+    assert e.value.got == 2 + len("zarr.json")
+
+
+def test_check_array_path_at_path_max(tmp_path) -> None:
+    item = "/x"
+    # "/x/<name>" + "/" + ".zarray" + ".__lock" must stay under 4096
+    room = 4096 - len("/x/") - 1 - len(".zarray") - len(".__lock")
+    write_limits.check_array_path(item, _array("a" * (room - 1)), zarr_version=2)
+    with pytest.raises(FormatError) as e:
+        write_limits.check_array_path(item, _array("a" * room), zarr_version=2)
+    assert e.value.rule == "WRITE-005"
+    assert (e.value.expected, e.value.got) == ("< 4096 bytes", 4096)
+    assert e.value.message == (
+        f"leaf {'a' * room!r}... ({room} characters): without OCDBT the path of one of its "
+        "files would be too long"
+    ).replace(repr("a" * room), repr("a" * 60))
+    # v3: "zarr.json" is two bytes longer than ".zarray"
+    with pytest.raises(FormatError) as e:
+        write_limits.check_array_path(item, _array("a" * (room - 2)), zarr_version=3)
+    assert e.value.got == 4096
+    write_limits.check_array_path(item, _array("a" * (room - 3)), zarr_version=3)
+    # bytes of the file system encoding, and the shard key of v3
+    with pytest.raises(FormatError) as e:
+        write_limits.check_array_path(item, _array("é" * (room // 2)), zarr_version=2)
+    assert e.value.rule == "WRITE-005"
+    assert e.value.got == 3 + 2 * (room // 2) + 1 + 7 + 7
+    big = _array("a" * (room - 7), shape=(10**12,), chunk=(1,), write=(1,))
+    with pytest.raises(FormatError) as e:
+        write_limits.check_array_path(item, big, zarr_version=3)
+    assert e.value.got == 3 + room - 7 + 1 + len("c/999999999999") + 7
+    big2 = _array("a" * (room - 7), shape=(10**14,), chunk=(1,), write=(10**14,))
+    write_limits.check_array_path(item, big2, zarr_version=3)  # one shard: "zarr.json"
+    # v2 names chunks, whatever the write shape: "99999999999999" is longer than ".zarray"
+    with pytest.raises(FormatError) as e:
+        write_limits.check_array_path(item, big2, zarr_version=2)
+    assert e.value.got == 3 + room - 7 + 1 + len("99999999999999") + 7
+    assert os.fsencode("é") == "é".encode()
+
+
+def test_check_documents_builds_and_measures_only_above_the_bound(monkeypatch) -> None:
+    _limits(monkeypatch, max_json_bytes=4)
+    built = []
+
+    def build():
+        built.append(1)
+        return {"a.json": b"1234", "b.json": b"12345"}
+
+    write_limits.check_documents(4, build)
+    assert built == []
+    with pytest.raises(FormatError) as e:
+        write_limits.check_documents(5, build)
+    assert built == [1]
+    assert e.value.rule == "JSON-003" and e.value.file == "b.json"
+    assert (e.value.expected, e.value.got) == ("<= 4 bytes", 5)
+    assert e.value.message == "document too large"
+    write_limits.check_documents(100, lambda: {"a.json": b"1234", "c": b""})
+
+
+def test_check_json_refuses_what_the_reader_refuses() -> None:
+    write_limits.check_json(b'{"a": [1]}', file="x.json")
+    deep = b"[" * 65 + b"]" * 65
+    with pytest.raises(FormatError) as e:
+        write_limits.check_json(deep, file="x.json")
+    assert e.value.rule == "JSON-003" and e.value.file == "x.json"
