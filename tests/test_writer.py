@@ -26,6 +26,7 @@ from ockpt import _zarr_write  # noqa: E402
 from ockpt.names import TMP_MARKER  # noqa: E402
 from ockpt.store import commit  # noqa: E402
 from ockpt.writer import save_pytree, save_pytree_async  # noqa: E402
+from tests.support.errors import assert_error  # noqa: E402
 
 P = jax.sharding.PartitionSpec
 
@@ -514,8 +515,9 @@ def test_replicas_written_once(tmp_path):
 def test_existing_checkpoint_refused_then_overwritten(tmp_path):
     path = tmp_path / "c"
     save_pytree(path, {"a": np.ones(2)}, layout="item")
-    with pytest.raises(ockpt.WriteConflictError, match="DIR-002"):
+    with pytest.raises(ockpt.WriteConflictError) as info:
         save_pytree(path, {"a": np.zeros(2)}, layout="item")
+    assert_error(info, rule="DIR-002", file=str(path))
     np.testing.assert_array_equal(ockpt.load_pytree(path)["a"], np.ones(2))
     save_pytree(path, {"b": np.zeros(3)}, layout="item", overwrite=True)
     assert set(ocp.PyTreeCheckpointer().restore(path)) == {"b"}
@@ -566,8 +568,9 @@ def test_leftover_temporary_directories(tmp_path):
     running = commit.begin(tmp_path / "d")
     save_pytree(tmp_path / "d", {"a": 3})
     assert os.path.isdir(running.tmp)  # still there: its save goes on
-    with pytest.raises(ockpt.WriteConflictError, match="DIR-002"):
+    with pytest.raises(ockpt.WriteConflictError) as info:
         commit.finish(running)  # d was committed meanwhile
+    assert_error(info, rule="DIR-002", file=str(tmp_path / "d"))
     commit.abort(running)
     assert sorted(os.listdir(tmp_path)) == sorted(["c", "d", foreign.name])
     assert ockpt.load_pytree(tmp_path / "d")["a"] == 3
@@ -639,8 +642,7 @@ def test_bad_input_refused(case, layout, tmp_path):
     tree, rule, name = BAD_TREES[case]
     with pytest.raises(ockpt.FormatError) as info:
         save_pytree(tmp_path / "c", tree, layout=layout)
-    assert info.value.rule == rule
-    assert repr(name) in str(info.value) or name in str(info.value)
+    assert_error(info, rule=rule, pointer=name)
     assert os.listdir(tmp_path) == []
 
 
@@ -671,7 +673,8 @@ def test_no_write_permission_simulated(tmp_path, monkeypatch):
     monkeypatch.setattr(commit.os, "mkdir", denied)
     with pytest.raises(ockpt.FormatError) as info:
         save_pytree(tmp_path / "c", {"a": 1})
-    assert info.value.rule == "DIR-001" and "Permission denied" in str(info.value)
+    assert_error(info, rule="DIR-001", file=str(tmp_path / "c"))
+    assert "Permission denied" in info.value.message
     assert os.listdir(tmp_path) == []
 
 
