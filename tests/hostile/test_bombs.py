@@ -36,6 +36,7 @@ from ockpt.limits import LIMITS, Limits, applied
 from ockpt.ocdbt import format as fmt
 from ockpt.ocdbt.tree import Database
 from tests.support import CHILDREN, FIXTURES, HAVE_TENSORSTORE, flat_leaves
+from tests.support.errors import assert_error
 
 CHILD = CHILDREN / "hostile.py"
 SECONDS = 30
@@ -279,8 +280,9 @@ def test_commas_inside_strings_do_not_count(monkeypatch):
     assert _json._quick_values(text) > 8_000 and _json._values(text, whole=True)[1] == 3
     with applied(Limits(max_json_values=3)):
         assert _json.parse_json(text, file="s") == json.loads(text)
-    with applied(Limits(max_json_values=2)), pytest.raises(DocumentError, match="JSON-003"):
+    with applied(Limits(max_json_values=2)), pytest.raises(DocumentError) as e:
         _json.parse_json(text, file="s")
+    assert_error(e, rule="JSON-003", file="s")
 
 
 @pytest.mark.slow  # the slow matrix: a 34M-value document
@@ -336,22 +338,27 @@ def test_frame_without_content_size_decodes_up_to_the_bound(monkeypatch, size, s
     assert bytecodecs.zstd_decompress(frame, max_output_size=1 << 30) == raw
     with pytest.raises(OcdbtError) as e:
         bytecodecs.zstd_decompress(frame, max_output_size=size - 1, file="d/x")
-    assert _rule(e) == "OCDBT-006" and e.value.file == "d/x"
-    assert f"<= {size - 1}" in str(e.value)
+    assert_error(e, rule="OCDBT-006", file="d/x", expected=f"<= {size - 1}")
 
 
 def test_frame_faults_are_named():
     frame = _stream_frame(b"abc" * 1000)
-    with pytest.raises(OcdbtError, match="truncated"):
+    with pytest.raises(OcdbtError) as e:
         bytecodecs.zstd_decompress(frame[:-3], max_output_size=1 << 20)
+    assert_error(e, rule="OCDBT-006")
+    assert "truncated" in e.value.message
     # bytes after the frame, also where the frame ends exactly at a step of the stream decoder
     pad = (-len(frame)) % bytecodecs._ZSTD_STEP
     for extra in (b"x", b"x" * bytecodecs._ZSTD_STEP):
-        with pytest.raises(OcdbtError, match="bytes after the zstd frame"):
+        with pytest.raises(OcdbtError) as e:
             bytecodecs.zstd_decompress(frame + b"\0" * pad + extra, max_output_size=1 << 20)
+        assert_error(e, rule="OCDBT-006")
+        assert "bytes after the zstd frame" in e.value.message
     sized = zstandard.ZstdCompressor().compress(b"abc" * 1000)
-    with pytest.raises(OcdbtError, match="content size exceeds"):
+    with pytest.raises(OcdbtError) as e:
         bytecodecs.zstd_decompress(sized, max_output_size=2999)
+    assert_error(e, rule="OCDBT-006")
+    assert "content size exceeds" in e.value.message
 
 
 def test_node_bound_follows_the_manifest():
@@ -471,8 +478,8 @@ def test_node_past_the_manifests_bound_is_refused(tmp_path):
     assert bound == fmt.node_bound(db.config) == (2 << 20) + 4096 + (16 << 10) + (1 << 20)
     with pytest.raises(OcdbtError) as e:
         db.get(b"x")
-    assert _rule(e) == "OCDBT-006" and e.value.file.endswith(name)
-    assert f"<= {bound}" in str(e.value)
+    assert_error(e, rule="OCDBT-006", expected=f"<= {bound}")
+    assert e.value.file.endswith(name)
     with pytest.raises(OcdbtError) as e:
         ockpt.load_pytree(root, backend="python")
     assert _rule(e) == "OCDBT-006"
@@ -551,8 +558,10 @@ def test_a_frame_of_millions_of_empty_blocks_is_not_walked_block_by_block():
     assert bytecodecs.zstd_frame_size(frame(most + 1)) is None
     bomb = frame(20 * most)
     assert bytecodecs.zstd_decompress(bomb, max_output_size=1 << 20) == b""
-    with pytest.raises(OcdbtError, match="bytes after the zstd frame"):
+    with pytest.raises(OcdbtError) as e:
         bytecodecs.zstd_decompress(bomb + b"\x00", max_output_size=1 << 20)
+    assert_error(e, rule="OCDBT-006")
+    assert "bytes after the zstd frame" in e.value.message
 
 
 def test_the_kept_count_walks_members_in_memory_independent_of_their_size():
