@@ -20,6 +20,7 @@ from ockpt.paths import tree_key, unsafe_path
 from ockpt.store import as_store
 from ockpt.store.files import check_tree, resolve_inside
 from tests.support import FIXTURES
+from tests.support.errors import assert_error
 
 NO_OCDBT = FIXTURES / "orbax-0.12.8" / "no_ocdbt" / "checkpoint"
 OCDBT = FIXTURES / "orbax-0.12.8" / "sharded" / "checkpoint"
@@ -112,12 +113,14 @@ def test_limit_003_key_length():
         MetadataDocument.from_bytes(_metadata([ok + "k"]), file="m")
     assert _rule(e) == "LIMIT-003"
     wide = "\u043a" * (LIMITS.max_key_bytes // 2 + 1)  # two UTF-8 bytes each
-    with pytest.raises(FormatError, match="LIMIT-003"):
+    with pytest.raises(FormatError) as e:
         MetadataDocument.from_bytes(_metadata([wide]), file="m")
+    assert_error(e, rule="LIMIT-003", file="m")
     # lone surrogates (JSON "\ud800", 3 bytes each in UTF-8): counted, never UnicodeEncodeError
     lone = "\ud800" * (LIMITS.max_key_bytes // 3 + 1)
-    with pytest.raises(FormatError, match="LIMIT-003"):
+    with pytest.raises(FormatError) as e:
         MetadataDocument.from_bytes(_metadata([lone]), file="m")
+    assert_error(e, rule="LIMIT-003", file="m")
 
 
 def test_limit_004_key_path_depth():
@@ -523,7 +526,8 @@ def test_limit_006_counts_what_a_load_holds_at_once(tmp_path, monkeypatch):
     target = {"a": np.zeros(1000, np.int8)}
     with pytest.raises(ockpt.MemoryLimitError) as e:  # 1000 x (8 + 1) bytes
         ockpt.load_pytree(tmp_path / "c", target, cast="lossy", backend="python")
-    assert e.value.rule == "LIMIT-006" and "'a'" in str(e.value)
+    assert_error(e, rule="LIMIT-006")
+    assert "'a'" in e.value.message
     monkeypatch.setattr(limits, "memory_available", lambda: 9000)
     got = ockpt.load_pytree(tmp_path / "c", target, cast="lossy", backend="python")
     assert got["a"].dtype == np.int8
