@@ -130,8 +130,9 @@ def test_interval_force_and_conflicts(tmp_path):
     assert mngr.save(5, _state(5))
     assert mngr.save(7, _state(7), force=True)
     assert mngr.all_steps() == [5, 7]
-    with pytest.raises(ockpt.WriteConflictError, match="DIR-002"):
+    with pytest.raises(ockpt.WriteConflictError) as info:
         mngr.save(5, _state(5))
+    assert_error(info, rule="DIR-002")
     with pytest.raises(ValueError):
         mngr.save(-1, _state(0), force=True)
     with pytest.raises(ValueError):
@@ -223,5 +224,6 @@ def test_json_item_with_nan_written_by_orbax(tmp_path):
     got = CheckpointManager(root).restore(0, item="m")
     assert np.isnan(got["loss"]) and got["x"] == 1
     (root / "0" / "m" / "metadata").write_text('{"loss": ')
-    with pytest.raises(ockpt.FormatError, match="JSON-001"):
+    with pytest.raises(ockpt.FormatError) as info:
         CheckpointManager(root).restore(0, item="m")
+    assert_error(info, rule="JSON-001", file=str(root / "0" / "m" / "metadata"))
