@@ -132,7 +132,7 @@ def test_interval_force_and_conflicts(tmp_path):
     assert mngr.all_steps() == [5, 7]
     with pytest.raises(ockpt.WriteConflictError) as info:
         mngr.save(5, _state(5))
-    assert_error(info, rule="DIR-002")
+    assert_error(info, rule="DIR-002", file=str(tmp_path / "root" / "5"))
     with pytest.raises(ValueError):
         mngr.save(-1, _state(0), force=True)
     with pytest.raises(ValueError):

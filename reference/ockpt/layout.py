@@ -332,8 +332,10 @@ def _detect_top(loc: Store) -> Layout:
     if scan is None or not (scan.files or scan.dirs):  # missing, empty, or no directory
         state = loc.is_directory()
         if state is False:
+            note = interrupted_overwrite_note(loc)
             raise PathNotFoundError(
-                "no such file or directory" + interrupted_overwrite_note(loc),
+                "no such file or directory" + note,
+                rule="LAYOUT-006" if note else None,  # it says where the checkpoint is
                 file=loc.display,
             )
         if state is None or scan is None:

@@ -199,8 +199,12 @@ class CheckpointManager:
             raise ValueError("pass exactly one of tree and items")
         if not force and step % self.save_interval_steps != 0:
             return False
-        if step in self._steps():
-            raise WriteConflictError(f"step {step} exists already", rule="DIR-002", file=self.root)
+        if step in (steps := self._steps()):
+            raise WriteConflictError(
+                f"step {step} exists already",
+                rule="DIR-002",
+                file=self.store.child(steps[step]).display,
+            )
         parts = {DEFAULT_ITEM: tree} if items is None else dict(items)
         save = plan_save(
             self.store.child(self._step_name(step)),

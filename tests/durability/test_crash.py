@@ -441,14 +441,14 @@ def test_overwrite_killed_at_every_event(tmp_path, monkeypatch, exchange):
             assert not exchange and not path.exists(), kill_at
             missing += 1
             parked = root / old_name
-            # the note names the -replaced sibling (LAYOUT-006); the error cites no rule
+            # the error names the -replaced sibling, citing LAYOUT-006
             with pytest.raises(ockpt.NotACheckpointError) as info:
                 ockpt.load_pytree(path, backend="python")
-            assert_error(info, rule=None, file=str(path))
+            assert_error(info, rule="LAYOUT-006", file=str(path))
             assert old_name in info.value.message
             with pytest.raises(ockpt.NotACheckpointError) as info:
                 ockpt.validate(path)
-            assert_error(info, rule=None, file=str(path))
+            assert_error(info, rule="LAYOUT-006", file=str(path))
             assert old_name in info.value.message
             assert old_name in ockpt.detect(path).reason
             assert ockpt.detect(parked).kind is Kind.TEMPORARY  # never read under that name

@@ -230,11 +230,11 @@ def test_reader_names_the_parked_checkpoint(tmp_path):
     name = "c" + REPLACED_SUFFIX
     with pytest.raises(ockpt.NotACheckpointError) as info:
         load(path)
-    assert_error(info, rule=None, file=str(path))  # a missing path: an I/O error, no rule
+    assert_error(info, rule="LAYOUT-006", file=str(path))
     assert name in info.value.message
     with pytest.raises(ockpt.NotACheckpointError) as info:
         ockpt.validate(path)
-    assert_error(info, rule=None, file=str(path))  # a missing path: an I/O error, no rule
+    assert_error(info, rule="LAYOUT-006", file=str(path))
     assert name in info.value.message
     layout = ockpt.detect(path)
     assert layout.kind is Kind.NOT_A_CHECKPOINT and name in layout.reason
