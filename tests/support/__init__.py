@@ -1,6 +1,7 @@
 """What the tests share: the fixture paths and cases, tree comparison across engines, a
 deadline, and where the child-process scripts are (`children/`). Tests import from here
-(``from support import FIXTURES``), never from one another (tests/package/test_tiers.py)."""
+(``from tests.support import FIXTURES``), never from one another
+(tests/package/test_suite_layout.py)."""
 
 from __future__ import annotations
 
