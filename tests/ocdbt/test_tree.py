@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
 from pathlib import Path
 
 import _record_ocdbt as rec  # noqa: E402
@@ -23,21 +22,14 @@ from ockpt.ocdbt import tree
 from ockpt.ocdbt.tree import Database, key_successor
 from ockpt.ocdbt.verify import verify_database
 from ockpt.store import MemoryStore
-from tests.support import FIXTURES
 from tests.support.errors import assert_error, error_fields
-from tests.support.ocdbt import build_database
-
-SET = FIXTURES / "tensorstore-0.1.86"
-
-
-def _case(name: str) -> Path:
-    return SET / name / rec.DATABASE_DIR
-
-
-def _copy(name: str, tmp_path: Path) -> Path:
-    dest = tmp_path / name
-    shutil.copytree(_case(name), dest)
-    return dest
+from tests.support.ocdbt import (
+    TENSORSTORE_SET,
+    build_database,
+    copy_database,
+    database_case,
+    rewrite_root,
+)
 
 
 def _error(fn) -> FormatError:
@@ -105,7 +97,7 @@ def test_key_successor_is_the_smallest_key_above_the_prefix():
 
 def test_str_and_bytes_keys_read_the_same():
     """`_as_key`: a str key is its UTF-8 bytes (`get`, `list`, `items`, `entries`)."""
-    db = Database(_case("btree_example"))
+    db = Database(database_case("btree_example"))
     keys = db.list()
     assert db.list("params.layer_01") == db.list(b"params.layer_01") != []
     key = keys[3]
@@ -124,8 +116,8 @@ def test_every_generation_reads_as_recorded(name):
     tree (`_version_leaves`, `_check_version_node`, `read_version_node`), and a range read of
     it gives the record's keys and values. Kills the mutants of `versions`, `version`,
     `_version_leaves`, `_check_version_node` that lose, reorder or refuse generations."""
-    record = rec.load(SET / name)
-    db = Database(_case(name))
+    record = rec.load(TENSORSTORE_SET / name)
+    db = Database(database_case(name))
     versions = db.versions()
     want = [g["generation"] for g in record["generations"]]
     assert [v.generation_number for v in versions] == want == list(range(1, len(want) + 1))
@@ -145,7 +137,7 @@ def test_version_finds_the_first_subtree_reaching_the_generation():
     level of a height-4 version tree (arity 2): generation 1, the last of each subtree, and the
     first after it. Kills `>=` mutated to `>`/`<=`, the `None` default, and mutants of the
     descent (`refs, parent = node.entries, child`)."""
-    db = Database(_case("version_tree_arity2"))
+    db = Database(database_case("version_tree_arity2"))
     nodes = db.manifest.version_tree_nodes
     assert [(r.height, r.generation_number) for r in nodes] == [(4, 16), (3, 32), (2, 36), (1, 40)]
     for g in (1, 2, 3, 8, 9, 15, 16, 17, 31, 32, 33, 35, 36, 37, 39, 40, 41):
@@ -157,9 +149,9 @@ def test_version_of_an_absent_generation(g):
     """`version(g)` for a generation the database does not have: OCDBT-030 naming the
     manifest and the generation. Kills mutants of the error text, rule, file and `got`, and of
     the loop that gives up (`break`)."""
-    db = Database(_case("version_tree_arity2"))
+    db = Database(database_case("version_tree_arity2"))
     err = _error(lambda: db.version(g))
-    manifest = os.path.join(str(_case("version_tree_arity2")), "manifest.ocdbt")
+    manifest = os.path.join(str(database_case("version_tree_arity2")), "manifest.ocdbt")
     assert error_fields(err) == {
         "rule": "OCDBT-030",
         "file": manifest,
@@ -172,7 +164,7 @@ def test_version_of_an_absent_generation(g):
 def test_version_of_a_generation_missing_inside_a_version_leaf(tmp_path):
     """A version tree leaf that skips the generation asked for: `version(g)` stops at that
     leaf (`break`) and says OCDBT-030, not a wrong version."""
-    path = _copy("version_tree_arity2", tmp_path)
+    path = copy_database("version_tree_arity2", tmp_path)
     db = Database(path)
     ref = db.manifest.version_tree_nodes[-1]  # height 1: generations 37-40
     node = db.read_version_node(ref.location)
@@ -271,7 +263,7 @@ def test_check_version_node_names_node_field_and_values(tmp_path, field, value, 
     num_generations (OCDBT-034); each error names the node's data file and offset, expected
     and got, both through `versions()` and `version(g)`. Kills the mutants of each check's
     comparison, text, rule, file, pointer, expected and got."""
-    path = _copy("version_tree_arity2", tmp_path)
+    path = copy_database("version_tree_arity2", tmp_path)
     db = Database(path)
     ref = db.manifest.version_tree_nodes[-1]
     node = db.read_version_node(ref.location)
@@ -302,7 +294,7 @@ def test_count_of_an_interior_version_node_sums_its_children(tmp_path):
     `version_tree_arity2` holds 4 generations in 2 leaves of 2. A child claiming 3 makes the
     sum 5, refused against the reference's 4. Kills `sum` mutated to count entries, and
     `height == 0` mutated."""
-    path = _copy("version_tree_arity2", tmp_path)
+    path = copy_database("version_tree_arity2", tmp_path)
     db = Database(path)
     ref = db.manifest.version_tree_nodes[-1]
     node = db.read_version_node(ref.location)
@@ -334,7 +326,7 @@ def test_versions_must_increase_across_version_tree_nodes(tmp_path):
     `version_tree_arity2` (37-40) is replaced by one whose first leaf holds generation 36 only,
     which the height-2 node (33-36) already ends with: equal, not greater. Kills the mutants of
     the `b <= a` test (`<` lets equal pass) and of its error."""
-    path = _copy("version_tree_arity2", tmp_path)
+    path = copy_database("version_tree_arity2", tmp_path)
     db = Database(path)
     h2, h1 = db.manifest.version_tree_nodes[2:]
     below = db.read_version_node(db.read_version_node(h2.location).entries[0].location)
@@ -365,7 +357,7 @@ def test_version_tree_depth_is_bounded(tmp_path, in_force):
     set to 3, the height-4 node of `version_tree_arity2` (5 levels) is refused, a bound of 4
     reads it.
     Kills mutants of `depth > max_depth`, of `depth + 1` and of the error."""
-    path = _case("version_tree_arity2")
+    path = database_case("version_tree_arity2")
     in_force(max_depth=4)
     assert len(Database(path).versions()) == 41
     in_force(max_depth=3)
@@ -385,7 +377,7 @@ def test_version_tree_depth_is_bounded(tmp_path, in_force):
 def test_a_missing_btree_node_file_names_the_btree_node(tmp_path):
     """A B+tree node whose data file is missing: MissingDataError naming the file and
     "referenced from btreenode" (the kind `read_btree_node` gives `_cached`)."""
-    path = _copy("btree_example", tmp_path)
+    path = copy_database("btree_example", tmp_path)
     name = Database(path).version().root.location.file_id.path.decode()
     (path / name).unlink()
     for read in (lambda d: d.list(), lambda d: d.get(b"x")):
@@ -440,7 +432,7 @@ def test_a_missing_version_node_file_names_the_version_node(tmp_path):
     """A version tree node whose data file is missing: MissingDataError naming the file and
     "referenced from versionnode" (the kind `read_version_node` gives `_cached`). Kills the
     mutants of that kind string."""
-    path = _copy("version_tree_arity2", tmp_path)
+    path = copy_database("version_tree_arity2", tmp_path)
     ref = Database(path).manifest.version_tree_nodes[0]
     name = ref.location.file_id.path.decode()
     (path / name).unlink()
@@ -459,7 +451,7 @@ def test_read_version_node_decodes_and_caches_by_kind(tmp_path):
     and `_cached` keeps it under its kind: the same range read as a B+tree node is a magic
     error, not the cached version node. Kills mutants of the kind string and of the decoder
     passed."""
-    db = Database(_case("version_tree_arity2"))
+    db = Database(database_case("version_tree_arity2"))
     ref = db.manifest.version_tree_nodes[0]
     node = db.read_version_node(ref.location)
     assert isinstance(node, fmt.VersionTreeNode) and node.height == 4
@@ -497,7 +489,7 @@ def test_numbered_manifest_is_the_latest_numbered_file(tmp_path):
     highest number (hex, 16 digits); other names (`manifest.ocdbt`, a wrong digit count,
     upper case) are not numbered manifests. Errors name that file. Kills the mutants of the
     numbered branch (`_NUMBERED`, `sorted`, `numbered[-1]`, `self._manifest_file`) and `_names`."""
-    path = _copy("version_tree_arity2", tmp_path)
+    path = copy_database("version_tree_arity2", tmp_path)
     want = Database(path).versions()
     name = _numbered(path)
     assert name == "manifest.0000000000000029"
@@ -541,7 +533,7 @@ def test_numbered_manifest_problems_name_the_file(tmp_path, problem, where, mess
     """Each numbered-manifest fault, with all its fields (OCDBT-050): none present, a
     numbered manifest of the numbered kind, another database's uuid, a name that is not its
     latest generation. Kills the mutants of each check and of its file, expected, got."""
-    path = _copy("version_tree_arity2", tmp_path)
+    path = copy_database("version_tree_arity2", tmp_path)
     uuid = Database(path).config.uuid
     other = bytes(16)
     if problem == "none":
@@ -569,7 +561,7 @@ def test_manifest_larger_than_the_bound(tmp_path, in_force):
     """A manifest file one byte over the limits' `max_manifest_bytes` is refused (OCDBT-002,
     expected `<= N`); exactly N bytes is decoded.
     Kills mutants of the bound, of `read_capped`'s limit and of the error."""
-    path = _copy("btree_example", tmp_path)
+    path = copy_database("btree_example", tmp_path)
     data = (path / "manifest.ocdbt").read_bytes()
     in_force(max_manifest_bytes=len(data))
     assert Database(path).versions()
@@ -588,7 +580,7 @@ def test_manifest_missing_or_linked_out(tmp_path):
     """A missing manifest: OCDBT-050 naming it. A manifest that is a symlink out of the
     checkpoint root: PATH-004 naming the link and where it leads; a link inside the root
     reads. Kills mutants of `commonpath`, the realpath join and the texts."""
-    path = _copy("btree_example", tmp_path)
+    path = copy_database("btree_example", tmp_path)
     (path / "manifest.ocdbt").rename(tmp_path / "elsewhere")
     err = _error(lambda: Database(path).manifest)
     assert error_fields(err) == {
@@ -619,7 +611,7 @@ def test_manifest_missing_or_linked_out(tmp_path):
 def test_a_manifest_that_is_no_regular_file(tmp_path):
     """`manifest.ocdbt` that is a directory: PATH-005, naming it under `display` (the name
     `_read_manifest_file` passes to `files.open_regular`). Kills the mutants that drop it."""
-    path = _copy("btree_example", tmp_path)
+    path = copy_database("btree_example", tmp_path)
     (path / "manifest.ocdbt").unlink()
     (path / "manifest.ocdbt").mkdir()
     err = _error(lambda: Database(path, display="DB").manifest)
@@ -629,7 +621,7 @@ def test_a_manifest_that_is_no_regular_file(tmp_path):
 def test_display_names_files_in_errors(tmp_path):
     """`display` replaces the path in every error (`where`), kept relative; `where()` with no
     name is the display itself. Kills mutants of `_shown` and `where`."""
-    path = _copy("btree_example", tmp_path)
+    path = copy_database("btree_example", tmp_path)
     db = Database(path, display="ckpt/db")
     assert db.where() == "ckpt/db" and db.where("d/x") == "ckpt/db/d/x"
     assert Database(path).where() == str(path)
@@ -668,8 +660,8 @@ def test_a_database_on_an_object_store_reads_as_on_disk(in_force):
     data files are read by ranges (no size known: `value_range` is None), errors name the
     store. Kills the mutants of `_read_manifest_file`, of `_resolve` and of `_names` for a
     store without files."""
-    path = _case("version_tree_arity2")
-    record = rec.load(SET / "version_tree_arity2")
+    path = database_case("version_tree_arity2")
+    record = rec.load(TENSORSTORE_SET / "version_tree_arity2")
     loc = _store(path)
     db = Database(loc)
     assert loc.requests == []
@@ -711,7 +703,7 @@ def test_a_numbered_database_on_an_object_store(tmp_path):
     """A numbered-kind database on an object store finds its latest numbered manifest in the
     store's listing (`_names`), and a manifest bigger than the decode bound is refused
     (`max_decoded_bytes` passed on: OCDBT-006)."""
-    path = _copy("version_tree_arity2", tmp_path)
+    path = copy_database("version_tree_arity2", tmp_path)
     want = Database(path).versions()
     name = _numbered(path)
     loc = _store(path)
@@ -724,7 +716,7 @@ def test_a_numbered_database_on_an_object_store(tmp_path):
 
 def test_a_local_manifest_is_decoded_within_max_decoded_bytes(tmp_path):
     """`max_decoded_bytes` bounds the manifest's decoded body too (OCDBT-006 naming it)."""
-    path = _case("btree_example")
+    path = database_case("btree_example")
     err = _error(lambda: Database(path, max_decoded_bytes=20).manifest)
     assert err.rule == "OCDBT-006" and err.file == str(path / "manifest.ocdbt")
     assert Database(path, max_decoded_bytes=1000).versions()
@@ -740,7 +732,7 @@ def test_range_reads_at_every_boundary_of_a_deep_tree():
     gives exactly the keys in [start, end). Kills the mutants of `_walk`'s skipping and
     stopping (`child_upper <= start`, `child_lower >= end`, `key < start`, `key >= end`), of
     the child bounds and prefixes passed down, and of `list`'s successor bound."""
-    db = Database(_case("deep_btree"))
+    db = Database(database_case("deep_btree"))
     keys = db.list()
     assert len(keys) == 636 and keys == sorted(keys)
     probes = keys[::23] + [keys[-1]]
@@ -762,7 +754,7 @@ def test_leaf_nodes_give_every_key_once_in_order():
     """`leaf_nodes` (the one walk `pytree_metadata` reads every array's metadata key from) on
     `deep_btree`: each leaf node once, in key order, with the prefix that makes its entries'
     keys the full keys `entries` gives; the same entry objects."""
-    db = Database(_case("deep_btree"))
+    db = Database(database_case("deep_btree"))
     nodes = list(db.leaf_nodes())
     assert len(nodes) > 1 and all(node.height == 0 for _, node in nodes)
     walked = [(prefix + e.key, e) for prefix, node in nodes for e in node.entries]
@@ -788,8 +780,8 @@ def test_point_reads_through_every_level():
     last are absent. Kills the mutants of `_find` (bisect left/right, `- 1`, `i < 0`, prefix
     tests, `height -= 1`), `_keys_of` and `read_value`."""
     for name in ("deep_btree", "btree_example", "version_tree_arity2"):
-        record = rec.load(SET / name)
-        db = Database(_case(name), node_cache_size=8)
+        record = rec.load(TENSORSTORE_SET / name)
+        db = Database(database_case(name), node_cache_size=8)
         keys = db.list()
         for key, digest in record["keys"].items():
             assert rec.value_digest(db.get(key)) == digest, key
@@ -808,8 +800,8 @@ def test_point_reads_of_old_generations_and_the_empty_one():
     """`get(key, generation=g)` reads the tree of generation g (a key deleted at g is present
     at g - 1); generation 1 is the empty tree: every read gives None / nothing. Kills the
     mutants that drop `generation` on its way to `_root`/`_find`/`entries`."""
-    record = rec.load(SET / "many_generations")
-    db = Database(_case("many_generations"))
+    record = rec.load(TENSORSTORE_SET / "many_generations")
+    db = Database(database_case("many_generations"))
     for commit in record["commits"][::9]:
         g = commit["generation"]
         for key in commit["set"][:3]:
@@ -835,7 +827,7 @@ def test_index_after_many_lookups_gives_the_same_answers(monkeypatch):
     `+ 1`), of the cap (`> INDEX_MAX_KEYS`), of the empty-tree test, of the stored index and of
     `index.get`."""
     monkeypatch.setattr(tree, "INDEX_AFTER_LOOKUPS", 3)
-    db = Database(_case("deep_btree"))
+    db = Database(database_case("deep_btree"))
     keys = db.list()
     g = db.version().generation_number
     for i in range(2):
@@ -846,30 +838,30 @@ def test_index_after_many_lookups_gives_the_same_answers(monkeypatch):
     assert index is not None and list(index) == keys
     assert db._lookups[g] == 3
     for key in keys[::11]:
-        assert db.get(key) == Database(_case("deep_btree")).get(key)
+        assert db.get(key) == Database(database_case("deep_btree")).get(key)
         assert db.get(key + b"\0") is None
     assert db._indexes[g] is index and db._lookups[g] == 3
     # an older generation counts its own lookups
-    assert db.get(keys[0], generation=g - 1) == Database(_case("deep_btree")).get(
+    assert db.get(keys[0], generation=g - 1) == Database(database_case("deep_btree")).get(
         keys[0], generation=g - 1
     )
     assert db._lookups[g - 1] == 1
     # capped at exactly the key count: kept; one below: not kept (None), lookups still answer
     monkeypatch.setattr(tree, "INDEX_MAX_KEYS", len(keys))
-    db = Database(_case("deep_btree"))
+    db = Database(database_case("deep_btree"))
     for key in keys[:3]:
         db.get(key)
     assert len(db._indexes[g]) == len(keys)
     monkeypatch.setattr(tree, "INDEX_MAX_KEYS", len(keys) - 1)
-    db = Database(_case("deep_btree"))
+    db = Database(database_case("deep_btree"))
     for key in keys[:5]:
         assert db.get(key) is not None
     assert db._indexes[g] is None and db.get(b"nope") is None
     # the index of an older generation holds that generation's keys: layers 8-11, deleted by
     # the last commit, are found at g - 1 before and after its index is built
     monkeypatch.setattr(tree, "INDEX_MAX_KEYS", 2_000_000)
-    deleted = rec.load(SET / "deep_btree")["commits"][-1]["deleted"]
-    db = Database(_case("deep_btree"))
+    deleted = rec.load(TENSORSTORE_SET / "deep_btree")["commits"][-1]["deleted"]
+    db = Database(database_case("deep_btree"))
     for key in deleted[:6]:
         assert db.get(key, generation=g - 1) is not None, key
         assert db.get(key) is None
@@ -882,10 +874,10 @@ def test_index_is_not_built_for_an_empty_tree_nor_a_faulty_one(tmp_path, monkeyp
     key in the damaged leaf raises. Kills the mutants of `root.location is None` and of the
     `except FormatError` branch."""
     monkeypatch.setattr(tree, "INDEX_AFTER_LOOKUPS", 1)
-    db = Database(_case("many_generations"))
+    db = Database(database_case("many_generations"))
     assert db.get(b"step", generation=1) is None
     assert db._indexes.get(1) is None and 1 not in db._indexes
-    path = _copy("btree_example", tmp_path)
+    path = copy_database("btree_example", tmp_path)
     db = Database(path)
     v = db.version()
     root = db.read_btree_node(v.root.location)
@@ -905,7 +897,7 @@ def test_find_and_walk_refuse_a_too_deep_tree(in_force):
     """A B+tree deeper than the limits' `max_depth` levels: `get` and `list` say OCDBT-040
     naming the manifest. `btree_example` has height 2 (3 levels): bound 2 reads it, bound 1 refuses.
     Kills mutants of `max_depth + 1`, `depth > max_depth`, `depth + 1` and the errors."""
-    path = _case("btree_example")
+    path = database_case("btree_example")
     in_force(max_depth=2)
     db = Database(path)
     assert len(db.list()) == 24 and db.get(db.list()[-1]) is not None
@@ -920,33 +912,17 @@ def test_find_and_walk_refuse_a_too_deep_tree(in_force):
     assert error_fields(_error(lambda: Database(path).get(b"params.layer_11.kernel/0"))) == want
 
 
-def _rewrite_root(path: Path, root: fmt.BtreeNode, height: int) -> fmt.IndirectDataReference:
-    db = Database(path)
-    m = db.manifest
-    v = m.versions[-1]
-    enc = fmt.encode_btree_node(root, compression=0)
-    (path / "d" / "root").write_bytes(enc)
-    ref = fmt.IndirectDataReference(fmt.DataFileId(b"", b"d/root"), 0, len(enc))
-    v2 = fmt.BtreeGenerationReference(
-        fmt.BtreeNodeReference(ref, v.root.statistics), v.generation_number, height, v.commit_time
-    )
-    (path / "manifest.ocdbt").write_bytes(
-        fmt.encode_manifest(fmt.Manifest(m.config, m.versions[:-1] + (v2,), m.version_tree_nodes))
-    )
-    return ref
-
-
 def test_btree_height_differs_from_the_parent(tmp_path):
     """`_load_checked`: a node whose height differs from the one its parent implies is
     refused (OCDBT-040) with the node's file, offset, expected and got, by `get` and `list`;
     verification says the same and goes on. Kills the mutants of the comparison and the
     error fields, in tree.py and verify.py."""
-    path = _copy("btree_example", tmp_path)
+    path = copy_database("btree_example", tmp_path)
     db = Database(path)
     v = db.version()
     root = db.read_btree_node(v.root.location)
     assert v.root_height == 2 and root.height == 2
-    _rewrite_root(path, fmt.BtreeNode(3, root.entries), 3)
+    rewrite_root(path, fmt.BtreeNode(3, root.entries), 3)
     # a generation claiming height 3 for a node of height 3: its children (height 1) differ
     child = root.entries[0].node.location
     child_error = {
@@ -982,7 +958,7 @@ def test_keys_outside_the_parent_range(tmp_path):
     node's file, offset, expected range and got range); the first key is checked against the
     lower bound, the last against the upper bound, which it may not even equal. Kills mutants
     of `first < lower`, `last >= upper` and of the error fields, in tree.py and verify.py."""
-    path = _copy("btree_example", tmp_path)
+    path = copy_database("btree_example", tmp_path)
     db = Database(path)
     v = db.version()
     root = db.read_btree_node(v.root.location)
@@ -990,7 +966,7 @@ def test_keys_outside_the_parent_range(tmp_path):
     assert (e0.key, e1.key) == (b"params.layer_00.bias/0", b"params.layer_06.bias/0")
     # the second child claims to start after its first key: its first key is below
     late = fmt.InteriorNodeEntry(b"params.layer_07", 13, e1.node)
-    _rewrite_root(path, fmt.BtreeNode(2, (e0, late)), 2)
+    rewrite_root(path, fmt.BtreeNode(2, (e0, late)), 2)
     want = _outside(
         path,
         e1.node.location,
@@ -1001,7 +977,7 @@ def test_keys_outside_the_parent_range(tmp_path):
     assert [error_fields(e) for e in verify_database(Database(path))] == [want]
     # the first child's upper bound is its own last key: equal is outside
     early = fmt.InteriorNodeEntry(b"params.layer_03.kernel/0", 13, e1.node)
-    _rewrite_root(path, fmt.BtreeNode(2, (e0, early)), 2)
+    rewrite_root(path, fmt.BtreeNode(2, (e0, early)), 2)
     want0 = _outside(
         path,
         e0.node.location,
@@ -1026,7 +1002,7 @@ def test_the_last_key_of_a_node_is_checked_against_the_upper_bound(tmp_path):
     starts at `params.layer_03.bias/0`, the last key of the first leaf (7 entries). `list`,
     `items` and verification refuse that leaf (OCDBT-044, all its fields). Kills `entries[-1]`
     mutated to `entries[+1]` and `>=` mutated to `>`, in tree.py and verify.py."""
-    path = _copy("btree_example", tmp_path)
+    path = copy_database("btree_example", tmp_path)
     db = Database(path)
     v = db.version()
     root = db.read_btree_node(v.root.location)
@@ -1040,7 +1016,7 @@ def test_the_last_key_of_a_node_is_checked_against_the_upper_bound(tmp_path):
         "child",
         fmt.BtreeNode(1, (l0, fmt.InteriorNodeEntry(b"3.bias/0", 0, l1.node))),
     )
-    _rewrite_root(path, fmt.BtreeNode(2, (fmt.InteriorNodeEntry(e0.key, 14, child), e1)), 2)
+    rewrite_root(path, fmt.BtreeNode(2, (fmt.InteriorNodeEntry(e0.key, 14, child), e1)), 2)
     want = _outside(
         path,
         l0.node.location,
@@ -1058,7 +1034,7 @@ def test_range_reads_do_not_read_subtrees_outside_the_range(tmp_path):
     `btree_example` damaged, reads starting at the next subtree's first key, or ending at the
     damaged leaf's first key, and point reads elsewhere, never touch it. Kills `<= start`
     mutated to `< start` and `>= end` to `> end` in `_walk`, and `break` for `continue`."""
-    path = _copy("btree_example", tmp_path)
+    path = copy_database("btree_example", tmp_path)
     db = Database(path)
     keys = db.list()
     root = db.read_btree_node(db.version().root.location)
@@ -1493,10 +1469,10 @@ def test_value_range_of_an_old_generation():
     """`value_range(key, generation=g)` looks the key up in generation g: `deep_btree`'s last
     commit deleted layers 8-11, whose chunks are out-of-line before it. Kills the mutants that
     drop `generation`."""
-    record = rec.load(SET / "deep_btree")
+    record = rec.load(TENSORSTORE_SET / "deep_btree")
     last = record["commits"][-1]
     g = last["generation"]
-    db = Database(_case("deep_btree"))
+    db = Database(database_case("deep_btree"))
     found = 0
     for key in last["deleted"]:
         before = db.get(key, generation=g - 1)
@@ -1548,7 +1524,7 @@ def test_node_cache_keeps_the_latest_nodes(tmp_path):
     used, and returns the cached node on a hit; `_keys_of` keeps per node key lists, cleared
     when full. Kills the mutants of the cache key, `move_to_end`, `> self._cache_size`,
     `popitem(last=False)`, and of `_keys_of`."""
-    db = Database(_case("btree_example"), node_cache_size=2)
+    db = Database(database_case("btree_example"), node_cache_size=2)
     v = db.version()
     root = db.read_btree_node(v.root.location)
     assert db.read_btree_node(v.root.location) is root
@@ -1598,19 +1574,19 @@ def test_node_bound_comes_from_the_manifest(tmp_path):
     """`node_bound`: `format.node_bound` of the manifest's configuration within
     `max_decoded_bytes`, computed once; a node decoding to more is refused (OCDBT-006). Kills
     the mutants of `node_bound` and of the bound passed by `_cached`."""
-    db = Database(_case("btree_example"))
+    db = Database(database_case("btree_example"))
     assert db.node_bound == fmt.node_bound(db.config) == 2 * 256 + 4 * 16 + (1 << 14) + (1 << 20)
-    db = Database(_case("btree_example"), max_decoded_bytes=5000)
+    db = Database(database_case("btree_example"), max_decoded_bytes=5000)
     assert db.node_bound == 5000
     db.max_decoded_bytes = 10  # computed once: kept
     assert db.node_bound == 5000
     root = db.version().root.location
-    db = Database(_case("btree_example"))
+    db = Database(database_case("btree_example"))
     db.manifest  # noqa: B018  (decoded within the default bound)
     db.max_decoded_bytes = 60  # the root's body is 90 bytes
     err = _error(lambda: db.read_btree_node(root))
     assert_error(err, rule="OCDBT-006", expected="<= 60", got=90)
-    db = Database(_case("btree_example"))
+    db = Database(database_case("btree_example"))
     db.manifest  # noqa: B018
     db.max_decoded_bytes = 90
     assert db.read_btree_node(root).height == 2

@@ -5,47 +5,18 @@ and offset. None needs tensorstore.
 
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
-
-import _record_ocdbt as rec  # noqa: E402
 import pytest
 
 from ockpt.ocdbt import format as fmt
 from ockpt.ocdbt.tree import Database
 from ockpt.ocdbt.verify import DatabaseStats, verify_database
-from tests.support import FIXTURES
 from tests.support.errors import error_fields
-from tests.support.ocdbt import build_database
-
-SET = FIXTURES / "tensorstore-0.1.86"
-
-
-def _case(name: str) -> Path:
-    return SET / name / rec.DATABASE_DIR
-
-
-def _copy(name: str, tmp_path: Path) -> Path:
-    dest = tmp_path / name
-    shutil.copytree(_case(name), dest)
-    return dest
-
-
-def _rewrite_root(path: Path, root: fmt.BtreeNode, height: int) -> fmt.IndirectDataReference:
-    db = Database(path)
-    m = db.manifest
-    v = m.versions[-1]
-    enc = fmt.encode_btree_node(root, compression=0)
-    (path / "d" / "root").write_bytes(enc)
-    ref = fmt.IndirectDataReference(fmt.DataFileId(b"", b"d/root"), 0, len(enc))
-    v2 = fmt.BtreeGenerationReference(
-        fmt.BtreeNodeReference(ref, v.root.statistics), v.generation_number, height, v.commit_time
-    )
-    (path / "manifest.ocdbt").write_bytes(
-        fmt.encode_manifest(fmt.Manifest(m.config, m.versions[:-1] + (v2,), m.version_tree_nodes))
-    )
-    return ref
-
+from tests.support.ocdbt import (
+    build_database,
+    copy_database,
+    database_case,
+    rewrite_root,
+)
 
 # --------------------------------------------------------------------------------------------
 # verify_database
@@ -94,7 +65,7 @@ def test_verify_counts_every_generation_node_and_value_once(name):
     every distinct B+tree node (shared nodes once) and every distinct out-of-line value and its
     bytes; `tick` is called once per node. Kills the mutants of the counters, of the seen
     sets, of the `root.location is None` skip and of `tick`."""
-    path = _case(name)
+    path = database_case(name)
     errors, stats, ticks = _stats(path)
     nodes, values, nbytes = _count(path)
     assert errors == []
@@ -106,7 +77,7 @@ def test_verify_counts_every_generation_node_and_value_once(name):
 
 def test_verify_reports_a_broken_manifest_once(tmp_path):
     """A manifest that does not decode: `verify_database` yields its error and stops."""
-    path = _copy("btree_example", tmp_path)
+    path = copy_database("btree_example", tmp_path)
     (path / "manifest.ocdbt").write_bytes(b"garbage")
     stats = DatabaseStats()
     errors = list(verify_database(Database(path), stats=stats))
@@ -156,7 +127,7 @@ def test_verify_goes_on_after_each_fault(tmp_path):
     ]
     assert stats.values == 0
     # a damaged leaf of btree_example: its error, and every other leaf still walked
-    path = _copy("btree_example", tmp_path)
+    path = copy_database("btree_example", tmp_path)
     db = Database(path)
     root = db.read_btree_node(db.version().root.location)
     child = db.read_btree_node(root.entries[0].node.location)
@@ -166,7 +137,7 @@ def test_verify_goes_on_after_each_fault(tmp_path):
     data[leaf.offset + leaf.length - 1] ^= 0xFF
     f.write_bytes(bytes(data))
     errors, stats, ticks = _stats(path)
-    nodes, _, _ = _count(_case("btree_example"))
+    nodes, _, _ = _count(database_case("btree_example"))
     assert len(errors) == 1 and errors[0]["rule"] == "OCDBT-005"
     assert errors[0]["file"] == str(f) and errors[0]["pointer"].startswith("@")
     assert stats.nodes == ticks == nodes - 1
@@ -177,11 +148,11 @@ def test_verify_checks_the_height_and_depth(tmp_path, in_force):
     (OCDBT-040 with file, offset, expected, got) and a tree deeper than the limits' `max_depth`
     (OCDBT-040 naming the database). Kills the mutants of both checks."""
 
-    path = _copy("btree_example", tmp_path)
+    path = copy_database("btree_example", tmp_path)
     db = Database(path)
     v = db.version()
     root = db.read_btree_node(v.root.location)
-    _rewrite_root(path, fmt.BtreeNode(3, root.entries), 3)
+    rewrite_root(path, fmt.BtreeNode(3, root.entries), 3)
     errors, stats, _ = _stats(path)
     child = root.entries[0].node.location
     child2 = root.entries[1].node.location
@@ -198,16 +169,16 @@ def test_verify_checks_the_height_and_depth(tmp_path, in_force):
     ]
     assert stats.nodes == 3
     in_force(max_depth=1)
-    errors, stats, _ = _stats(_case("btree_example"))
+    errors, stats, _ = _stats(database_case("btree_example"))
     too_deep = {
         "rule": "OCDBT-040",
-        "file": str(_case("btree_example")),
+        "file": str(database_case("btree_example")),
         "message": "B+tree too deep",
         "pointer": None,
     }
     assert errors == [too_deep] * 4
     in_force(max_depth=2)
-    assert _stats(_case("btree_example"))[0] == []
+    assert _stats(database_case("btree_example"))[0] == []
 
 
 def test_verify_builds_child_key_ranges_with_prefixes(tmp_path):
@@ -215,5 +186,5 @@ def test_verify_builds_child_key_ranges_with_prefixes(tmp_path):
     parent's prefix plus the entry's subtree common prefix (spec ocdbt §8.1) on `deep_btree`
     (prefixes at every level: any other prefix fails there), and the last child the parent's
     upper bound. Kills the mutants of the child range."""
-    assert _stats(_case("deep_btree"))[0] == []
-    assert _stats(_case("version_tree_arity2"))[0] == []
+    assert _stats(database_case("deep_btree"))[0] == []
+    assert _stats(database_case("version_tree_arity2"))[0] == []

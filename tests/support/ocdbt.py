@@ -205,3 +205,44 @@ def rewrite_array(item: Path, prefix: bytes, zarray: dict, values: dict[bytes, o
         else:
             writer.put_entry(prefix + key, value)
     writer.commit()
+
+
+#: The bare databases tensorstore 0.1.86 wrote (fixtures/generate_ocdbt.py), with records.
+TENSORSTORE_SET = FIXTURES / "tensorstore-0.1.86"
+
+
+def database_case(name: str) -> Path:
+    """The database directory of the case `name` of `TENSORSTORE_SET`."""
+    import _record_ocdbt as rec  # fixtures/ is on sys.path (tests.support)
+
+    return TENSORSTORE_SET / name / rec.DATABASE_DIR
+
+
+def copy_database(name: str, tmp_path: Path) -> Path:
+    """A copy of `database_case(name)` under `tmp_path`, for a test to damage."""
+    import shutil
+
+    dest = tmp_path / name
+    shutil.copytree(database_case(name), dest)
+    return dest
+
+
+def rewrite_root(path: Path, root, height: int):  # type: ignore[no-untyped-def]
+    """Replace the B+tree root of the database at `path`'s last version by `root` (a
+    `format.BtreeNode` of `height`), written uncompressed to ``d/root``; its reference."""
+    from ockpt.ocdbt import Database
+    from ockpt.ocdbt import format as fmt
+
+    db = Database(path)
+    m = db.manifest
+    v = m.versions[-1]
+    enc = fmt.encode_btree_node(root, compression=0)
+    (path / "d" / "root").write_bytes(enc)
+    ref = fmt.IndirectDataReference(fmt.DataFileId(b"", b"d/root"), 0, len(enc))
+    v2 = fmt.BtreeGenerationReference(
+        fmt.BtreeNodeReference(ref, v.root.statistics), v.generation_number, height, v.commit_time
+    )
+    (path / "manifest.ocdbt").write_bytes(
+        fmt.encode_manifest(fmt.Manifest(m.config, m.versions[:-1] + (v2,), m.version_tree_nodes))
+    )
+    return ref

@@ -6,6 +6,7 @@ tests/mutation/RESULTS.md).
 
 from __future__ import annotations
 
+import functools
 import gzip
 import tracemalloc
 import zlib
@@ -27,17 +28,13 @@ from ockpt.zarr.codecs import (
     from_v2_compressor,
     parse_codecs,
 )
-from tests.support.errors import error_fields
+from tests.support.errors import error_fields, raised
 from tests.support.zarr import BYTES_LE, with_crc32c
 
 F4 = np.dtype("<f4")
 
 
-def _error(call) -> ZarrFormatError:  # type: ignore[no-untyped-def]
-    """The ZarrFormatError `call()` raises."""
-    with pytest.raises(ZarrFormatError) as info:
-        call()
-    return info.value
+_error = functools.partial(raised, ZarrFormatError)  # the ZarrFormatError call() raises
 
 
 # --------------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ kills: tests/mutation/RESULTS.md).
 
 from __future__ import annotations
 
+import functools
 import struct
 
 import numpy as np
@@ -18,17 +19,13 @@ from ockpt.zarr.codecs import (
     parse_codecs,
 )
 from ockpt.zarr.shard_index import EMPTY, ShardIndex, ShardingCodec
-from tests.support.errors import assert_error, error_fields
+from tests.support.errors import assert_error, error_fields, raised
 from tests.support.zarr import BYTES_LE, build_shard
 
 F4 = np.dtype("<f4")
 
 
-def _error(call) -> ZarrFormatError:  # type: ignore[no-untyped-def]
-    """The ZarrFormatError `call()` raises."""
-    with pytest.raises(ZarrFormatError) as info:
-        call()
-    return info.value
+_error = functools.partial(raised, ZarrFormatError)  # the ZarrFormatError call() raises
 
 
 # --------------------------------------------------------------------------------------------
