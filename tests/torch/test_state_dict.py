@@ -12,6 +12,7 @@ import pytest
 import ockpt
 from ockpt import dtypes
 from ockpt.sources import OrbaxSource
+from ockpt.torch import state_dict
 from ockpt.torch.runtime import import_torch
 from ockpt.torch.state_dict import WIDE_NAMES, to_tensor
 
@@ -202,3 +203,94 @@ def test_without_torch_the_error_says_how_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)
     with pytest.raises(ockpt.UnsupportedError, match="pip install torch"):
         import_torch("ockpt.torch.load_state_dict")
+
+
+# --- torch/state_dict.py: torch_dtype_name, to_tensor, flat_leaves and load_state_dict's
+# defaults, options passed on and refusals (rule, file, name, message) ---
+
+
+def test_torch_dtype_name_refuses_by_default_what_torch_lacks() -> None:
+    int4 = np.dtype(ml_dtypes.int4)
+    with pytest.raises(ockpt.UnsupportedError) as e:
+        state_dict.torch_dtype_name(int4, name="p.w", file="ck")
+    assert e.value.rule == "LOAD-061" and e.value.file == "ck"
+    assert e.value.message == (
+        "leaf 'p.w': PyTorch has no tensor dtype int4; pass widen=True to load it as a wider "
+        "dtype that holds its values exactly"
+    )
+    assert state_dict.torch_dtype_name(int4, name="p.w", widen=True) == "int8"
+    assert state_dict.torch_dtype_name(np.dtype(np.float32), name="p.w") == "float32"
+
+
+def test_to_tensor_refuses_by_default_naming_leaf_and_file() -> None:
+    array = np.arange(4, dtype=np.int8).astype(ml_dtypes.int4)
+    with pytest.raises(ockpt.UnsupportedError) as e:
+        to_tensor(array, name="p.w", file="ck")
+    assert e.value.file == "ck" and e.value.message.startswith("leaf 'p.w': ")
+    assert to_tensor(array, name="p.w", widen=True).dtype == torch.int8
+
+
+def test_read_only_and_swapped_buffers_keep_their_dtype() -> None:
+    frozen = np.arange(4, dtype=np.float32)
+    frozen.flags.writeable = False
+    tensor = to_tensor(frozen, name="x")
+    assert tensor.dtype == torch.float32 and tensor.tolist() == [0, 1, 2, 3]
+    swapped = to_tensor(np.arange(3, dtype=">i4"), name="x")
+    assert swapped.dtype == torch.int32 and swapped.tolist() == [0, 1, 2]
+
+
+def test_flat_leaves_names_selects_and_refuses() -> None:
+    path = FIXTURES / "orbax-0.12.8/nested/checkpoint"
+    with OrbaxSource(path) as source:
+        names = [n for n, _ in state_dict.flat_leaves(source)]
+        assert names == [".".join(leaf.key) for leaf in source.leaves]
+        assert any("." in n for n in names)
+        first = names[0]
+        assert [n for n, _ in state_dict.flat_leaves(source, select=first)] == [
+            first
+        ]  # one pattern
+        with pytest.raises(ValueError) as e:
+            state_dict.flat_leaves(source, sep="")
+        assert str(e.value) == "sep must be a non-empty string"
+        with pytest.raises(ockpt.LeafNameError) as e:
+            state_dict.flat_leaves(source, select=["no/such/leaf"])
+        assert e.value.rule == "PATH-007" and e.value.file == source.path
+
+
+def test_flat_leaves_collision_names_the_flat_name_and_checkpoint(tmp_path) -> None:
+    tree = {"a/b": np.zeros(2, np.float32), "a": {"b": np.ones(2, np.float32)}}
+    ockpt.save_pytree(tmp_path / "ckpt", tree)
+    with OrbaxSource(tmp_path / "ckpt") as source:
+        with pytest.raises(ockpt.LeafNameError) as e:
+            state_dict.flat_leaves(source, sep="/")
+        assert e.value.rule == "LOAD-060"
+        assert e.value.name == "a/b" and e.value.file == source.path
+
+
+def test_load_state_dict_of_a_step_and_an_item() -> None:
+    root = FIXTURES / "orbax-0.12.8/manager/checkpoint"
+    assert ockpt.torch.load_state_dict(root)["step"].item() == 2  # the latest
+    first = ockpt.torch.load_state_dict(root, step=0)
+    assert first["step"].item() == 0 and first["b"].tolist() == list(range(8))
+    steps = FIXTURES / "orbax-0.12.8/checkpointables_all/checkpoint"
+    tree = ockpt.torch.load_state_dict(steps, item="tree")
+    assert tree["s"] == "text" and tree["x"].tolist() == [0, 1, 2, 3, 4]
+    assert "s" not in ockpt.torch.load_state_dict(steps)
+
+
+def test_load_state_dict_refuses_a_string_naming_the_checkpoint() -> None:
+    path = FIXTURES / "orbax-0.12.8/multiprocess/checkpoint"
+    with pytest.raises(ockpt.UnsupportedError) as e:
+        ockpt.torch.load_state_dict(path, strings="error")
+    assert e.value.rule == "LOAD-062"
+    assert e.value.file is not None and e.value.file.endswith("multiprocess/checkpoint")
+    assert e.value.message == "leaf 'name' is a string, not a tensor; pass strings='keep' or 'skip'"
+
+
+def test_load_state_dict_without_torch_names_itself(monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "torch", None)
+    with pytest.raises(ockpt.UnsupportedError) as e:
+        ockpt.torch.load_state_dict(FIXTURES / "orbax-0.12.8/nested/checkpoint")
+    assert e.value.message == (
+        "ockpt.torch.load_state_dict needs PyTorch: pip install torch (or 'ockpt[torch]')"
+    )
