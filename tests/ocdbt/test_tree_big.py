@@ -114,7 +114,11 @@ def test_every_generation_is_decoded_bit_exactly(case):
     value), the keys tensorstore lists for that generation, and the values of point reads."""
     record = rec.load(case)
     path = _db(case)
-    db = Database(path)
+    with Database(path) as db:  # closed also when tensorstore is refused and the test skips
+        _every_generation(record, path, db)
+
+
+def _every_generation(record: dict, path, db: Database) -> None:  # type: ignore[no-untyped-def]
     assert len(record["generations"]) == len(db.versions())
     for gen in record["generations"]:
         g = gen["generation"]
