@@ -9,6 +9,7 @@ offset. None needs tensorstore (the mutants each kills: tests/mutation/RESULTS.m
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from ockpt.ocdbt import tree
 from ockpt.ocdbt.tree import Database, key_successor
 from ockpt.ocdbt.verify import verify_database
 from ockpt.store import MemoryStore
-from tests.support.errors import assert_error, error_fields
+from tests.support.errors import assert_error, error_fields, raised
 from tests.support.ocdbt import (
     TENSORSTORE_SET,
     build_database,
@@ -31,11 +32,7 @@ from tests.support.ocdbt import (
     rewrite_root,
 )
 
-
-def _error(fn) -> FormatError:
-    with pytest.raises(FormatError) as info:
-        fn()
-    return info.value
+_error = functools.partial(raised, FormatError)  # the FormatError a call raises
 
 
 class Bytes:

@@ -66,8 +66,9 @@ def assert_error(err: OckptError | pytest.ExceptionInfo, **want: Any) -> None:
     assert got == want, f"{type(err).__name__}: {got} != {want}"
 
 
-def raised(kind: type[OckptError], fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """The error of class `kind` that ``fn(*args, **kwargs)`` raises (the test fails if none)."""
+def raised(kind: type[BaseException], fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """The exception of class `kind` that ``fn(*args, **kwargs)`` raises (the test fails if
+    none)."""
     with pytest.raises(kind) as info:
         fn(*args, **kwargs)
     return info.value

@@ -25,16 +25,10 @@ from ockpt.zarr.array import (
 from ockpt.zarr.codecs import BytesCodec
 from ockpt.zarr.v2 import ArrayV2Metadata
 from ockpt.zarr.v3 import ArrayV3Metadata
-from tests.support.errors import assert_error, error_fields
+from tests.support.errors import assert_error, error_fields, raised
 from tests.support.zarr import array_v2, array_v3, sharding_codec
 
 EMPTY = 2**64 - 1
-
-
-def _raises(fn, kind=ZarrFormatError):
-    with pytest.raises(kind) as info:
-        fn()
-    return info.value
 
 
 # --------------------------------------------------------------------------------------------
@@ -79,11 +73,13 @@ def test_open_metadata_reads_zarray_first_then_zarr_json():
     assert open_metadata(getter({}), prefix="p/") is None
     assert asked == [".zarray", "p/.zarray", "p/zarr.json"]
     bad2, bad3 = _json(array_v2(order="X")), _json(array_v3(node_type="group"))
-    err = _raises(lambda: open_metadata({"p/.zarray": bad2}.get, prefix="p/", file="ck"))
+    err = raised(
+        ZarrFormatError, lambda: open_metadata({"p/.zarray": bad2}.get, prefix="p/", file="ck")
+    )
     assert (err.file, err.pointer, err.rule) == ("ck/p/.zarray", "/order", "ZARR-004")
-    err = _raises(lambda: open_metadata({"p/zarr.json": bad3}.get, prefix="p/"))
+    err = raised(ZarrFormatError, lambda: open_metadata({"p/zarr.json": bad3}.get, prefix="p/"))
     assert (err.file, err.pointer, err.rule) == ("p/zarr.json", "/node_type", "ZARR-010")
-    err = _raises(lambda: open_metadata({"zarr.json": bad3}.get, file=Path("d")))
+    err = raised(ZarrFormatError, lambda: open_metadata({"zarr.json": bad3}.get, file=Path("d")))
     assert err.file == "d/zarr.json"
     # bytes-like values are parsed too
     m = open_metadata({"zarr.json": bytearray(_json(array_v3(fill_value=5)))}.get)
@@ -101,9 +97,11 @@ def test_open_metadata_parses_each_document_once_per_class():
     assert a is b and a.fill.item() == 11
     assert array._PARSED == {(ArrayV2Metadata, v2, LIMITS): a}
     with applied(Limits(max_array_bytes=1)):  # other limits: parsed (and refused) again
-        assert _raises(lambda: open_metadata({".zarray": v2}.get)).rule == "ZARR-005"
+        assert (
+            raised(ZarrFormatError, lambda: open_metadata({".zarray": v2}.get)).rule == "ZARR-005"
+        )
     # the same bytes as a zarr.json are parsed as v3 (and refused), not served from the memo
-    err = _raises(lambda: open_metadata({"zarr.json": v2}.get))
+    err = raised(ZarrFormatError, lambda: open_metadata({"zarr.json": v2}.get))
     assert err.rule == "ZARR-010"
     array._PARSED.clear()
     for i in range(array._PARSED_KEEP - 1):
@@ -136,7 +134,7 @@ def test_regions_must_lie_within_the_shape():
         [(0, 5), (0, 8)],
         [(0, 5), (8, 8)],
     ):
-        err = _raises(lambda box=box: array.check_box(m, box, "f"), ValueError)
+        err = raised(ValueError, lambda box=box: array.check_box(m, box, "f"))
         assert str(err) == f"f: region {[tuple(b) for b in box]} is not within shape [5, 7]"
 
 
@@ -153,7 +151,7 @@ def test_chunks_for_region_are_the_overlapped_chunks_in_c_order():
     assert list(chunks_for_region(m, [(0, 5), (3, 3)])) == []
     m0 = ArrayV2Metadata.from_dict(array_v2(shape=[], chunks=[]))
     assert list(chunks_for_region(m0)) == [()]
-    err = _raises(lambda: chunks_for_region(m, [(0, 9), (0, 7)]), ValueError)
+    err = raised(ValueError, lambda: chunks_for_region(m, [(0, 9), (0, 7)]))
     assert str(err) == "None: region [(0, 9), (0, 7)] is not within shape [5, 7]"
 
 
@@ -263,9 +261,9 @@ def test_read_region_missing_chunks_fill_or_fail():
     out = np.zeros((2, 2), "<i4")
     read_region(meta, store.get, out, [(3, 5), (4, 6)])
     assert out.tolist() == [[-5, -5], [VALUES[4, 4], VALUES[4, 5]]]
-    err = _raises(
-        lambda: read_region(meta, store.get, np.zeros((5, 7), "<i4"), missing="error", file="ck"),
+    err = raised(
         MissingDataError,
+        lambda: read_region(meta, store.get, np.zeros((5, 7), "<i4"), missing="error", file="ck"),
     )
     assert error_fields(err) == {
         "rule": "LOAD-041",
@@ -274,11 +272,11 @@ def test_read_region_missing_chunks_fill_or_fail():
         "(store_array_data_equal_to_fill_value; ZARR-008)",
         "pointer": None,
     }
-    err = _raises(
+    err = raised(
+        MissingDataError,
         lambda: read_region(
             meta, {}.get, np.zeros((1, 1), "<i4"), [(4, 5), (6, 7)], missing="error"
         ),
-        MissingDataError,
     )
     assert_error(err, rule="LOAD-041", file="c/2/2")
     assert err.message.startswith("chunk [2, 2] is missing")
@@ -289,17 +287,17 @@ def test_read_region_checks_out_and_skips_empty_regions():
     zero-size array reads nothing, even with missing="error".
     Kills read_region shape-check and empty-region mutants."""
     meta = ArrayV2Metadata.from_dict(array_v2())
-    err = _raises(lambda: read_region(meta, {}.get, np.zeros((5, 6), "<i4"), file="ck"), ValueError)
+    err = raised(ValueError, lambda: read_region(meta, {}.get, np.zeros((5, 6), "<i4"), file="ck"))
     assert str(err) == "ck: out has shape (5, 6), region has shape (5, 7)"
-    err = _raises(
-        lambda: read_region(meta, {}.get, np.zeros((2, 2), "<i4"), [(0, 2), (0, 3)]), ValueError
+    err = raised(
+        ValueError, lambda: read_region(meta, {}.get, np.zeros((2, 2), "<i4"), [(0, 2), (0, 3)])
     )
     assert str(err) == "None: out has shape (2, 2), region has shape (2, 3)"
-    err = _raises(lambda: read_region(meta, {}.get, np.zeros((5, 7), "<i4"), [(0, 5)]), ValueError)
+    err = raised(ValueError, lambda: read_region(meta, {}.get, np.zeros((5, 7), "<i4"), [(0, 5)]))
     assert str(err) == "None: region [(0, 5)] is not within shape [5, 7]"
-    err = _raises(
-        lambda: read_region(meta, {}.get, np.zeros((1, 1), "<i4"), [(0, 1), (7, 8)], file="ck"),
+    err = raised(
         ValueError,
+        lambda: read_region(meta, {}.get, np.zeros((1, 1), "<i4"), [(0, 1), (7, 8)], file="ck"),
     )
     assert str(err) == "ck: region [(0, 1), (7, 8)] is not within shape [5, 7]"
 
@@ -319,7 +317,8 @@ def test_read_region_chunk_errors_name_the_chunk_file():
     """A chunk that does not decode is an error naming "<file>/<prefix><key>", or the key.
     Kills read_region where/decode-argument mutants."""
     meta = ArrayV2Metadata.from_dict(array_v2())
-    err = _raises(
+    err = raised(
+        ZarrFormatError,
         lambda: read_region(
             meta,
             {"p/0.0": b"\0" * 23}.get,
@@ -327,7 +326,7 @@ def test_read_region_chunk_errors_name_the_chunk_file():
             [(0, 1), (0, 1)],
             prefix="p/",
             file="ck",
-        )
+        ),
     )
     assert error_fields(err) == {
         "rule": "ZARR-003",
@@ -338,10 +337,11 @@ def test_read_region_chunk_errors_name_the_chunk_file():
         "got": 23,
     }
     assert err.pointer is None
-    err = _raises(
+    err = raised(
+        ZarrFormatError,
         lambda: read_region(
             meta, {"1.2": b"\0" * 25}.get, np.zeros((1, 1), "<i4"), [(2, 3), (6, 7)]
-        )
+        ),
     )
     assert err.file == "1.2" and err.got == 25
 
@@ -450,9 +450,9 @@ def test_sharded_missing_inner_chunks_fill_or_fail():
         for c in (0, 6):
             want[r + 2 : r + 4, c : c + 3] = -1
     assert np.array_equal(out, want)
-    err = _raises(
-        lambda: read_region(meta, store.get, np.zeros((8, 12), "<i4"), missing="error", file="ck"),
+    err = raised(
         MissingDataError,
+        lambda: read_region(meta, store.get, np.zeros((8, 12), "<i4"), missing="error", file="ck"),
     )
     assert error_fields(err) == {
         "rule": "LOAD-041",
@@ -468,9 +468,9 @@ def test_sharded_missing_inner_chunks_fill_or_fail():
     out = np.zeros((8, 12), "<i4")
     read_region(meta, store.get, out, missing="fill")
     assert (out[4:, 6:] == -1).all() and np.array_equal(out[:2], SHARDED[:2])
-    err = _raises(
-        lambda: read_region(meta, store.get, np.zeros((8, 12), "<i4"), missing="error"),
+    err = raised(
         MissingDataError,
+        lambda: read_region(meta, store.get, np.zeros((8, 12), "<i4"), missing="error"),
     )
     assert_error(err, rule="LOAD-041", file="c/0/0")
     assert err.message.startswith("inner chunk [1, 0] of the shard is missing")
@@ -484,10 +484,11 @@ def test_sharded_errors_name_the_shard_and_inner_chunk():
     store = _shard_store(meta, SHARDED)
     shard = bytearray(store["c/1/0"])
     shard[-1] ^= 1
-    err = _raises(
+    err = raised(
+        ZarrFormatError,
         lambda: read_region(
             meta, {"c/1/0": bytes(shard)}.get, np.zeros((1, 1), "<i4"), [(4, 5), (0, 1)], file="ck"
-        )
+        ),
     )
     assert (err.file, err.pointer, err.rule) == ("ck/c/1/0", "shard index", "ZARR-016")
     # inner chunk (0, 1) of shard (1, 0) is stored first (reverse order): give it 4 bytes less
@@ -497,8 +498,9 @@ def test_sharded_errors_name_the_shard_and_inner_chunk():
     index[cells.index((1, 1))] = [0, 20]
     raw = index.tobytes()
     shard = store["c/1/0"][:-68] + raw + crc32c(raw).to_bytes(4, "little")
-    err = _raises(
-        lambda: read_region(meta, {"c/1/0": shard}.get, np.zeros((4, 6), "<i4"), [(4, 8), (0, 6)])
+    err = raised(
+        ZarrFormatError,
+        lambda: read_region(meta, {"c/1/0": shard}.get, np.zeros((4, 6), "<i4"), [(4, 8), (0, 6)]),
     )
     assert error_fields(err) == {
         "rule": "ZARR-003",

@@ -15,13 +15,7 @@ import pytest
 from ockpt.errors import ZarrFormatError
 from ockpt.limits import LIMITS, Limits, applied
 from ockpt.zarr import _common
-from tests.support.errors import error_fields
-
-
-def _raises(fn, kind=ZarrFormatError):
-    with pytest.raises(kind) as info:
-        fn()
-    return info.value
+from tests.support.errors import error_fields, raised
 
 
 def _bits(a: np.ndarray) -> bytes:
@@ -72,7 +66,9 @@ def test_load_json_parses_strictly_and_names_the_file():
     every error is a ZarrFormatError naming the file (str() of a Path, "None" for none), the
     JSON rule, and the document pointer "". Kills load_json 1-15."""
     assert _common.load_json(b'{"a": [1, 2.5, null]}', file="f") == {"a": [1, 2.5, None]}
-    err = _raises(lambda: _common.load_json(b'{"a": 1, "a": 2}', file=Path("x/.zarray")))
+    err = raised(
+        ZarrFormatError, lambda: _common.load_json(b'{"a": 1, "a": 2}', file=Path("x/.zarray"))
+    )
     assert type(err) is ZarrFormatError
     assert error_fields(err) == {
         "rule": "JSON-002",
@@ -80,12 +76,14 @@ def test_load_json_parses_strictly_and_names_the_file():
         "message": "duplicate key 'a'",
         "pointer": "",
     }
-    err = _raises(lambda: _common.load_json(b"{", file=None))
+    err = raised(ZarrFormatError, lambda: _common.load_json(b"{", file=None))
     assert err.file == "None" and err.rule == "JSON-001"
     limit = 1 << 24
     assert LIMITS.max_array_metadata_bytes == limit
     assert _common.load_json(b" " * (limit - 3) + b"[1]", file="f") == [1]
-    err = _raises(lambda: _common.load_json(b" " * (limit - 2) + b"[1]", file="big"))
+    err = raised(
+        ZarrFormatError, lambda: _common.load_json(b" " * (limit - 2) + b"[1]", file="big")
+    )
     assert error_fields(err) == {
         "rule": "JSON-003",
         "file": "big",
@@ -106,7 +104,9 @@ def test_dims_accepts_bounded_lists_of_bounded_integers():
     assert got == (0, 3, (1 << 62) - 1) and type(got) is tuple
     assert _common.dims([1] * 32, file="f", pointer="/s", rule="R") == (1,) * 32
     assert _common.dims([1, 1], file="f", pointer="/s", rule="R", minimum=1) == (1, 1)
-    err = _raises(lambda: _common.dims((1, 2), file="f", pointer="/shape", rule="R-1"))
+    err = raised(
+        ZarrFormatError, lambda: _common.dims((1, 2), file="f", pointer="/shape", rule="R-1")
+    )
     assert error_fields(err) == {
         "rule": "R-1",
         "file": "f",
@@ -115,7 +115,9 @@ def test_dims_accepts_bounded_lists_of_bounded_integers():
         "got": (1, 2),
     }
     assert (err.rule, err.file, err.pointer, err.got) == ("R-1", "f", "/shape", (1, 2))
-    err = _raises(lambda: _common.dims([1] * 33, file="f", pointer="/shape", rule="R-1"))
+    err = raised(
+        ZarrFormatError, lambda: _common.dims([1] * 33, file="f", pointer="/shape", rule="R-1")
+    )
     assert err.message == "must be a list of at most 32 integers" and err.got == [1] * 33
     for bad, minimum, message in [
         (True, 0, "must be an integer >= 0"),
@@ -125,10 +127,11 @@ def test_dims_accepts_bounded_lists_of_bounded_integers():
         (1 << 62, 0, "must be an integer >= 0"),
         ("2", 0, "must be an integer >= 0"),
     ]:
-        err = _raises(
+        err = raised(
+            ZarrFormatError,
             lambda bad=bad, minimum=minimum: _common.dims(
                 [5, bad], file="g", pointer="/chunks", rule="R-2", minimum=minimum
-            )
+            ),
         )
         assert error_fields(err) == {
             "rule": "R-2",
@@ -147,9 +150,11 @@ def test_numpy_dtype_names_file_and_pointer():
     assert _common.numpy_dtype("<f4", file=None, pointer="/dtype") == np.dtype("<f4")
     assert _common.numpy_dtype(">i2", file="f", pointer="/dtype") == np.dtype(">i2")
     assert _common.numpy_dtype("bfloat16", file="f", pointer="/d") == ml_dtypes.bfloat16
-    err = _raises(lambda: _common.numpy_dtype("<U4", file=Path("x/y"), pointer="/data_type"))
+    err = raised(
+        ZarrFormatError, lambda: _common.numpy_dtype("<U4", file=Path("x/y"), pointer="/data_type")
+    )
     assert (err.rule, err.file, err.pointer, err.got) == ("ZARR-001", "x/y", "/data_type", "<U4")
-    err = _raises(lambda: _common.numpy_dtype("<U4", file=None, pointer="/dtype"))
+    err = raised(ZarrFormatError, lambda: _common.numpy_dtype("<U4", file=None, pointer="/dtype"))
     assert (err.file, err.pointer) == (None, "/dtype")
     assert err.rule == "ZARR-001" and err.message.startswith("unsupported element type")
 
@@ -170,7 +175,7 @@ def test_check_extent_bounds_chunk_array_and_grid():
     ok((2**38, 1), (2**14, 1), f4, file="f", pointer="/p")
     ok((2**25, 3), (2, 3), u1, file="f", pointer="/p")  # 2**24 chunks
     ok((), (), f4, file="f", pointer="/p")
-    err = _raises(lambda: ok((4,), (2**32 + 1,), f4, file="f", pointer="/chunks"))
+    err = raised(ZarrFormatError, lambda: ok((4,), (2**32 + 1,), f4, file="f", pointer="/chunks"))
     assert error_fields(err) == {
         "rule": "ZARR-005",
         "file": "f",
@@ -180,7 +185,7 @@ def test_check_extent_bounds_chunk_array_and_grid():
         "got": 17179869188,
     }
     assert (err.rule, err.file, err.pointer) == ("ZARR-005", "f", "/chunks")
-    err = _raises(lambda: ok((2**38 + 1,), (2**20,), f4, file="g", pointer="/q"))
+    err = raised(ZarrFormatError, lambda: ok((2**38 + 1,), (2**20,), f4, file="g", pointer="/q"))
     assert error_fields(err) == {
         "rule": "ZARR-005",
         "file": "g",
@@ -189,7 +194,7 @@ def test_check_extent_bounds_chunk_array_and_grid():
         "expected": "<= 1099511627776 bytes",
         "got": 1099511627780,
     }
-    err = _raises(lambda: ok((2**25 + 1, 3), (2, 2), u1, file="h", pointer="/r"))
+    err = raised(ZarrFormatError, lambda: ok((2**25 + 1, 3), (2, 2), u1, file="h", pointer="/r"))
     assert error_fields(err) == {
         "rule": "ZARR-005",
         "file": "h",
@@ -198,7 +203,7 @@ def test_check_extent_bounds_chunk_array_and_grid():
         "expected": "<= 16777216",
         "got": 33554434,
     }
-    err = _raises(lambda: ok((2**25 + 1,), (2,), u1, file="h", pointer="/r"))
+    err = raised(ZarrFormatError, lambda: ok((2**25 + 1,), (2,), u1, file="h", pointer="/r"))
     assert err.got == 2**24 + 1 and err.expected == "<= 16777216"
     with pytest.raises(ValueError, match="zip"):
         ok((4, 4), (2,), u1, file="f", pointer="/p")  # ranks differ: a caller's bug
@@ -213,7 +218,7 @@ def _fill(value, dtype):
 
 
 def _fill_error(value, dtype, pointer="/fill_value"):
-    err = _raises(lambda: _fill(value, dtype))
+    err = raised(ZarrFormatError, lambda: _fill(value, dtype))
     assert (err.rule, err.file, err.pointer) == ("ZARR-007", "f", pointer)
     return err
 

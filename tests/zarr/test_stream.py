@@ -9,6 +9,7 @@ in bounded memory whatever the compression ratio.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import io
 import json
@@ -41,7 +42,7 @@ from ockpt.zarr.codecs import (
 )
 from ockpt.zarr.shard_index import ShardingCodec
 from tests.support import FIXTURES, fixture_cases
-from tests.support.errors import error_fields
+from tests.support.errors import error_fields, raised
 from tests.support.zarr import build_shard, with_crc32c
 
 BAD = FIXTURES / "bad"
@@ -252,11 +253,7 @@ def test_empty_zstd_frame_with_a_bad_checksum_is_refused_both_ways():
     assert _outcome(in_memory) == _outcome(streamed) == "ZARR-003"
 
 
-def _error(call) -> ZarrFormatError:  # type: ignore[no-untyped-def]
-    """The ZarrFormatError `call()` raises."""
-    with pytest.raises(ZarrFormatError) as info:
-        call()
-    return info.value
+_error = functools.partial(raised, ZarrFormatError)  # the ZarrFormatError a call raises
 
 
 # --------------------------------------------------------------------------------------------

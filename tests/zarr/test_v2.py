@@ -13,22 +13,15 @@ import pytest
 from ockpt.errors import ZarrFormatError
 from ockpt.zarr.codecs import BytesCodec, TransposeCodec, ZstdCodec
 from ockpt.zarr.v2 import ArrayV2Metadata
-from tests.support.errors import error_fields
+from tests.support.errors import error_fields, raised
 from tests.support.zarr import array_v2
-
-
-def _raises(fn, kind=ZarrFormatError):
-    with pytest.raises(kind) as info:
-        fn()
-    return info.value
-
 
 # --------------------------------------------------------------------------------------------
 # v2: ArrayV2Metadata
 
 
 def _v2_error(d, file="a/.zarray"):
-    return _raises(lambda: ArrayV2Metadata.from_dict(d, file=file))
+    return raised(ZarrFormatError, lambda: ArrayV2Metadata.from_dict(d, file=file))
 
 
 def test_v2_metadata_fields_and_round_trip():
@@ -101,10 +94,10 @@ def test_v2_from_bytes_parses_and_names_the_file():
     d = array_v2()
     m = ArrayV2Metadata.from_bytes(json.dumps(d).encode(), file="p/.zarray")
     assert m.to_dict() == d
-    err = _raises(lambda: ArrayV2Metadata.from_bytes(b"[1", file="p/.zarray"))
+    err = raised(ZarrFormatError, lambda: ArrayV2Metadata.from_bytes(b"[1", file="p/.zarray"))
     assert err.file == "p/.zarray" and err.rule == "JSON-001"
     bad = json.dumps(array_v2(order="X")).encode()
-    err = _raises(lambda: ArrayV2Metadata.from_bytes(bad, file="p/.zarray"))
+    err = raised(ZarrFormatError, lambda: ArrayV2Metadata.from_bytes(bad, file="p/.zarray"))
     assert error_fields(err) == {
         "rule": "ZARR-004",
         "file": "p/.zarray",

@@ -14,22 +14,15 @@ from ockpt.errors import ZarrFormatError
 from ockpt.zarr.codecs import BytesCodec, TransposeCodec
 from ockpt.zarr.shard_index import ShardingCodec
 from ockpt.zarr.v3 import ArrayV3Metadata
-from tests.support.errors import error_fields
+from tests.support.errors import error_fields, raised
 from tests.support.zarr import BYTES_LE, array_v3, sharding_codec
-
-
-def _raises(fn, kind=ZarrFormatError):
-    with pytest.raises(kind) as info:
-        fn()
-    return info.value
-
 
 # --------------------------------------------------------------------------------------------
 # v3: ArrayV3Metadata
 
 
 def _v3_error(d, file="a/zarr.json"):
-    return _raises(lambda: ArrayV3Metadata.from_dict(d, file=file))
+    return raised(ZarrFormatError, lambda: ArrayV3Metadata.from_dict(d, file=file))
 
 
 def test_v3_metadata_fields_and_round_trip():
@@ -116,10 +109,10 @@ def test_v3_from_bytes_parses_and_names_the_file():
     d = array_v3()
     m = ArrayV3Metadata.from_bytes(json.dumps(d).encode(), file="p/zarr.json")
     assert m.to_dict() == d
-    err = _raises(lambda: ArrayV3Metadata.from_bytes(b"[1", file="p/zarr.json"))
+    err = raised(ZarrFormatError, lambda: ArrayV3Metadata.from_bytes(b"[1", file="p/zarr.json"))
     assert err.file == "p/zarr.json" and err.rule == "JSON-001"
     bad = json.dumps(array_v3(node_type="group")).encode()
-    err = _raises(lambda: ArrayV3Metadata.from_bytes(bad, file="p/zarr.json"))
+    err = raised(ZarrFormatError, lambda: ArrayV3Metadata.from_bytes(bad, file="p/zarr.json"))
     assert error_fields(err) == {
         "rule": "ZARR-010",
         "file": "p/zarr.json",
