@@ -105,18 +105,21 @@ def asserted_rules(source: str) -> set[str]:
         for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
         if isinstance(t, ast.Name) and node.value is not None
     }
-    functions = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    functions = [
+        n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+    ]
+    # per function, the names it compares with a rule (computed once: the walks are the cost)
+    compared_in = [_compared(fn, _rule_names(fn))[1] for fn in functions]
     # helpers that compare one of their parameters with a rule: name -> positions, names
     helpers: dict[str, tuple[list[int], set[str]]] = {}
-    for fn in functions:
-        _, compared = _compared(fn, _rule_names(fn))
+    for fn, compared in zip(functions, compared_in, strict=True):
         args = [a.arg for a in fn.args.args]
         positions = [i for i, a in enumerate(args) if a in compared]
         if positions:
             helpers[fn.name] = (positions, {args[i] for i in positions})
     found, _ = _compared(tree, _rule_names(tree))
-    for fn in functions:
-        _, compared = _compared(fn, _rule_names(fn))
+    for fn, names in zip(functions, compared_in, strict=True):
+        compared = set(names)  # grown below with what reaches the rule
         for _ in range(2):  # `tree, rule, name = TABLE[case]`: case and TABLE reach the rule
             for node in ast.walk(fn):
                 if isinstance(node, ast.Assign) and _bound(node) & compared:
