@@ -9,20 +9,28 @@ that mapping keeps the hostile-input rules (OCDBT-022, OCDBT-024)."""
 
 from __future__ import annotations
 
+import json
 import mmap
 import os
 import shutil
+import struct
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import ockpt
+from ockpt.engines import python as pb
+from ockpt.engines.python import mapped
 from ockpt.errors import FormatError, TargetError
 from ockpt.ocdbt import Database
 from ockpt.ocdbt.format import DataFileId, IndirectDataReference
 from ockpt.ocdbt.write import VALUE_ALIGNMENT, DatabaseWriter
 from ockpt.store import as_store
+from ockpt.store.mapping import FileMaps, MapRefused
+from ockpt.zarr.codecs import Crc32cCodec
+from ockpt.zarr.v3 import ArrayV3Metadata
+from tests.support.errors import assert_error, raised
 
 
 def _tree() -> dict[str, np.ndarray]:
@@ -403,3 +411,226 @@ def test_ocdbt_024_two_leaves_mapped_from_the_same_bytes_are_refused(tmp_path):
     with pytest.raises(FormatError) as e:
         ockpt.load_pytree(item, mmap="require")
     assert e.value.rule == "OCDBT-024"
+
+
+# ------------------------------------------------------------------------------ map_array itself
+# `mapped.map_array` and `_raw_pipeline` called directly on real files: what is mapped, and
+# each refusal's reason (the `MapRefused` the reader reports under LOAD-034), whole.
+
+
+def _v3_metadata(shape, chunks, codecs, dtype="float32") -> ArrayV3Metadata:
+    doc = {
+        "zarr_format": 3,
+        "node_type": "array",
+        "shape": list(shape),
+        "data_type": dtype,
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": list(chunks)}},
+        "chunk_key_encoding": {"name": "default"},
+        "fill_value": 0,
+        "codecs": codecs,
+    }
+    return ArrayV3Metadata.from_bytes(json.dumps(doc).encode(), file="zarr.json")
+
+
+def _bytes_codec(endian: str | None = "little") -> dict:
+    return (
+        {"name": "bytes"}
+        if endian is None
+        else {"name": "bytes", "configuration": {"endian": endian}}
+    )
+
+
+def _reason(fn, *args) -> tuple:
+    return raised(MapRefused, fn, *args).args
+
+
+def test_raw_pipeline_refusals_name_the_reason():
+    index_codecs = [_bytes_codec(), {"name": "crc32c"}]
+    inner = {"chunk_shape": [4, 4], "codecs": [_bytes_codec()], "index_codecs": index_codecs}
+    sharded = _v3_metadata((8, 4), (8, 4), [{"name": "sharding_indexed", "configuration": inner}])
+    assert _reason(mapped._raw_pipeline, sharded, (8, 4)) == (
+        "its shards hold inner chunks of [4, 4]",
+    )
+    transposed = _v3_metadata(
+        (4, 4), (4, 4), [{"name": "transpose", "configuration": {"order": [1, 0]}}, _bytes_codec()]
+    )
+    assert _reason(mapped._raw_pipeline, transposed, (4, 4)) == ("its chunk is stored transposed",)
+    encoded = _v3_metadata(
+        (4, 4),
+        (4, 4),
+        [_bytes_codec(), {"name": "gzip", "configuration": {"level": 1}}, {"name": "crc32c"}],
+    )
+    assert _reason(mapped._raw_pipeline, encoded, (4, 4)) == (
+        "it is stored encoded (gzip, crc32c)",
+    )
+
+
+@pytest.mark.parametrize("dtype", ["int16", "float32", "float64"])
+def test_raw_pipeline_maps_the_machines_byte_order_only(monkeypatch, dtype):
+    """Elements of two bytes or more are mapped in the machine's byte order only (a host of
+    the other order is played by `np.little_endian`); one-byte elements have no order."""
+    little = _v3_metadata((4,), (4,), [_bytes_codec("little")], dtype)
+    big = _v3_metadata((4,), (4,), [_bytes_codec("big")], dtype)
+    assert np.little_endian
+    assert mapped._raw_pipeline(little, (4,))[1] is None
+    assert _reason(mapped._raw_pipeline, big, (4,)) == ("it is stored big-endian",)
+    monkeypatch.setattr(mapped.np, "little_endian", False)
+    assert mapped._raw_pipeline(big, (4,))[1] is None
+    assert _reason(mapped._raw_pipeline, little, (4,)) == ("it is stored little-endian",)
+    for endian in (None, "big", "little"):
+        one_byte = _v3_metadata((4,), (4,), [_bytes_codec(endian)], "uint8")
+        assert mapped._raw_pipeline(one_byte, (4,))[1] is None
+
+
+def _arrays(item: Path) -> pb.ArrayStore:
+    return pb.ArrayStore(as_store(item))
+
+
+def _map(item: Path, name: str) -> np.ndarray:
+    store = _arrays(item)
+    try:
+        return mapped.map_array(store.open(name), FileMaps())
+    finally:
+        store.close()
+
+
+def _map_refusal(item: Path, name: str) -> tuple:
+    store = _arrays(item)
+    try:
+        return _reason(mapped.map_array, store.open(name), FileMaps())
+    finally:
+        store.close()
+
+
+def test_map_array_of_no_element_and_of_one(tmp_path):
+    """A one-byte leaf is mapped; a leaf of no element (ockpt writes none: its `.zarray` made
+    so by hand) is refused."""
+    item = _save(
+        tmp_path / "ckpt", {"one": np.array([-3], np.int8)}, zarr_version=2, use_ocdbt=False
+    )
+    one = _map(item, "one")
+    assert one.tolist() == [-3] and one.dtype == np.int8 and not one.flags.writeable
+    zarray = item / "one" / ".zarray"
+    doc = json.loads(zarray.read_text())
+    zarray.write_text(json.dumps(dict(doc, shape=[0])))
+    assert _map_refusal(item, "one") == ("it holds no element",)
+
+
+def _per_leaf(tmp_path: Path, tree: dict, **kw) -> Path:
+    return _save(tmp_path / "per_leaf", tree, use_ocdbt=False, **kw)
+
+
+def test_map_array_refuses_an_absent_chunk_and_one_of_another_length(tmp_path):
+    tree = {"x": np.arange(300, dtype=np.float32)}
+    item = _per_leaf(tmp_path, tree, zarr_version=2)
+    chunk = item / "x" / "0"
+    assert _map(item, "x").tolist() == tree["x"].tolist()
+    chunk.write_bytes(chunk.read_bytes() + b"\0")
+    assert _map_refusal(item, "x") == ("its value holds 1201 bytes, not 1200",)
+    chunk.unlink()
+    assert _map_refusal(item, "x") == (
+        "its value is not a byte range of a local file (remote or absent)",
+    )
+
+
+def test_map_array_refuses_an_inline_value_of_another_length(tmp_path):
+    tree = {"small": np.arange(5, dtype=np.int16), "big": np.arange(4000, dtype=np.float32)}
+    item = _save(tmp_path / "ckpt", tree, zarr_version=2)
+    assert _map(item, "small").tolist() == [0, 1, 2, 3, 4]
+    _rewrite_root(item, lambda key, value: value + b"\0" if key == b"small/0" else value)
+    assert _map_refusal(item, "small") == ("its value holds 11 bytes, not 10",)
+
+
+def _index(pairs: list[int]) -> bytes:
+    """A shard index of (offset, nbytes) pairs with its CRC-32C."""
+    return Crc32cCodec().encode(struct.pack(f"<{len(pairs)}Q", *pairs))
+
+
+def test_map_array_of_a_shard_whose_index_is_damaged_or_empty(tmp_path):
+    """The shard index's fault names the array's file and the shard's key; a shard that
+    stores no chunk is refused."""
+    tree = {"x": np.arange(300, dtype=np.float32)}
+    item = _per_leaf(tmp_path, tree, zarr_version=3)
+    shard = item / "x" / "c" / "0"
+    data = shard.read_bytes()
+    assert _map(item, "x").tolist() == tree["x"].tolist()
+    shard.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+    store = _arrays(item)
+    array = store.open("x")
+    err = raised(FormatError, mapped.map_array, array, FileMaps())
+    store.close()
+    assert_error(err, rule="ZARR-016", file=array.file, pointer="x/c/0")
+    shard.write_bytes(_index([(1 << 64) - 1, (1 << 64) - 1]))
+    assert _map_refusal(item, "x") == ("the shard 'x/c/0' stores no chunk",)
+
+
+def test_map_array_of_an_inline_shard_whose_index_is_damaged(tmp_path):
+    tree = {"small": np.arange(5, dtype=np.int16), "big": np.arange(4000, dtype=np.float32)}
+    item = _save(tmp_path / "ckpt", tree, zarr_version=3)
+    assert _map(item, "small").tolist() == [0, 1, 2, 3, 4]
+    _rewrite_root(item, lambda key, value: value[:-1] + b"\0" if key == b"small/c/0" else value)
+    store = _arrays(item)
+    array = store.open("small")
+    err = raised(FormatError, mapped.map_array, array, FileMaps())
+    store.close()
+    assert_error(err, rule="ZARR-016", file=array.file, pointer="small/c/0")
+
+
+def _rows(tmp_path: Path, rows: int, **options) -> tuple[Path, np.ndarray]:
+    """A raw float32 leaf of `rows` rows of 256 in chunks of 1024 rows (1 MiB, each on a
+    page of its file)."""
+    x = np.random.default_rng(rows).standard_normal((rows, 256)).astype(np.float32)
+    item = tmp_path / f"rows{rows}"
+    ockpt.save_pytree(
+        item, {"rows": x}, layout="item", compression=None, chunk_byte_size=1 << 20, **options
+    )
+    return item, x
+
+
+def test_assembled_chunks_whose_last_is_partly_outside_the_array(tmp_path):
+    """3000 rows in chunks of 1024 (ockpt's writer picks chunks that divide the rows, so the
+    metadata of a 4096-row leaf is cut to 3000 rows by hand and its fourth chunk dropped): the
+    last chunk's stored bytes hold 952 rows of the array and the rest of the chunk; the view
+    takes its rows only."""
+    for version, document, last in ((2, ".zarray", "3.0"), (3, "zarr.json", "c/3/0")):
+        item, x = _rows(tmp_path / f"v{version}", 4096, zarr_version=version, use_ocdbt=False)
+        meta = item / "rows" / document
+        meta.write_text(json.dumps(dict(json.loads(meta.read_text()), shape=[3000, 256])))
+        (item / "rows" / last).unlink()
+        got = _map(item, "rows")
+        assert got.shape == (3000, 256) and np.array_equal(got, x[:3000]), version
+        assert not got.flags.writeable
+
+
+def test_assembled_chunks_up_to_the_bound_are_mapped(tmp_path, monkeypatch):
+    item, x = _rows(tmp_path, 4096, zarr_version=2)
+    monkeypatch.setattr(mapped, "MAX_CHUNKS", 4)
+    assert np.array_equal(_map(item, "rows"), x)
+    monkeypatch.setattr(mapped, "MAX_CHUNKS", 3)
+    assert _map_refusal(item, "rows") == ("it is stored in 4 chunks (at most 3 are mapped)",)
+
+
+def test_assembled_chunks_refusals_name_the_chunk(tmp_path):
+    item, _ = _rows(tmp_path, 4096, zarr_version=3, use_ocdbt=False)
+    chunk = item / "rows" / "c" / "2" / "0"
+    data = chunk.read_bytes()
+    # a damaged shard index: the fault names the array's file and the chunk's key
+    chunk.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+    store = _arrays(item)
+    array = store.open("rows")
+    err = raised(FormatError, mapped.map_array, array, FileMaps())
+    store.close()
+    assert_error(err, rule="ZARR-016", file=array.file, pointer="rows/c/2/0")
+    # an inner chunk of 4 bytes less than a chunk's
+    chunk.write_bytes(data[:-20] + _index([0, (1 << 20) - 4]))
+    assert _map_refusal(item, "rows") == (
+        f"chunk 'rows/c/2/0' holds {(1 << 20) - 4} bytes, not {1 << 20}",
+    )
+    item, _ = _rows(tmp_path / "v2", 4096, zarr_version=2, use_ocdbt=False)
+    chunk = item / "rows" / "2.0"
+    chunk.write_bytes(chunk.read_bytes() + b"\0")
+    assert _map_refusal(item, "rows") == (
+        f"chunk 'rows/2.0' holds {(1 << 20) + 1} bytes, not {1 << 20}",
+    )
+    chunk.unlink()
+    assert _map_refusal(item, "rows") == ("chunk 'rows/2.0' is no byte range of a local file",)
