@@ -1,5 +1,7 @@
 """Worker threads: one per core this process may run on, in one pool per kind of work (chunk
-reads, deep checks), each made at first use and kept for the life of the process."""
+reads, deep checks), each made at first use and kept for the life of the process. A forked
+child starts with no pool: it inherits the pool objects but not their threads, and a pool that
+counts threads it does not have never runs what it is given."""
 
 from __future__ import annotations
 
@@ -11,6 +13,17 @@ __all__ = ["pool", "workers"]
 
 _lock = threading.Lock()
 _pools: dict[str, ThreadPoolExecutor] = {}
+
+
+def _forget_pools() -> None:
+    """In a forked child: drop the parent's pools (their threads stayed in the parent) and its
+    lock (another thread may have held it at the fork)."""
+    global _lock
+    _lock = threading.Lock()
+    _pools.clear()
+
+
+os.register_at_fork(after_in_child=_forget_pools)
 
 
 def workers() -> int:
