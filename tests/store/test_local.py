@@ -349,3 +349,23 @@ def test_a_link_to_a_directory_is_not_walked(tmp_path) -> None:
 def test_the_tensorstore_path_of_a_directory_ending_in_x(tmp_path) -> None:
     store = LocalStore(tmp_path / "rootX")
     assert store.tensorstore_spec()["path"] == f"{tmp_path}/rootX/"
+
+
+def test_a_listing_never_walks_a_directory_outside_the_store(tmp_path) -> None:
+    """A prefix whose directory leaves the store (``..``, absolute) is refused as a key that
+    leaves it is (PATH-003): the walk starts at the prefix's directory, and it listed the
+    parent's files (``../sibling``) or the root's (``/etc/...``)."""
+    (tmp_path / "sibling").write_bytes(b"s")
+    store = LocalStore(tmp_path / "root", display="R")
+    store.set("a/..b", b"1")
+    store.set("..c", b"2")
+    for prefix in ("../", "../s", "/", f"{tmp_path}/s", "a/../../", "a/../x"):
+        with pytest.raises(FormatError) as e:
+            store.list(prefix)
+        assert_error(e, rule="PATH-003", file=f"R/{prefix}")
+        if prefix != "/":  # (delete_prefix("/") is this whole directory, as "")
+            with pytest.raises(FormatError) as e:
+                store.delete_prefix(prefix)
+            assert_error(e, rule="PATH-003")
+    assert store.list("a/..") == ["a/..b"] and store.list("..") == ["..c"]
+    assert (tmp_path / "sibling").read_bytes() == b"s"

@@ -113,6 +113,8 @@ class LocalStore(Store):
     def list(self, prefix: str = "") -> list[str]:
         found: list[str] = []
         head = prefix.rsplit("/", 1)[0] + "/" if "/" in prefix else ""
+        # the walk starts at the prefix's directory, which must be one of this one's
+        check_key(head, file=self.file(prefix))
         start = self.child(head.rstrip("/")) if head else self
         for key in _walk(start, head, head.count("/")):
             if key.startswith(prefix):
