@@ -20,9 +20,9 @@ from ockpt import dtypes
 from ockpt.engines import python as pb
 from ockpt.engines.contract import ReadRequest
 from ockpt.engines.python import fastread
-from ockpt.errors import MissingDataError
+from ockpt.errors import FormatError, MissingDataError
 from tests.support import FIXTURES
-from tests.support.errors import assert_error, raised
+from tests.support.errors import assert_error, error_fields, raised
 
 
 def _tree() -> dict[str, np.ndarray]:
@@ -200,3 +200,138 @@ def test_a_copy_of_a_fixture_read_fast_equals_the_decoder(tmp_path):
             _check(store, names)
         finally:
             store.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# the grid arithmetic the plans are made of
+
+
+def test_count_of_units_a_box_touches():
+    assert fastread._count(((0, 10), (3, 7)), (4, 4)) == 3 * 2
+    assert fastread._count(((5, 6),), (4,)) == 1
+    assert fastread._count(((4, 8),), (4,)) == 1
+    assert fastread._count(((3, 9),), (4,)) == 3  # units 0, 1 and 2
+    assert fastread._count(((3, 3),), (4,)) == 0
+    assert fastread._count(((2, 9), (5, 5)), (4, 4)) == 0
+    assert fastread._count(((6, 2),), (4,)) == 0
+
+
+def test_follows_stored_chunks_above_the_plan_bound(monkeypatch):
+    class Meta:
+        chunk_shape = (2, 3)
+
+    monkeypatch.setattr(fastread, "_PLAN_UNITS", 6)
+    assert not fastread.follows_stored_chunks(Meta, [(0, 6), (0, 6)])  # 3 * 2 = 6 units
+    assert fastread.follows_stored_chunks(Meta, [(0, 6), (0, 7)])  # 3 * 3
+    assert not fastread.follows_stored_chunks(Meta, [(0, 0), (0, 100)])
+
+
+def test_dest_and_units_of_a_box():
+    box = ((3, 9), (1, 2))
+    assert fastread._dest(0, box, (0, 0), (4, 4)) == (
+        0,
+        ((3, 4), (1, 2)),
+        (slice(0, 1), slice(0, 1)),
+    )  # noqa: E501
+    assert fastread._dest(2, box, (1, 0), (4, 4)) == (
+        2,
+        ((4, 8), (1, 2)),
+        (slice(1, 5), slice(0, 1)),
+    )  # noqa: E501
+    assert fastread._dest(0, ((0, 4),), (1,), (4,)) is None  # touches the unit's edge only
+    assert fastread._dest(0, box, (0, 1), (4, 4)) is None
+    assert [i for i, _ in fastread._units(1, box, (4, 4))] == [(0, 0), (1, 0), (2, 0)]
+    assert [d for _, d in fastread._units(1, box, (4, 4))][2] == (
+        1,
+        ((8, 9), (1, 2)),
+        (slice(5, 6), slice(0, 1)),
+    )  # noqa: E501
+    assert list(fastread._units(0, ((3, 3),), (4,))) == []
+    assert list(fastread._units(0, ((5, 2), (0, 4)), (4, 4))) == []
+    assert fastread._chunk_of((5, 3), (2, 4), (4, 8)) == (2, 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# a large shard of several inner chunks, read by inner chunk from its file
+
+
+def _shard_of_inner_chunks(tmp_path: Path, monkeypatch) -> tuple[Path, np.ndarray, int]:
+    """A per-leaf zarr v3 leaf of (64, 32) float32 stored as one shard of inner chunks of
+    (16, 16), zstd (ockpt's writer makes a shard one chunk; told otherwise as in
+    test_fastread.py), and the number of inner chunks; the fast reader's thresholds made so
+    that the shard is read by inner chunk."""
+    from ockpt import _zarr_write
+
+    x = np.arange(64 * 32, dtype=np.float32).reshape(64, 32) + 1
+    with monkeypatch.context() as m:
+        m.setattr(_zarr_write, "shard_shape_for", lambda write_shape, *_: tuple(write_shape))
+        ockpt.save_pytree(
+            tmp_path / "item",
+            {"x": x},
+            layout="item",
+            zarr_version=3,
+            use_ocdbt=False,
+            chunk_byte_size=1024,
+        )  # noqa: E501
+    array = pb.ArrayStore(tmp_path / "item").open("x")
+    assert array.metadata.chunk_shape == (64, 32) and array.chunk_shape == (16, 16)
+    for name, value in SMALL["stream"].items():
+        monkeypatch.setattr(fastread, name, value)
+    return tmp_path / "item", x, 8
+
+
+def _read(item: Path, *, strict: bool = False) -> np.ndarray:
+    array = pb.ArrayStore(item, missing_chunks_are_errors=strict).open("x")
+    ((_, data),) = fastread.read_regions([ReadRequest(array, ((0, 64), (0, 32)))], max_in_flight=2)
+    return data
+
+
+def test_a_large_shard_read_by_inner_chunk(tmp_path, monkeypatch):
+    item, x, _ = _shard_of_inner_chunks(tmp_path, monkeypatch)
+    assert np.array_equal(_read(item), x)
+    store = pb.ArrayStore(item)
+    _check(store, ["x"])
+    _check(store, ["x"], dtype=np.float64)
+
+
+def test_a_large_shard_whose_index_is_damaged(tmp_path, monkeypatch):
+    item, _, _ = _shard_of_inner_chunks(tmp_path, monkeypatch)
+    shard = item / "x" / "c" / "0" / "0"
+    data = shard.read_bytes()
+    shard.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+    err = raised(FormatError, _read, item)
+    assert_error(err, rule="ZARR-016", file=f"{item}/x/c/0/0", pointer="shard index")
+
+
+def test_a_large_shard_with_an_inner_chunk_absent_or_damaged(tmp_path, monkeypatch):
+    import struct
+
+    from ockpt.zarr.codecs import Crc32cCodec
+
+    item, x, count = _shard_of_inner_chunks(tmp_path, monkeypatch)
+    shard = item / "x" / "c" / "0" / "0"
+    data = shard.read_bytes()
+    size = 16 * count + 4
+    pairs = list(struct.unpack(f"<{2 * count}Q", data[-size:-4]))
+    absent = list(pairs)
+    # inner chunk [1, 0] of the 4 x 2 grid (rows 16-31, columns 0-15) absent
+    absent[4:6] = [(1 << 64) - 1] * 2
+    shard.write_bytes(data[:-size] + Crc32cCodec().encode(struct.pack(f"<{2 * count}Q", *absent)))
+    got = _read(item)
+    assert not got[16:32, :16].any()
+    got[16:32, :16] = x[16:32, :16]
+    assert np.array_equal(got, x)
+    err = raised(MissingDataError, _read, item, strict=True)
+    assert error_fields(err) == {
+        "rule": "LOAD-041",
+        "file": f"{item}/x/c/0/0",
+        "message": "inner chunk [1, 0] of the shard is missing and the checkpoint stores every "
+        "chunk (store_array_data_equal_to_fill_value; ZARR-008)",
+        "pointer": None,
+    }
+    offset, nbytes = pairs[4], pairs[5]
+    damaged = bytearray(data)
+    damaged[offset : offset + nbytes] = b"\0" * nbytes  # no zstd frame
+    shard.write_bytes(bytes(damaged))
+    err = raised(FormatError, _read, item)
+    assert err.file == f"{item}/x/c/0/0" and err.pointer == "inner chunk [1, 0]"
