@@ -335,3 +335,41 @@ def test_a_large_shard_with_an_inner_chunk_absent_or_damaged(tmp_path, monkeypat
     shard.write_bytes(bytes(damaged))
     err = raised(FormatError, _read, item)
     assert err.file == f"{item}/x/c/0/0" and err.pointer == "inner chunk [1, 0]"
+
+
+@pytest.mark.parametrize("compression", ["zstd", None])
+@pytest.mark.parametrize("damage", ["trailing", "truncated", "flipped"])
+def test_a_streamed_chunk_that_is_damaged_is_refused_naming_it(
+    tmp_path, monkeypatch, compression, damage
+):  # noqa: E501
+    """A chunk above `STREAM_BYTES` that is not exactly one frame (or raw bytes) of its size is
+    read again by the checked path, which names the fault, whether a region takes the chunk
+    whole (streamed straight into it) or in part (in slabs)."""
+    x = np.arange(40 * 100, dtype=np.float32).reshape(40, 100)
+    item = tmp_path / "item"
+    ockpt.save_pytree(
+        item,
+        {"x": x},
+        layout="item",
+        chunk_byte_size=2000,
+        use_ocdbt=False,
+        zarr_version=2,
+        compression=compression,
+    )  # noqa: E501
+    for name, value in SMALL["stream"].items():
+        monkeypatch.setattr(fastread, name, value)
+    chunk = item / "x" / "1.1"  # rows 20-39, columns 25-49
+    data = chunk.read_bytes()
+    if damage == "flipped" and compression is None:
+        pytest.skip("raw bytes have no check: a flipped byte is a value")
+    changed = {
+        "trailing": data + b"\0",
+        "truncated": data[:-3],
+        "flipped": data[:20] + bytes([data[20] ^ 0xFF]) + data[21:],
+    }[damage]  # noqa: E501
+    chunk.write_bytes(changed)
+    array = pb.ArrayStore(item).open("x")
+    for box in (((20, 40), (25, 50)), ((22, 30), (30, 40)), ((0, 40), (0, 100))):
+        with pytest.raises(FormatError) as info:
+            list(fastread.read_regions([ReadRequest(array, box)], max_in_flight=2))
+        assert info.value.file == f"{item}/x/1.1", (box, info.value)
