@@ -338,7 +338,7 @@ def test_a_large_shard_with_an_inner_chunk_absent_or_damaged(tmp_path, monkeypat
 
 
 @pytest.mark.parametrize("compression", ["zstd", None])
-@pytest.mark.parametrize("damage", ["trailing", "truncated", "flipped"])
+@pytest.mark.parametrize("damage", ["trailing", "truncated", "flipped", "magic"])
 def test_a_streamed_chunk_that_is_damaged_is_refused_naming_it(
     tmp_path, monkeypatch, compression, damage
 ):  # noqa: E501
@@ -360,13 +360,14 @@ def test_a_streamed_chunk_that_is_damaged_is_refused_naming_it(
         monkeypatch.setattr(fastread, name, value)
     chunk = item / "x" / "1.1"  # rows 20-39, columns 25-49
     data = chunk.read_bytes()
-    if damage == "flipped" and compression is None:
+    if damage in ("flipped", "magic") and compression is None:
         pytest.skip("raw bytes have no check: a flipped byte is a value")
     changed = {
         "trailing": data + b"\0",
         "truncated": data[:-3],
         "flipped": data[:20] + bytes([data[20] ^ 0xFF]) + data[21:],
-    }[damage]  # noqa: E501
+        "magic": bytes([data[0] ^ 0xFF]) + data[1:],  # no zstd frame header
+    }[damage]
     chunk.write_bytes(changed)
     array = pb.ArrayStore(item).open("x")
     for box in (((20, 40), (25, 50)), ((22, 30), (30, 40)), ((0, 40), (0, 100))):
