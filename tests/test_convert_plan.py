@@ -1,0 +1,348 @@
+"""`ockpt.convert`'s plan, in this process: sizes (`parse_size`), and what a dry run says it
+would write (`ConvertResult.to_json` and each leaf's mapping row, compared whole), for
+safetensors (one file and sharded), .npz with `widen` and `select`, and skipped leaves."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import ockpt
+from ockpt.convert import convert, parse_size
+from ockpt.convert_rules import parse_rules
+
+
+@pytest.mark.parametrize(
+    "text, size",
+    [
+        ("1", 1),
+        (" 7 b ", 7),
+        ("1K", 10**3),
+        ("1kb", 10**3),
+        ("2KiB", 2 * 2**10),
+        ("1.5MB", 1_500_000),
+        ("3MiB", 3 * 2**20),
+        ("5GB", 5 * 10**9),
+        ("2GiB", 2 * 2**30),
+        ("1T", 10**12),
+        ("1TB", 10**12),
+        ("1TiB", 2**40),
+        (1234, 1234),
+    ],
+)
+def test_parse_size_every_unit(text, size):
+    assert parse_size(text) == size
+
+
+@pytest.mark.parametrize("text", ["0", "0.4", "0KB"])
+def test_parse_size_refuses_nothing(text):
+    with pytest.raises(ValueError) as info:
+        parse_size(text)
+    assert str(info.value) == f"size must be positive: {text!r}"
+
+
+def _npz(tmp_path: Path) -> Path:
+    src = tmp_path / "src.npz"
+    arrays = {
+        "a.w": np.arange(6, dtype=np.float32).reshape(2, 3),
+        "c": np.arange(4, dtype=np.int8),
+        "s": np.array("hello"),
+    }
+    np.savez(src, **arrays)
+    return src
+
+
+def _row(source, source_shape, source_dtype, target, shape, dtype, file, **kw):
+    row = {
+        "source": source,
+        "source_shape": source_shape,
+        "source_dtype": source_dtype,
+        "target": target,
+        "shape": shape,
+        "dtype": dtype,
+        "transposed": None,
+        "widened": False,
+        "file": file,
+    }
+    return row | kw
+
+
+def _result(fmt, files, leaves, nbytes, mapping, **kw):
+    out = {
+        "format": fmt,
+        "files": files,
+        "leaves": leaves,
+        "bytes": nbytes,
+        "skipped": [],
+        "select": [],
+        "left_out": [],
+        "random_keys": [],
+        "widened": [],
+        "metadata_strings": [],
+        "dry_run": True,
+    }
+    return out | kw | {"mapping": mapping}
+
+
+def test_dry_run_of_sharded_safetensors_with_rules(tmp_path):
+    rules = parse_rules(rename=[r"^a\.=b."], transpose=["w$"], dtype=["^c$=int16"])
+    got = convert(
+        str(_npz(tmp_path)),
+        str(tmp_path / "out.safetensors"),
+        dry_run=True,
+        progress=False,
+        rules=rules,
+        max_shard_size=20,
+    )
+    one, two = (str(tmp_path / f"out-0000{i}-of-00002.safetensors") for i in (1, 2))
+    index = str(tmp_path / "out.safetensors.index.json")
+    assert got.to_json() == _result(
+        "safetensors",
+        [one, two, index],
+        3,
+        32,
+        [
+            _row("a.w", [2, 3], "float32", "b.w", [3, 2], "float32", one, transposed=[1, 0]),
+            _row("c", [4], "int8", "c", [4], "int16", two),
+            _row("s", [], "<U5", "s", [], "string", "__metadata__ of every file"),
+        ],
+        metadata_strings=["s"],
+    )
+    assert list(tmp_path.iterdir()) == [tmp_path / "src.npz"]  # nothing written
+
+
+def test_dry_run_of_npz_names_its_one_file(tmp_path):
+    got = convert(str(_npz(tmp_path)), str(tmp_path / "out.npz"), dry_run=True, progress=False)
+    out = str(tmp_path / "out.npz")
+    assert got.to_json() == _result(
+        "npz",
+        [out],
+        3,
+        28,
+        [
+            _row("a.w", [2, 3], "float32", "a.w", [2, 3], "float32", out),
+            _row("c", [4], "int8", "c", [4], "int8", out),
+            _row("s", [], "<U5", "s", [], "string", out),
+        ],
+    )
+    # a run that writes reports the same, without the mapping
+    (tmp_path / "again").mkdir()
+    done = convert(str(_npz(tmp_path / "again")), out, progress=False).to_json()
+    assert "mapping" not in done and done["dry_run"] is False and done["files"] == [out]
+
+
+def _orbax(tmp_path: Path) -> Path:
+    tree = {
+        "params": {
+            "w": np.arange(4, dtype=np.float32).astype(ml_dtypes.bfloat16),
+            "q": np.arange(3, dtype=np.int8).astype(ml_dtypes.int4),
+        },
+        "opt": {"m": np.zeros(2, np.float32)},
+        "name": "hi",
+    }
+    ockpt.save_pytree(tmp_path / "ck", tree)
+    return tmp_path / "ck"
+
+
+def test_dry_run_with_widen_and_select(tmp_path):
+    ck = _orbax(tmp_path)
+    out = str(tmp_path / "out.npz")
+    got = convert(str(ck), out, dry_run=True, progress=False, widen=True, select=["params", "name"])
+    assert got.to_json() == _result(
+        "npz",
+        [out],
+        3,
+        19,
+        [
+            _row("name", [], "string", "name", [], "string", out),
+            _row("params.q", [3], "int4", "params.q", [3], "int8", out, widened=True),
+            _row("params.w", [4], "bfloat16", "params.w", [4], "float32", out, widened=True),
+        ],
+        select=["params", "name"],
+        left_out=["opt/m"],
+        widened=[
+            {"name": "params.q", "dtype": "int4", "stored": "int8"},
+            {"name": "params.w", "dtype": "bfloat16", "stored": "float32"},
+        ],
+    )
+
+
+def test_dry_run_with_leaves_skipped(tmp_path):
+    ck = _orbax(tmp_path)
+    out = str(tmp_path / "out.safetensors")
+    got = convert(str(ck), out, dry_run=True, progress=False, skip_unsupported=True, sep="/")
+    assert got.to_json() == _result(
+        "safetensors",
+        [out],
+        3,
+        16,
+        [
+            _row("name", [], "string", "name", [], "string", "__metadata__ of every file"),
+            _row("opt/m", [2], "float32", "opt/m", [2], "float32", out),
+            _row("params/w", [4], "bfloat16", "params/w", [4], "bfloat16", out),
+        ],
+        skipped=[{"name": "params/q", "reason": "safetensors has no dtype int4"}],
+        metadata_strings=["name"],
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Refusals, before anything is written: each message whole
+
+
+def _refused(kind, fn, *args, **kwargs) -> str:
+    with pytest.raises(kind) as info:
+        fn(*args, **kwargs)
+    return str(info.value)
+
+
+def test_leaves_a_format_cannot_hold_are_refused_naming_them(tmp_path):
+    from ockpt.errors import UnsupportedError
+
+    tree = {"params": {"q": np.arange(3, dtype=np.int8).astype(ml_dtypes.int4)}, "s": "x\0"}
+    ockpt.save_pytree(tmp_path / "ck", tree)
+    ck = str(tmp_path / "ck")
+    kw = {"dry_run": True, "progress": False}
+    assert _refused(
+        UnsupportedError, convert, ck, str(tmp_path / "o.safetensors"), select=["params"], **kw
+    ) == (
+        "leaf 'params.q' (int4): safetensors has no dtype int4; pass skip_unsupported=True to "
+        "leave such leaves out"
+    )
+    assert _refused(UnsupportedError, convert, ck, str(tmp_path / "o.npz"), select=["s"], **kw) == (
+        "leaf 's' (string): a string ending in NUL cannot be stored in .npy exactly; use .pt or "
+        "safetensors; pass skip_unsupported=True to leave such leaves out"
+    )
+
+
+def test_names_an_output_cannot_hold_are_refused(tmp_path):
+    np.savez(tmp_path / "s.npz", x=np.zeros(2), y=np.ones(2))
+    src = str(tmp_path / "s.npz")
+    kw = {"dry_run": True, "progress": False}
+    out = str(tmp_path / "o.safetensors")
+    rules = parse_rules(rename=["^x$=y"])
+    assert _refused(ValueError, convert, src, out, rules=rules, **kw) == (
+        "key paths ['x'] and ['y'] both become 'y'; check the rename rules"
+    )
+    rules = parse_rules(rename=["^x$=__metadata__"])
+    assert _refused(ValueError, convert, src, out, rules=rules, **kw) == (
+        "leaf 'x' would be the tensor '__metadata__', a name safetensors reserves for its "
+        "metadata; rename it (rules)"
+    )
+    tree = {"x/y": np.zeros(2, np.float32), "x": {"y": np.zeros(2, np.float32)}}
+    ockpt.save_pytree(tmp_path / "ck", tree)
+    assert _refused(
+        ValueError, convert, str(tmp_path / "ck"), str(tmp_path / "o.npz"), sep="/", **kw
+    ) == ("key paths ['x', 'y'] and ['x/y'] both become 'x/y'; try sep='.'")
+
+
+def test_npz_member_names_up_to_the_zip_limit(tmp_path):
+    """A member name of 65,531 UTF-8 bytes (65,535 with ``.npy``) is written; one byte more
+    is refused, naming the leaf's first 80 characters."""
+    limit = 0xFFFF - len(".npy")
+    np.savez(tmp_path / "s.npz", x=np.zeros(1))
+    src = str(tmp_path / "s.npz")
+    kw = {"dry_run": True, "progress": False}
+    ok = convert(
+        src, str(tmp_path / "o.npz"), rules=parse_rules(rename=[f"^x$={'n' * limit}"]), **kw
+    )
+    assert ok.mapping[0]["target"] == "n" * limit
+    rules = parse_rules(rename=[f"^x$={'n' * (limit + 1)}"])
+    assert _refused(ValueError, convert, src, str(tmp_path / "o.npz"), rules=rules, **kw) == (
+        f"leaf 'x'... ({limit + 1} characters) would be an .npz member name longer than a zip "
+        f"archive holds ({limit} UTF-8 bytes before .npy); rename it (rules) or choose another "
+        "format"
+    )
+
+
+def test_outputs_of_no_known_format_are_refused(tmp_path):
+    np.savez(tmp_path / "s.npz", x=np.zeros(2))
+    src = str(tmp_path / "s.npz")
+    kw = {"dry_run": True, "progress": False}
+    assert _refused(ValueError, convert, src, str(tmp_path / "o"), dst_format="xyz", **kw) == (
+        "unknown output format 'xyz'; known: orbax, safetensors, npz, pt, hf"
+    )
+    ockpt.save_pytree(tmp_path / "ck", {"x": np.zeros(2, np.float32)})
+    dst = str(tmp_path / "o.safetensor")
+    assert _refused(ValueError, convert, str(tmp_path / "ck"), dst + "/", **kw) == (
+        f"unknown output format '.safetensor' ({dst}/); known: .safetensors, "
+        '.safetensors.index.json, .npz, .pt (.pth, .bin), a folder with dst_format="hf", or an '
+        "Orbax checkpoint directory (from safetensors or .npz), or pass dst_format"
+    )
+    # named by src_format too
+    assert _refused(
+        ValueError, convert, str(tmp_path / "ck"), dst, src_format="orbax", **kw
+    ).startswith("unknown output format '.safetensor'")
+    from safetensors.numpy import save_file
+
+    (tmp_path / "hf").mkdir()
+    save_file({"w": np.zeros(2, np.float32)}, str(tmp_path / "hf" / "model.safetensors"))
+    assert _refused(ValueError, convert, src, str(tmp_path / "hf"), **kw) == (
+        f'{tmp_path / "hf"}: a folder of safetensors files; pass dst_format="hf" to write a '
+        "Hugging Face folder there (or another dst_format)"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# What is written: byte order, widened bits, empty tensors, the Orbax layout
+
+
+def test_big_endian_sources_are_written_little_endian(tmp_path):
+    from safetensors.numpy import load_file
+
+    arrays = {"a.b": np.arange(3, dtype=">f4") / 3, "c": np.arange(2, dtype=">i8") - 7}
+    np.savez(tmp_path / "s.npz", **arrays)
+    src = str(tmp_path / "s.npz")
+    convert(src, str(tmp_path / "o.npz"), progress=False)
+    with np.load(tmp_path / "o.npz") as got:
+        for name, want in arrays.items():
+            assert got[name].dtype.str == want.dtype.newbyteorder("<").str
+            assert np.array_equal(got[name], want)
+    convert(src, str(tmp_path / "o.safetensors"), progress=False)
+    got = load_file(str(tmp_path / "o.safetensors"))
+    for name, want in arrays.items():
+        assert got[name].dtype.str == want.dtype.newbyteorder("<").str
+        assert np.array_equal(got[name], want)
+
+
+def test_bfloat16_widens_to_float32_by_its_bits(tmp_path):
+    """Every bfloat16 pattern, NaN payloads and signs too, is the top half of its float32."""
+    bits = np.array([0x0000, 0x8000, 0x3F80, 0x7F80, 0xFF80, 0x7FC1, 0xFFA5, 0x7F81], np.uint16)
+    ockpt.save_pytree(tmp_path / "ck", {"w": bits.view(ml_dtypes.bfloat16)})
+    convert(str(tmp_path / "ck"), str(tmp_path / "o.npz"), widen=True, progress=False)
+    with np.load(tmp_path / "o.npz") as got:
+        assert got["w"].dtype == np.float32
+        assert got["w"].view(np.uint32).tolist() == [int(b) << 16 for b in bits]
+
+
+def test_pt_keeps_empty_tensors_and_the_leaves_after_them(tmp_path):
+    torch = pytest.importorskip("torch")
+    tree = {
+        "a": np.zeros((0, 3), np.float32),
+        "b": np.arange(4, dtype=np.int16),
+        "c": np.zeros((2, 0), np.int8),
+        "d": np.arange(2, dtype=np.float64),
+        "s": np.array("text"),
+    }
+    np.savez(tmp_path / "s.npz", **tree)  # (Orbax has no zero-size arrays: WRITE-003)
+    convert(str(tmp_path / "s.npz"), str(tmp_path / "o.pt"), progress=False)
+    got = torch.load(tmp_path / "o.pt", weights_only=True)
+    assert sorted(got) == ["a", "b", "c", "d", "s"]
+    assert got["s"] == "text"
+    for name in "abcd":
+        want = tree[name]
+        assert tuple(got[name].shape) == want.shape, name
+        assert str(got[name].dtype) == f"torch.{want.dtype.name}", name
+        assert np.array_equal(got[name].numpy(), want), name
+
+
+@pytest.mark.parametrize("layout, kind", [("v1", "V1_CHECKPOINT"), ("item", "PYTREE_ITEM")])
+def test_an_orbax_output_takes_the_layout_asked_for(tmp_path, layout, kind):
+    np.savez(tmp_path / "s.npz", **{"a.b": np.arange(3, dtype=np.float32)})
+    dst = tmp_path / "ck"
+    got = convert(str(tmp_path / "s.npz"), str(dst), layout=layout, progress=False)
+    assert got.files == (str(dst),) and got.format == "orbax"
+    assert ockpt.detect(dst).kind is getattr(ockpt.Kind, kind)
