@@ -346,3 +346,55 @@ def test_an_orbax_output_takes_the_layout_asked_for(tmp_path, layout, kind):
     got = convert(str(tmp_path / "s.npz"), str(dst), layout=layout, progress=False)
     assert got.files == (str(dst),) and got.format == "orbax"
     assert ockpt.detect(dst).kind is getattr(ockpt.Kind, kind)
+
+
+# ---------------------------------------------------------------------------------------------
+# Hugging Face folders: the index as written, and what is refused
+
+
+def test_a_sharded_folders_index_as_hugging_face_writes_it(tmp_path):
+    np.savez(tmp_path / "s.npz", **{f"w{i}": np.zeros(4, np.float32) for i in range(5)})
+    src, hf = str(tmp_path / "s.npz"), tmp_path / "hf"
+    rules = parse_rules(rename=["^w0$=ü"])
+    convert(src, str(hf), dst_format="hf", max_shard_size=16, progress=False, rules=rules)
+    assert (hf / "model.safetensors.index.json").read_text(encoding="utf-8") == (
+        '{\n  "metadata": {\n    "total_size": 80\n  },\n  "weight_map": {\n'
+        '    "w1": "model-00002-of-00005.safetensors",\n'
+        '    "w2": "model-00003-of-00005.safetensors",\n'
+        '    "w3": "model-00004-of-00005.safetensors",\n'
+        '    "w4": "model-00005-of-00005.safetensors",\n'
+        '    "ü": "model-00001-of-00005.safetensors"\n  }\n}\n'
+    )
+    from ockpt.errors import WriteConflictError
+
+    shards = [str(hf / f"model-0000{i}-of-00005.safetensors") for i in (1, 2, 3)]
+    message = _refused(
+        WriteConflictError, convert, src, str(hf), dst_format="hf", max_shard_size=16,
+        progress=False,
+    )  # fmt: skip
+    assert message == (f"{', '.join(shards)} and 3 more: exists; pass overwrite=True to replace it")
+
+
+def test_hf_outputs_refuse_a_string_leaf_on_a_metadata_key_and_a_broken_config(tmp_path):
+    ockpt.save_pytree(tmp_path / "ck", {"x": {"y": "text"}, "w": np.zeros(2, np.float32)})
+    rules = parse_rules(rename=[r"^x\.y$=format"])
+    assert _refused(
+        ValueError, convert, str(tmp_path / "ck"), str(tmp_path / "hf"), dst_format="hf",
+        progress=False, rules=rules,
+    ) == (
+        "string leaf 'x.y' would be __metadata__ key 'format', which the output already uses; "
+        "rename it (rules)"
+    )  # fmt: skip
+    (tmp_path / "c.json").write_text("{oops")
+    assert _refused(
+        ValueError, convert, str(tmp_path / "ck"), str(tmp_path / "hf"), dst_format="hf",
+        progress=False, config=str(tmp_path / "c.json"),
+    ) == f"config file {tmp_path / 'c.json'}: not a JSON object"  # fmt: skip
+    assert not (tmp_path / "hf").exists()
+
+
+def test_an_output_needs_a_file_name(tmp_path):
+    np.savez(tmp_path / "s.npz", x=np.zeros(2))
+    assert _refused(
+        ValueError, convert, str(tmp_path / "s.npz"), "/", dst_format="npz", progress=False
+    ) == ("/: no file name to write to")
