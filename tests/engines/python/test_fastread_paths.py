@@ -374,3 +374,64 @@ def test_a_streamed_chunk_that_is_damaged_is_refused_naming_it(
         with pytest.raises(FormatError) as info:
             list(fastread.read_regions([ReadRequest(array, box)], max_in_flight=2))
         assert info.value.file == f"{item}/x/1.1", (box, info.value)
+
+
+# ---------------------------------------------------------------------------------------------
+# small shards, read whole from their bytes
+
+
+def _small_shard(tmp_path: Path, monkeypatch, several: bool, small: str | None):
+    from ockpt import _zarr_write
+
+    x = np.arange(64 * 32, dtype=np.float32).reshape(64, 32) + 1
+    with monkeypatch.context() as m:
+        if several:  # inner chunks of (16, 16); else one inner chunk, as ockpt writes
+            m.setattr(_zarr_write, "shard_shape_for", lambda write_shape, *_: tuple(write_shape))
+        ockpt.save_pytree(
+            tmp_path / "item",
+            {"x": x},
+            layout="item",
+            zarr_version=3,
+            use_ocdbt=False,
+            chunk_byte_size=1024 if several else 1 << 20,
+        )  # noqa: E501
+    for name, value in SMALL.get(small, {}).items():
+        monkeypatch.setattr(fastread, name, value)
+    shard = tmp_path / "item" / "x" / "c" / "0" / "0"
+    return tmp_path / "item", x, shard, 8 if several else 1
+
+
+@pytest.mark.parametrize("small", [None, "pool"])
+@pytest.mark.parametrize("several", [False, True], ids=["one", "several"])
+def test_a_small_shard_damaged_or_with_an_inner_chunk_absent(tmp_path, monkeypatch, several, small):  # noqa: E501
+    import struct
+
+    from ockpt.zarr.codecs import Crc32cCodec
+
+    item, x, shard, count = _small_shard(tmp_path, monkeypatch, several, small)
+    assert np.array_equal(_read(item), x)
+    _check(pb.ArrayStore(item), ["x"], dtype=np.float64)
+    data = shard.read_bytes()
+    where = f"{item}/x/c/0/0"
+    shard.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+    assert_error(
+        raised(FormatError, _read, item), rule="ZARR-016", file=where, pointer="shard index"
+    )  # noqa: E501
+    size = 16 * count + 4
+    pairs = list(struct.unpack(f"<{2 * count}Q", data[-size:-4]))
+    absent = [(1 << 64) - 1] * 2 + pairs[2:]  # inner chunk [0, 0]
+    shard.write_bytes(data[:-size] + Crc32cCodec().encode(struct.pack(f"<{2 * count}Q", *absent)))
+    got = _read(item)
+    rows, cols = (16, 16) if several else (64, 32)
+    assert not got[:rows, :cols].any()
+    got[:rows, :cols] = x[:rows, :cols]
+    assert np.array_equal(got, x)
+    err = raised(MissingDataError, _read, item, strict=True)
+    assert err.rule == "LOAD-041" and err.file == where
+    assert err.message.startswith("inner chunk [0, 0] of the shard is missing")
+    offset, nbytes = pairs[0], pairs[1]
+    damaged = bytearray(data)
+    damaged[offset : offset + nbytes] = b"\xff" * nbytes  # no zstd frame
+    shard.write_bytes(bytes(damaged))
+    err = raised(FormatError, _read, item)
+    assert err.file == where and err.pointer == "inner chunk [0, 0]", err
