@@ -282,7 +282,8 @@ def _shard_of_inner_chunks(tmp_path: Path, monkeypatch) -> tuple[Path, np.ndarra
 
 def _read(item: Path, *, strict: bool = False) -> np.ndarray:
     array = pb.ArrayStore(item, missing_chunks_are_errors=strict).open("x")
-    ((_, data),) = fastread.read_regions([ReadRequest(array, ((0, 64), (0, 32)))], max_in_flight=2)
+    full = tuple((0, n) for n in array.shape)
+    ((_, data),) = fastread.read_regions([ReadRequest(array, full)], max_in_flight=2)
     return data
 
 
@@ -435,3 +436,37 @@ def test_a_small_shard_damaged_or_with_an_inner_chunk_absent(tmp_path, monkeypat
     shard.write_bytes(bytes(damaged))
     err = raised(FormatError, _read, item)
     assert err.file == where and err.pointer == "inner chunk [0, 0]", err
+
+
+def test_a_large_shard_of_small_inner_chunks(tmp_path, monkeypatch):
+    """A shard above `STREAM_BYTES` whose inner chunks are not: each inner chunk's bytes are
+    read into memory and decoded."""
+    item, x, _ = _shard_of_inner_chunks(tmp_path, monkeypatch)
+    monkeypatch.setattr(fastread, "STREAM_BYTES", 2048)  # shard 8 KiB, inner chunks 1 KiB
+    assert np.array_equal(_read(item), x)
+    _check(pb.ArrayStore(item), ["x"])
+
+
+def test_raw_chunks_read_straight_into_rows_of_a_wider_output(tmp_path, monkeypatch):
+    """Raw chunks of (16, 16) of a (64, 64) leaf: each chunk's rows are runs of 64 bytes of
+    a request's output, which is wider than the chunk (`_runs`, `_raw_plan`)."""
+    x = np.arange(64 * 64, dtype=np.float32).reshape(64, 64)
+    item = tmp_path / "item"
+    ockpt.save_pytree(
+        item,
+        {"x": x},
+        layout="item",
+        chunk_byte_size=1024,
+        use_ocdbt=False,
+        zarr_version=2,
+        compression=None,
+    )  # noqa: E501
+    store = pb.ArrayStore(item)
+    assert store.open("x").chunk_shape == (16, 16)
+    monkeypatch.setattr(fastread, "DIRECT_BYTES", 64)
+    monkeypatch.setattr(fastread, "RUN_BYTES", 64)
+    monkeypatch.setattr(fastread, "INLINE_BYTES", 0)
+    assert np.array_equal(_read(item), x)
+    _check(store, ["x"])
+    monkeypatch.setattr(fastread, "RUN_BYTES", 65)  # rows narrower than a run: through a buffer
+    assert np.array_equal(_read(item), x)
