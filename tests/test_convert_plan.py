@@ -130,7 +130,9 @@ def test_dry_run_of_npz_names_its_one_file(tmp_path):
     )
     # a run that writes reports the same, without the mapping
     (tmp_path / "again").mkdir()
-    done = convert(str(_npz(tmp_path / "again")), out, progress=False).to_json()
+    result = convert(str(_npz(tmp_path / "again")), out, progress=False)
+    assert result.mapping == () and result.dry_run is False
+    done = result.to_json()
     assert "mapping" not in done and done["dry_run"] is False and done["files"] == [out]
 
 
@@ -344,7 +346,7 @@ def test_an_orbax_output_takes_the_layout_asked_for(tmp_path, layout, kind):
     np.savez(tmp_path / "s.npz", **{"a.b": np.arange(3, dtype=np.float32)})
     dst = tmp_path / "ck"
     got = convert(str(tmp_path / "s.npz"), str(dst), layout=layout, progress=False)
-    assert got.files == (str(dst),) and got.format == "orbax"
+    assert got.files == (str(dst),) and got.format == "orbax" and got.mapping == ()
     assert ockpt.detect(dst).kind is getattr(ockpt.Kind, kind)
 
 
@@ -398,3 +400,18 @@ def test_an_output_needs_a_file_name(tmp_path):
     assert _refused(
         ValueError, convert, str(tmp_path / "s.npz"), "/", dst_format="npz", progress=False
     ) == ("/: no file name to write to")
+
+
+def test_hf_output_strings_and_dtypes(tmp_path):
+    """A Hugging Face folder is safetensors: its string leaves go to every file's
+    `__metadata__` beside ``"format": "pt"``, and a dtype safetensors lacks is skipped."""
+    from safetensors import safe_open
+
+    ck = _orbax(tmp_path)
+    hf = tmp_path / "hf"
+    got = convert(str(ck), str(hf), dst_format="hf", skip_unsupported=True, progress=False)
+    assert got.metadata_strings == ("name",)
+    assert got.skipped == (("params.q", "safetensors has no dtype int4"),)
+    with safe_open(str(hf / "model.safetensors"), framework="numpy") as f:
+        assert f.metadata() == {"format": "pt", "name": "hi"}
+        assert sorted(f.keys()) == ["opt.m", "params.w"]
