@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import zstandard
 
 import ockpt
 from ockpt import dtypes
@@ -339,7 +340,7 @@ def test_a_large_shard_with_an_inner_chunk_absent_or_damaged(tmp_path, monkeypat
 
 
 @pytest.mark.parametrize("compression", ["zstd", None])
-@pytest.mark.parametrize("damage", ["trailing", "truncated", "flipped", "magic"])
+@pytest.mark.parametrize("damage", ["trailing", "truncated", "flipped", "magic", "resized"])
 def test_a_streamed_chunk_that_is_damaged_is_refused_naming_it(
     tmp_path, monkeypatch, compression, damage
 ):  # noqa: E501
@@ -361,13 +362,14 @@ def test_a_streamed_chunk_that_is_damaged_is_refused_naming_it(
         monkeypatch.setattr(fastread, name, value)
     chunk = item / "x" / "1.1"  # rows 20-39, columns 25-49
     data = chunk.read_bytes()
-    if damage in ("flipped", "magic") and compression is None:
+    if damage in ("flipped", "magic", "resized") and compression is None:
         pytest.skip("raw bytes have no check: a flipped byte is a value")
     changed = {
         "trailing": data + b"\0",
         "truncated": data[:-3],
         "flipped": data[:20] + bytes([data[20] ^ 0xFF]) + data[21:],
         "magic": bytes([data[0] ^ 0xFF]) + data[1:],  # no zstd frame header
+        "resized": zstandard.compress(b"\0" * 1000),  # a frame of 1000 bytes
     }[damage]
     chunk.write_bytes(changed)
     array = pb.ArrayStore(item).open("x")
