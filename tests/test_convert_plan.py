@@ -415,3 +415,114 @@ def test_hf_output_strings_and_dtypes(tmp_path):
     with safe_open(str(hf / "model.safetensors"), framework="numpy") as f:
         assert f.metadata() == {"format": "pt", "name": "hi"}
         assert sorted(f.keys()) == ["opt.m", "params.w"]
+
+
+def test_dry_run_names_a_random_key_as_key_data(tmp_path):
+    jax = pytest.importorskip("jax")
+    ockpt.save_pytree(tmp_path / "ck", {"k": jax.random.key(0), "w": np.zeros(2, np.float32)})
+    got = convert(str(tmp_path / "ck"), str(tmp_path / "o.npz"), dry_run=True, progress=False)
+    assert got.to_json()["random_keys"] == [{"name": "k", "impl": "threefry2x32"}]
+
+
+# ---------------------------------------------------------------------------------------------
+# safetensors files: shards, header
+
+
+def test_shards_fill_up_to_the_limit_and_an_index_may_be_named(tmp_path):
+    np.savez(tmp_path / "s.npz", a=np.zeros(2, np.float32), b=np.zeros(2, np.float32))
+    src = str(tmp_path / "s.npz")
+    kw = {"dry_run": True, "progress": False}
+    one = convert(src, str(tmp_path / "o.safetensors"), max_shard_size=16, **kw)
+    assert one.files == (str(tmp_path / "o.safetensors"),)  # 8 + 8 bytes fit in 16
+    two = convert(src, str(tmp_path / "o.safetensors"), max_shard_size=15, **kw)
+    assert len(two.files) == 3
+    index = convert(src, str(tmp_path / "m.safetensors.index.json"), **kw)
+    assert index.files == (
+        str(tmp_path / "m-00001-of-00001.safetensors"),
+        str(tmp_path / "m.safetensors.index.json"),
+    )
+
+
+def test_a_safetensors_header_is_compact_aligned_and_padded(tmp_path):
+    import json
+    import struct
+
+    arrays = {"b": np.arange(3, dtype=np.int8), "ü": np.arange(2.0), "c": np.ones(1, np.float32)}
+    np.savez(tmp_path / "s.npz", **arrays)
+    convert(str(tmp_path / "s.npz"), str(tmp_path / "o.safetensors"), progress=False)
+    data = (tmp_path / "o.safetensors").read_bytes()
+    (size,) = struct.unpack("<Q", data[:8])
+    assert size % 8 == 0
+    text = data[8 : 8 + size]
+    body = text.rstrip(b" ")
+    assert body == json.dumps(json.loads(body), separators=(",", ":"), ensure_ascii=False).encode()
+    assert "ü".encode() in body and b"__metadata__" not in body
+    header = json.loads(body)
+    order = sorted(header, key=lambda k: header[k]["data_offsets"][0])
+    assert order == ["ü", "c", "b"]  # largest items first, each aligned to its size
+    for name, width in (("ü", 8), ("c", 4), ("b", 1)):
+        assert header[name]["data_offsets"][0] % width == 0
+
+
+def test_a_header_larger_than_the_library_reads_is_refused_before_writing(tmp_path, monkeypatch):
+    import ockpt.convert as convert_module
+
+    np.savez(tmp_path / "s.npz", a=np.zeros(2, np.float32))
+    monkeypatch.setattr(convert_module, "_SAFETENSORS_HEADER_MAX", 8)
+    out = tmp_path / "o.safetensors"
+    assert _refused(ValueError, convert, str(tmp_path / "s.npz"), str(out), progress=False) == (
+        f"the header of {out.name} would be 56 bytes (its string leaves and tensor names), more "
+        "than the 8 the safetensors library reads; leave the string leaves out (select) or "
+        "choose .npz or .pt"
+    )
+    assert not out.exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# .pt and transposed blocks
+
+
+def test_pt_writes_nothing_outside_its_temporary_folder(tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    import ockpt.torch.runtime as runtime
+
+    purposes = []
+    import_torch = runtime.import_torch
+
+    def recording(purpose):
+        purposes.append(purpose)
+        return import_torch(purpose)
+
+    monkeypatch.setattr(runtime, "import_torch", recording)
+    np.savez(tmp_path / "s.npz", a=np.arange(3, dtype=np.float32), b=np.arange(2))
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    convert(str(tmp_path / "s.npz"), str(tmp_path / "o.pt"), progress=False)
+    assert list(cwd.iterdir()) == []
+    assert purposes == ["writing a PyTorch .pt file"]
+
+
+def test_a_transpose_of_three_axes_streams_in_blocks(tmp_path, monkeypatch):
+    """From .npz (no stored chunks), a leaf larger than a block is permuted block by block."""
+    import ockpt.convert as convert_module
+
+    w = np.arange(6 * 4 * 5, dtype=np.float32).reshape(6, 4, 5)
+    np.savez(tmp_path / "s.npz", w=w)
+    monkeypatch.setattr(convert_module, "BLOCK_BYTES", 64)
+    rules = parse_rules(transpose=["^w$=1,0,2"])
+    convert(str(tmp_path / "s.npz"), str(tmp_path / "o.npz"), rules=rules, progress=False)
+    with np.load(tmp_path / "o.npz") as got:
+        assert np.array_equal(got["w"], np.transpose(w, (1, 0, 2)))
+
+
+def test_npz_name_refusal_shows_the_first_80_characters(tmp_path):
+    limit = 0xFFFF - len(".npy")
+    source = "k" * 100
+    np.savez(tmp_path / "s.npz", **{source: np.zeros(1)})
+    rules = parse_rules(rename=[f"^k+$={'n' * (limit + 1)}"])
+    message = _refused(
+        ValueError, convert, str(tmp_path / "s.npz"), str(tmp_path / "o.npz"), rules=rules,
+        dry_run=True, progress=False,
+    )  # fmt: skip
+    assert message.startswith(f"leaf {'k' * 80!r}... ({limit + 1} characters)")
