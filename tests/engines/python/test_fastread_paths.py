@@ -281,10 +281,10 @@ def _shard_of_inner_chunks(tmp_path: Path, monkeypatch) -> tuple[Path, np.ndarra
     return tmp_path / "item", x, 8
 
 
-def _read(item: Path, *, strict: bool = False) -> np.ndarray:
+def _read(item: Path, *, strict: bool = False, dtype=None) -> np.ndarray:
     array = pb.ArrayStore(item, missing_chunks_are_errors=strict).open("x")
     full = tuple((0, n) for n in array.shape)
-    ((_, data),) = fastread.read_regions([ReadRequest(array, full)], max_in_flight=2)
+    ((_, data),) = fastread.read_regions([ReadRequest(array, full, dtype)], max_in_flight=2)
     return data
 
 
@@ -429,15 +429,18 @@ def test_a_small_shard_damaged_or_with_an_inner_chunk_absent(tmp_path, monkeypat
     assert not got[:rows, :cols].any()
     got[:rows, :cols] = x[:rows, :cols]
     assert np.array_equal(got, x)
-    err = raised(MissingDataError, _read, item, strict=True)
-    assert err.rule == "LOAD-041" and err.file == where
-    assert err.message.startswith("inner chunk [0, 0] of the shard is missing")
+    for dtype in (None, np.float64):  # read into the output, or cast through a buffer
+        err = raised(MissingDataError, _read, item, strict=True, dtype=dtype)
+        assert err.rule == "LOAD-041" and err.file == where
+        assert err.message.startswith("inner chunk [0, 0] of the shard is missing")
+    assert not _read(item, dtype=np.float64)[:rows, :cols].any()
     offset, nbytes = pairs[0], pairs[1]
     damaged = bytearray(data)
     damaged[offset : offset + nbytes] = b"\xff" * nbytes  # no zstd frame
     shard.write_bytes(bytes(damaged))
-    err = raised(FormatError, _read, item)
-    assert err.file == where and err.pointer == "inner chunk [0, 0]", err
+    for dtype in (None, np.float64):
+        err = raised(FormatError, _read, item, dtype=dtype)
+        assert err.file == where and err.pointer == "inner chunk [0, 0]", err
 
 
 def test_a_large_shard_of_small_inner_chunks(tmp_path, monkeypatch):
