@@ -475,3 +475,24 @@ def test_raw_chunks_read_straight_into_rows_of_a_wider_output(tmp_path, monkeypa
     _check(store, ["x"])
     monkeypatch.setattr(fastread, "RUN_BYTES", 65)  # rows narrower than a run: through a buffer
     assert np.array_equal(_read(item), x)
+
+
+def test_a_small_shard_of_large_integers_read_cast(tmp_path, monkeypatch):
+    """int64 values above 2^53 in a shard of several inner chunks, read as uint64 (through a
+    buffer of the stored type): every value exact."""
+    from ockpt import _zarr_write
+
+    x = (np.arange(64 * 32, dtype=np.int64).reshape(64, 32) * 7919) + (1 << 60)
+    with monkeypatch.context() as m:
+        m.setattr(_zarr_write, "shard_shape_for", lambda write_shape, *_: tuple(write_shape))
+        ockpt.save_pytree(
+            tmp_path / "item",
+            {"x": x},
+            layout="item",
+            zarr_version=3,
+            use_ocdbt=False,
+            chunk_byte_size=2048,
+        )  # noqa: E501
+    got = _read(tmp_path / "item", dtype=np.uint64)
+    assert got.dtype == np.uint64 and np.array_equal(got, x.astype(np.uint64))
+    _check(pb.ArrayStore(tmp_path / "item"), ["x"], dtype=np.uint64)
