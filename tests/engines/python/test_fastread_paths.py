@@ -496,3 +496,28 @@ def test_a_small_shard_of_large_integers_read_cast(tmp_path, monkeypatch):
     got = _read(tmp_path / "item", dtype=np.uint64)
     assert got.dtype == np.uint64 and np.array_equal(got, x.astype(np.uint64))
     _check(pb.ArrayStore(tmp_path / "item"), ["x"], dtype=np.uint64)
+
+
+def test_raw_chunks_of_a_3d_leaf_read_into_blocks_that_do_not_merge(tmp_path, monkeypatch):
+    """Raw chunks of (2, 4, 4) of an (8, 8, 8) leaf: a chunk's part of the output is 2 x 4 runs
+    of 16 bytes whose leading dimensions do not merge into one (the output is wider), so they
+    are read through a buffer, or run by run; never into a copy of the output."""
+    x = np.arange(8 * 8 * 8, dtype=np.float32).reshape(8, 8, 8)
+    item = tmp_path / "item"
+    ockpt.save_pytree(
+        item,
+        {"x": x},
+        layout="item",
+        chunk_byte_size=128,
+        use_ocdbt=False,
+        zarr_version=2,
+        compression=None,
+    )  # noqa: E501
+    store = pb.ArrayStore(item)
+    assert store.open("x").chunk_shape == (2, 4, 4)
+    monkeypatch.setattr(fastread, "DIRECT_BYTES", 16)
+    monkeypatch.setattr(fastread, "INLINE_BYTES", 0)
+    for run in (16, 8, 64):
+        monkeypatch.setattr(fastread, "RUN_BYTES", run)
+        assert np.array_equal(_read(item), x), run
+        _check(store, ["x"])
