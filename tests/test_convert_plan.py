@@ -4,6 +4,7 @@ safetensors (one file and sharded), .npz with `widen` and `select`, and skipped 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import ml_dtypes
@@ -526,3 +527,77 @@ def test_npz_name_refusal_shows_the_first_80_characters(tmp_path):
         dry_run=True, progress=False,
     )  # fmt: skip
     assert message.startswith(f"leaf {'k' * 80!r}... ({limit + 1} characters)")
+
+
+# ---------------------------------------------------------------------------------------------
+# convert's own arguments
+
+
+def test_arguments_that_do_not_apply_are_refused(tmp_path):
+    from ockpt.errors import UnsupportedError
+
+    np.savez(tmp_path / "s.npz", x=np.zeros(2, np.float32))
+    src, npz = str(tmp_path / "s.npz"), str(tmp_path / "o.npz")
+    assert _refused(ValueError, convert, src, npz, sep="-") == "sep must be '.' or '/', not '-'"
+    assert _refused(ValueError, convert, src, npz, max_shard_size="1KB") == (
+        "max_shard_size applies to safetensors and hf output only"
+    )
+    assert _refused(ValueError, convert, src, npz, config=src) == (
+        'config applies to dst_format="hf" only'
+    )
+    ck = str(tmp_path / "ck")
+    for kw in ({"rules": parse_rules(rename=["x=y"])}, {"widen": True}):
+        assert _refused(UnsupportedError, convert, src, ck, **kw) == (
+            "rules and widen=True apply to flat outputs"
+        )
+    ockpt.save_pytree(ck, {"x": np.zeros(2, np.float32)})
+    assert _refused(UnsupportedError, convert, ck, str(tmp_path / "ck2"), progress=False) == (
+        "both sides are Orbax checkpoints: copy one with `ockpt cp SRC DST`; to convert, name an "
+        "output .safetensors, .safetensors.index.json, .npz, .pt (.pth, .bin), a folder with "
+        'dst_format="hf", or an Orbax checkpoint directory (from safetensors or .npz)'
+    )
+    assert not (tmp_path / "ck2").exists()
+
+
+def test_a_hf_folder_is_sharded_by_default_and_a_safetensors_file_is_not(tmp_path, monkeypatch):
+    import ockpt.convert as convert_module
+
+    monkeypatch.setattr(convert_module, "HF_MAX_SHARD_SIZE", "16")
+    np.savez(tmp_path / "s.npz", a=np.zeros(4, np.float32), b=np.zeros(4, np.float32))
+    src = str(tmp_path / "s.npz")
+    kw = {"dry_run": True, "progress": False}
+    hf = convert(src, str(tmp_path / "hf"), dst_format="hf", **kw)
+    assert [os.path.basename(f) for f in hf.files] == [
+        "model-00001-of-00002.safetensors",
+        "model-00002-of-00002.safetensors",
+        "model.safetensors.index.json",
+    ]
+    one = convert(src, str(tmp_path / "o.safetensors"), **kw)
+    assert one.files == (str(tmp_path / "o.safetensors"),)
+
+
+def test_the_source_is_opened_as_asked(tmp_path):
+    """`src_format`, `sep`, `select` (a string or patterns), `step` and `item` reach the
+    source; a pattern that selects nothing names the source."""
+    from ockpt.errors import LeafNameError
+
+    with open(tmp_path / "data.bin", "wb") as f:  # an .npz of another suffix
+        np.savez(f, **{"a/b": np.zeros(2, np.float32), "c": np.zeros(1)})
+    src = str(tmp_path / "data.bin")
+    kw = {"dry_run": True, "progress": False}
+    got = convert(src, str(tmp_path / "o.safetensors"), src_format="npz", sep="/", select="a", **kw)
+    assert [r["source"] for r in got.mapping] == ["a/b"] and got.left_out == ("c",)
+    with pytest.raises(LeafNameError) as info:
+        convert(src, str(tmp_path / "o.npz"), src_format="npz", select=["nothing"], **kw)
+    assert info.value.file == src
+    root = tmp_path / "root"
+    ockpt.save_pytree(root / "1", {"one": np.zeros(1)}, layout="step")
+    ockpt.save_pytree(root / "2", {"two": np.zeros(1)}, layout="step")
+    got = convert(str(root), str(tmp_path / "o.npz"), step=1, item="state", **kw)
+    assert [r["source"] for r in got.mapping] == ["one"]
+
+
+def test_an_orbax_output_counts_its_leaves_and_bytes(tmp_path):
+    np.savez(tmp_path / "s.npz", a=np.zeros(3, np.float32), b=np.zeros(2, np.int8))
+    got = convert(str(tmp_path / "s.npz"), str(tmp_path / "ck"), progress=False)
+    assert (got.leaves, got.bytes) == (2, 14)
