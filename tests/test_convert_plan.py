@@ -601,3 +601,34 @@ def test_an_orbax_output_counts_its_leaves_and_bytes(tmp_path):
     np.savez(tmp_path / "s.npz", a=np.zeros(3, np.float32), b=np.zeros(2, np.int8))
     got = convert(str(tmp_path / "s.npz"), str(tmp_path / "ck"), progress=False)
     assert (got.leaves, got.bytes) == (2, 14)
+
+
+def test_shard_sizes_restart_at_zero_and_refusals_count_the_rest(tmp_path):
+    from ockpt.errors import WriteConflictError
+
+    np.savez(tmp_path / "s.npz", **{k: np.zeros(2, np.float32) for k in "abcd"})
+    src = str(tmp_path / "s.npz")
+    got = convert(src, str(tmp_path / "o.safetensors"), max_shard_size=16, dry_run=True)
+    assert [[r["source"] for r in got.mapping if r["file"] == f] for f in got.files[:-1]] == [
+        ["a", "b"],
+        ["c", "d"],
+    ]
+    np.savez(tmp_path / "t.npz", **{k: np.zeros(4, np.float32) for k in "abc"})
+    hf = tmp_path / "hf"
+    kw = {"dst_format": "hf", "max_shard_size": 16, "progress": False}
+    convert(str(tmp_path / "t.npz"), str(hf), **kw)  # 3 shards and the index
+    shards = [str(hf / f"model-0000{i}-of-00003.safetensors") for i in (1, 2, 3)]
+    assert _refused(WriteConflictError, convert, str(tmp_path / "t.npz"), str(hf), **kw) == (
+        f"{', '.join(shards)} and 1 more: exists; pass overwrite=True to replace it"
+    )
+
+
+def test_select_of_one_string_and_a_suffix_ending_in_x(tmp_path):
+    np.savez(tmp_path / "s.npz", **{"ab.c": np.zeros(2), "d": np.zeros(1)})
+    src = str(tmp_path / "s.npz")
+    got = convert(src, str(tmp_path / "o.npz"), select="ab", dry_run=True, progress=False)
+    assert got.select == ("ab",) and got.left_out == ("d",)
+    ockpt.save_pytree(tmp_path / "ck", {"x": np.zeros(2, np.float32)})
+    dst = str(tmp_path / "o.binX")
+    message = _refused(ValueError, convert, str(tmp_path / "ck"), dst, dry_run=True)
+    assert message.startswith(f"unknown output format '.binX' ({dst}); known: ")
