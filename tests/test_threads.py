@@ -8,6 +8,8 @@ import sys
 import textwrap
 import time
 
+import pytest
+
 from ockpt import _threads
 
 
@@ -38,6 +40,7 @@ def test_a_pool_is_made_once_per_kind_of_work():
     assert first.submit(lambda: 6 * 7).result(timeout=30) == 42
 
 
+@pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")  # jax warns of any fork
 def test_a_forked_child_runs_work_on_pools_of_its_own():
     parent = _threads.pool("test-fork")
     assert parent.submit(lambda: 1).result(timeout=30) == 1  # its threads started here

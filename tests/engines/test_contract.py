@@ -26,7 +26,14 @@ from ockpt.errors import FormatError, MissingDataError
 from ockpt.layout import ItemFormat, Storage, detect, resolve
 from ockpt.paths import param_name
 from ockpt.store import LocalStore, Store, as_store
-from tests.support import FIXTURES, HAVE_TENSORSTORE, case_id, fixture_cases, flat_leaves
+from tests.support import (
+    FIXTURES,
+    HAVE_TENSORSTORE,
+    case_id,
+    fixture_cases,
+    flat_leaves,
+    random_boxes,
+)
 from tests.support.expected import expected_items, load_kwargs
 
 
@@ -70,20 +77,6 @@ def _params(path: str | Path, fmt: ItemFormat) -> list[str]:
     return sorted(pb.key_listing(pb.item_keys(path, fmt))["params"])
 
 
-def _boxes(shape: tuple[int, ...], seed: int, n: int = 4) -> list[tuple[tuple[int, int], ...]]:
-    """The whole array, then `n` random non-empty boxes within it."""
-    rng = np.random.default_rng(seed)
-    out = [tuple((0, d) for d in shape)]
-    if all(d > 0 for d in shape):
-        for _ in range(n):
-            box = []
-            for d in shape:
-                a = int(rng.integers(0, d))
-                box.append((a, int(rng.integers(a + 1, d + 1))))
-            out.append(tuple(box))
-    return out
-
-
 def _casts(dtype: np.dtype) -> list[np.dtype]:
     if dtype.kind in "iu":
         return [np.dtype("float64"), np.dtype("int64")]
@@ -119,7 +112,7 @@ def _compare(path: str | Path | Store, fmt: ItemFormat) -> list[str]:
                 b.zarr_version,
                 b.nbytes,
             ), name
-            for box in _boxes(a.shape, zlib.crc32(name.encode())):
+            for box in random_boxes(a.shape, zlib.crc32(name.encode()), 4):
                 _same_bytes(a.read(box).result(), b.read(box).result(), (name, box))
                 for cast in _casts(a.dtype):
                     x, y = a.read(box, cast).result(), b.read(box, cast).result()
@@ -127,7 +120,7 @@ def _compare(path: str | Path | Store, fmt: ItemFormat) -> list[str]:
             if a.shape:
                 index = (slice(None, None, 2),) + (Ellipsis,)
                 _same_bytes(a.view(index).read().result(), b.view(index).read().result(), name)
-            boxes = _boxes(a.shape, 1)
+            boxes = random_boxes(a.shape, 1, 4)
             requests = [engines.ReadRequest(a, box, None, i) for i, box in enumerate(boxes)]
             for request, data in engines.read_regions(requests, max_in_flight=2):
                 _same_bytes(data, b.read(request.box).result(), (name, request.box))
@@ -321,10 +314,11 @@ class EngineTests:
             store.close()
         assert checked or not params
 
-
     @pytest.mark.parametrize("kind", ["ocdbt", "per_process", "per_leaf"])
     def test_missing_array_is_load_040(self, tmp_path, engine, kind):
-        item = {"ocdbt": OCDBT_ITEM, "per_leaf": PER_LEAF_ITEM}.get(kind) or _per_process_copy(tmp_path)
+        item = {"ocdbt": OCDBT_ITEM, "per_leaf": PER_LEAF_ITEM}.get(kind) or _per_process_copy(
+            tmp_path
+        )
         store = _open(engine, item)
         with pytest.raises(MissingDataError) as info:
             store.open("no_such_param")
@@ -344,10 +338,12 @@ class EngineTests:
         assert info.value.rule == "LOAD-040"
         store.close()
 
-
     @pytest.mark.parametrize(
         "case, name, chunk",
-        [("zarr_missing_chunk_ocdbt", "x", (3, 0)), ("zarr_missing_chunk_per_leaf", "sharded", (1, 1))],
+        [
+            ("zarr_missing_chunk_ocdbt", "x", (3, 0)),
+            ("zarr_missing_chunk_per_leaf", "sharded", (1, 1)),
+        ],
     )
     def test_missing_chunk_reads_as_fill_or_is_load_041(self, engine, case, name, chunk):
         """ZARR-008: a chunk absent from storage reads as the fill value, or, where every chunk
@@ -356,7 +352,9 @@ class EngineTests:
         loose = _open(engine, item).open(name)
         full = tuple((0, n) for n in loose.shape)
         data = np.asarray(loose.read(full).result())
-        region = tuple(slice(i * c, (i + 1) * c) for i, c in zip(chunk, loose.chunk_shape, strict=True))
+        region = tuple(
+            slice(i * c, (i + 1) * c) for i, c in zip(chunk, loose.chunk_shape, strict=True)
+        )
         assert not data[region].any()  # the fill value (0)
         _same_bytes(data, _open("python", item).open(name).read(full).result(), name)
         strict = _open(engine, item, missing_chunks_are_errors=True).open(name)
@@ -366,7 +364,6 @@ class EngineTests:
         with pytest.raises(MissingDataError) as info:
             list(engines.read_regions([engines.ReadRequest(strict, full)]))
         assert info.value.rule == "LOAD-041"
-
 
     @pytest.mark.parametrize("where", sorted(HOSTILE))
     def test_fifo_is_path_005_not_a_hang(self, tmp_path, engine, where):
@@ -379,7 +376,6 @@ class EngineTests:
         error = _within(20, lambda: _read_everything(engine, item), target)
         assert isinstance(error, FormatError), repr(error)
         assert error.rule == "PATH-005", str(error)
-
 
     @pytest.mark.parametrize("where", ["chunk", "zarr_metadata", "manifest", "data_file"])
     def test_link_leading_out_is_refused(self, tmp_path, engine, where):
@@ -398,7 +394,6 @@ class EngineTests:
             _read_everything(engine, item)
         assert info.value.rule == "PATH-004", str(info.value)
 
-
     def test_link_inside_the_item_is_followed(self, tmp_path, engine):
         """A symbolic link to a file inside the item reads as that file."""
         item = tmp_path / "item"
@@ -408,7 +403,6 @@ class EngineTests:
         target.rename(moved)
         target.symlink_to(moved)
         _read_everything(engine, item)
-
 
     def test_directory_in_place_of_a_chunk_is_an_absent_chunk(self, tmp_path, engine):
         """A directory holds no value: the chunk is absent (the fill value, or LOAD-041)."""
@@ -420,13 +414,14 @@ class EngineTests:
         loose = _open(engine, item).open(name)
         full = tuple((0, n) for n in loose.shape)
         _same_bytes(
-            loose.read(full).result(), _open("tensorstore", item).open(name).read(full).result(), name
+            loose.read(full).result(),
+            _open("tensorstore", item).open(name).read(full).result(),
+            name,
         )
         strict = _open(engine, item, missing_chunks_are_errors=True).open(name)
         with pytest.raises(MissingDataError) as info:
             strict.read(full).result()
         assert info.value.rule == "LOAD-041"
-
 
     @pytest.mark.parametrize("storage", ["ocdbt", "per_leaf"])
     def test_a_sparse_grid_is_read_by_its_stored_chunks(self, tmp_path, engine, storage):

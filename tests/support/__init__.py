@@ -108,6 +108,23 @@ def deadline(seconds: int):
         signal.signal(signal.SIGALRM, old)
 
 
+def random_boxes(shape: tuple[int, ...], seed: int, n: int) -> list[tuple[tuple[int, int], ...]]:
+    """The whole array of `shape` (as (start, stop) per dimension), then `n` random non-empty
+    boxes within it (none when an extent is 0)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    out = [tuple((0, d) for d in shape)]
+    if all(d > 0 for d in shape):
+        for _ in range(n):
+            box = []
+            for d in shape:
+                a = int(rng.integers(0, d))
+                box.append((a, int(rng.integers(a + 1, d + 1))))
+            out.append(tuple(box))
+    return out
+
+
 def case_id(path: Path) -> str:
     return f"{path.parent.name}/{path.name}"
 

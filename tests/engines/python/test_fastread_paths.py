@@ -22,7 +22,7 @@ from ockpt.engines import python as pb
 from ockpt.engines.contract import ReadRequest
 from ockpt.engines.python import fastread
 from ockpt.errors import FormatError, MissingDataError
-from tests.support import FIXTURES
+from tests.support import FIXTURES, random_boxes
 from tests.support.errors import assert_error, error_fields, raised
 
 
@@ -68,25 +68,13 @@ def _want(array, box, dtype=None) -> np.ndarray:
     return out if dtype is None else dtypes.astype(out, np.dtype(dtype))
 
 
-def _boxes(shape, seed: int, n: int = 3) -> list[tuple[tuple[int, int], ...]]:
-    rng = np.random.default_rng(seed)
-    out = [tuple((0, d) for d in shape)]
-    for _ in range(n):
-        box = []
-        for d in shape:
-            a = int(rng.integers(0, d))
-            box.append((a, int(rng.integers(a + 1, d + 1))))
-        out.append(tuple(box))
-    return out
-
-
 def _check(store: pb.ArrayStore, names, *, dtype=None, max_in_flight: int = 3) -> int:
     """Read several boxes of each array (together, in one call) and compare each with the
     decoder's; the number of requests."""
     requests = []
     for i, name in enumerate(names):
         array = store.open(name)
-        for box in _boxes(array.shape, i):
+        for box in random_boxes(array.shape, i, 3):
             requests.append(ReadRequest(array, box, dtype, (name, box)))
     got = list(fastread.read_regions(requests, max_in_flight=max_in_flight))
     assert [r.tag for r, _ in got] == [r.tag for r in requests]
@@ -140,7 +128,7 @@ def _missing_chunk_copy(tmp_path: Path) -> tuple[Path, str]:
     tree = {"x": np.arange(4000, dtype=np.float32).reshape(40, 100) + 1}
     ockpt.save_pytree(
         item, tree, layout="item", chunk_byte_size=2000, use_ocdbt=False, zarr_version=2
-    )  # noqa: E501
+    )
     os.unlink(item / "x" / "0.1")  # chunks of (20, 25): rows 0-19, columns 25-49
     return item, "x"
 
@@ -162,7 +150,7 @@ def test_absent_chunks_are_the_fill_value_or_load_041(tmp_path, monkeypatch, sma
             MissingDataError,
             list,
             fastread.read_regions([ReadRequest(strict, box)], max_in_flight=2),
-        )  # noqa: E501
+        )
         assert_error(err, rule="LOAD-041", file=f"{item}/x/0.1")
 
 
@@ -184,7 +172,7 @@ def test_a_sparse_grid_followed_by_its_stored_chunks(tmp_path, monkeypatch):
         MissingDataError,
         list,
         fastread.read_regions([ReadRequest(strict, ((0, 40), (0, 100)))], max_in_flight=2),
-    )  # noqa: E501
+    )
     assert_error(err, rule="LOAD-041", file=f"{item}/x/0.1")
 
 
@@ -197,7 +185,7 @@ def test_a_copy_of_a_fixture_read_fast_equals_the_decoder(tmp_path):
         try:
             names = [
                 n for n in pb.key_listing(store.list_keys())["params"] if all(store.open(n).shape)
-            ]  # noqa: E501
+            ]
             _check(store, names)
         finally:
             store.close()
@@ -233,12 +221,12 @@ def test_dest_and_units_of_a_box():
         0,
         ((3, 4), (1, 2)),
         (slice(0, 1), slice(0, 1)),
-    )  # noqa: E501
+    )
     assert fastread._dest(2, box, (1, 0), (4, 4)) == (
         2,
         ((4, 8), (1, 2)),
         (slice(1, 5), slice(0, 1)),
-    )  # noqa: E501
+    )
     assert fastread._dest(0, ((0, 4),), (1,), (4,)) is None  # touches the unit's edge only
     assert fastread._dest(0, box, (0, 1), (4, 4)) is None
     assert [i for i, _ in fastread._units(1, box, (4, 4))] == [(0, 0), (1, 0), (2, 0)]
@@ -246,7 +234,7 @@ def test_dest_and_units_of_a_box():
         1,
         ((8, 9), (1, 2)),
         (slice(5, 6), slice(0, 1)),
-    )  # noqa: E501
+    )
     assert list(fastread._units(0, ((3, 3),), (4,))) == []
     assert list(fastread._units(0, ((5, 2), (0, 4)), (4, 4))) == []
     assert fastread._chunk_of((5, 3), (2, 4), (4, 8)) == (2, 1)
@@ -273,7 +261,7 @@ def _shard_of_inner_chunks(tmp_path: Path, monkeypatch) -> tuple[Path, np.ndarra
             zarr_version=3,
             use_ocdbt=False,
             chunk_byte_size=1024,
-        )  # noqa: E501
+        )
     array = pb.ArrayStore(tmp_path / "item").open("x")
     assert array.metadata.chunk_shape == (64, 32) and array.chunk_shape == (16, 16)
     for name, value in SMALL["stream"].items():
@@ -343,7 +331,7 @@ def test_a_large_shard_with_an_inner_chunk_absent_or_damaged(tmp_path, monkeypat
 @pytest.mark.parametrize("damage", ["trailing", "truncated", "flipped", "magic", "resized"])
 def test_a_streamed_chunk_that_is_damaged_is_refused_naming_it(
     tmp_path, monkeypatch, compression, damage
-):  # noqa: E501
+):
     """A chunk above `STREAM_BYTES` that is not exactly one frame (or raw bytes) of its size is
     read again by the checked path, which names the fault, whether a region takes the chunk
     whole (streamed straight into it) or in part (in slabs)."""
@@ -357,7 +345,7 @@ def test_a_streamed_chunk_that_is_damaged_is_refused_naming_it(
         use_ocdbt=False,
         zarr_version=2,
         compression=compression,
-    )  # noqa: E501
+    )
     for name, value in SMALL["stream"].items():
         monkeypatch.setattr(fastread, name, value)
     chunk = item / "x" / "1.1"  # rows 20-39, columns 25-49
@@ -397,7 +385,7 @@ def _small_shard(tmp_path: Path, monkeypatch, several: bool, small: str | None):
             zarr_version=3,
             use_ocdbt=False,
             chunk_byte_size=1024 if several else 1 << 20,
-        )  # noqa: E501
+        )
     for name, value in SMALL.get(small, {}).items():
         monkeypatch.setattr(fastread, name, value)
     shard = tmp_path / "item" / "x" / "c" / "0" / "0"
@@ -406,7 +394,7 @@ def _small_shard(tmp_path: Path, monkeypatch, several: bool, small: str | None):
 
 @pytest.mark.parametrize("small", [None, "pool"])
 @pytest.mark.parametrize("several", [False, True], ids=["one", "several"])
-def test_a_small_shard_damaged_or_with_an_inner_chunk_absent(tmp_path, monkeypatch, several, small):  # noqa: E501
+def test_a_small_shard_damaged_or_with_an_inner_chunk_absent(tmp_path, monkeypatch, several, small):
     import struct
 
     from ockpt.zarr.codecs import Crc32cCodec
@@ -419,7 +407,7 @@ def test_a_small_shard_damaged_or_with_an_inner_chunk_absent(tmp_path, monkeypat
     shard.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
     assert_error(
         raised(FormatError, _read, item), rule="ZARR-016", file=where, pointer="shard index"
-    )  # noqa: E501
+    )
     size = 16 * count + 4
     pairs = list(struct.unpack(f"<{2 * count}Q", data[-size:-4]))
     absent = [(1 << 64) - 1] * 2 + pairs[2:]  # inner chunk [0, 0]
@@ -465,7 +453,7 @@ def test_raw_chunks_read_straight_into_rows_of_a_wider_output(tmp_path, monkeypa
         use_ocdbt=False,
         zarr_version=2,
         compression=None,
-    )  # noqa: E501
+    )
     store = pb.ArrayStore(item)
     assert store.open("x").chunk_shape == (16, 16)
     monkeypatch.setattr(fastread, "DIRECT_BYTES", 64)
@@ -492,7 +480,7 @@ def test_a_small_shard_of_large_integers_read_cast(tmp_path, monkeypatch):
             zarr_version=3,
             use_ocdbt=False,
             chunk_byte_size=2048,
-        )  # noqa: E501
+        )
     got = _read(tmp_path / "item", dtype=np.uint64)
     assert got.dtype == np.uint64 and np.array_equal(got, x.astype(np.uint64))
     _check(pb.ArrayStore(tmp_path / "item"), ["x"], dtype=np.uint64)
@@ -512,7 +500,7 @@ def test_raw_chunks_of_a_3d_leaf_read_into_blocks_that_do_not_merge(tmp_path, mo
         use_ocdbt=False,
         zarr_version=2,
         compression=None,
-    )  # noqa: E501
+    )
     store = pb.ArrayStore(item)
     assert store.open("x").chunk_shape == (2, 4, 4)
     monkeypatch.setattr(fastread, "DIRECT_BYTES", 16)
