@@ -53,6 +53,11 @@ def saved(request, tmp_path_factory) -> Path:
     return path
 
 
+def _save_x(item, x, **options) -> None:
+    """Save `x` as the one leaf ``x`` of a per-leaf zarr item (no OCDBT: each chunk a file)."""
+    ockpt.save_pytree(item, {"x": x}, layout="item", use_ocdbt=False, **options)
+
+
 #: The fast reader's thresholds made small, so the tree's arrays take each path.
 SMALL = {
     "pool": dict(INLINE_BYTES=0),
@@ -254,14 +259,7 @@ def _shard_of_inner_chunks(tmp_path: Path, monkeypatch) -> tuple[Path, np.ndarra
     x = np.arange(64 * 32, dtype=np.float32).reshape(64, 32) + 1
     with monkeypatch.context() as m:
         m.setattr(_zarr_write, "shard_shape_for", lambda write_shape, *_: tuple(write_shape))
-        ockpt.save_pytree(
-            tmp_path / "item",
-            {"x": x},
-            layout="item",
-            zarr_version=3,
-            use_ocdbt=False,
-            chunk_byte_size=1024,
-        )
+        _save_x(tmp_path / "item", x, zarr_version=3, chunk_byte_size=1024)
     array = pb.ArrayStore(tmp_path / "item").open("x")
     assert array.metadata.chunk_shape == (64, 32) and array.chunk_shape == (16, 16)
     for name, value in SMALL["stream"].items():
@@ -337,15 +335,7 @@ def test_a_streamed_chunk_that_is_damaged_is_refused_naming_it(
     whole (streamed straight into it) or in part (in slabs)."""
     x = np.arange(40 * 100, dtype=np.float32).reshape(40, 100)
     item = tmp_path / "item"
-    ockpt.save_pytree(
-        item,
-        {"x": x},
-        layout="item",
-        chunk_byte_size=2000,
-        use_ocdbt=False,
-        zarr_version=2,
-        compression=compression,
-    )
+    _save_x(item, x, chunk_byte_size=2000, zarr_version=2, compression=compression)
     for name, value in SMALL["stream"].items():
         monkeypatch.setattr(fastread, name, value)
     chunk = item / "x" / "1.1"  # rows 20-39, columns 25-49
@@ -378,14 +368,7 @@ def _small_shard(tmp_path: Path, monkeypatch, several: bool, small: str | None):
     with monkeypatch.context() as m:
         if several:  # inner chunks of (16, 16); else one inner chunk, as ockpt writes
             m.setattr(_zarr_write, "shard_shape_for", lambda write_shape, *_: tuple(write_shape))
-        ockpt.save_pytree(
-            tmp_path / "item",
-            {"x": x},
-            layout="item",
-            zarr_version=3,
-            use_ocdbt=False,
-            chunk_byte_size=1024 if several else 1 << 20,
-        )
+        _save_x(tmp_path / "item", x, zarr_version=3, chunk_byte_size=1024 if several else 1 << 20)
     for name, value in SMALL.get(small, {}).items():
         monkeypatch.setattr(fastread, name, value)
     shard = tmp_path / "item" / "x" / "c" / "0" / "0"
@@ -445,15 +428,7 @@ def test_raw_chunks_read_straight_into_rows_of_a_wider_output(tmp_path, monkeypa
     a request's output, which is wider than the chunk (`_runs`, `_raw_plan`)."""
     x = np.arange(64 * 64, dtype=np.float32).reshape(64, 64)
     item = tmp_path / "item"
-    ockpt.save_pytree(
-        item,
-        {"x": x},
-        layout="item",
-        chunk_byte_size=1024,
-        use_ocdbt=False,
-        zarr_version=2,
-        compression=None,
-    )
+    _save_x(item, x, chunk_byte_size=1024, zarr_version=2, compression=None)
     store = pb.ArrayStore(item)
     assert store.open("x").chunk_shape == (16, 16)
     monkeypatch.setattr(fastread, "DIRECT_BYTES", 64)
@@ -473,14 +448,7 @@ def test_a_small_shard_of_large_integers_read_cast(tmp_path, monkeypatch):
     x = (np.arange(64 * 32, dtype=np.int64).reshape(64, 32) * 7919) + (1 << 60)
     with monkeypatch.context() as m:
         m.setattr(_zarr_write, "shard_shape_for", lambda write_shape, *_: tuple(write_shape))
-        ockpt.save_pytree(
-            tmp_path / "item",
-            {"x": x},
-            layout="item",
-            zarr_version=3,
-            use_ocdbt=False,
-            chunk_byte_size=2048,
-        )
+        _save_x(tmp_path / "item", x, zarr_version=3, chunk_byte_size=2048)
     got = _read(tmp_path / "item", dtype=np.uint64)
     assert got.dtype == np.uint64 and np.array_equal(got, x.astype(np.uint64))
     _check(pb.ArrayStore(tmp_path / "item"), ["x"], dtype=np.uint64)
@@ -492,15 +460,7 @@ def test_raw_chunks_of_a_3d_leaf_read_into_blocks_that_do_not_merge(tmp_path, mo
     are read through a buffer, or run by run; never into a copy of the output."""
     x = np.arange(8 * 8 * 8, dtype=np.float32).reshape(8, 8, 8)
     item = tmp_path / "item"
-    ockpt.save_pytree(
-        item,
-        {"x": x},
-        layout="item",
-        chunk_byte_size=128,
-        use_ocdbt=False,
-        zarr_version=2,
-        compression=None,
-    )
+    _save_x(item, x, chunk_byte_size=128, zarr_version=2, compression=None)
     store = pb.ArrayStore(item)
     assert store.open("x").chunk_shape == (2, 4, 4)
     monkeypatch.setattr(fastread, "DIRECT_BYTES", 16)
