@@ -8,6 +8,7 @@ Needs neither tensorstore nor jax: the tensorstore comparisons are in test_fastr
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 from pathlib import Path
@@ -469,3 +470,141 @@ def test_raw_chunks_of_a_3d_leaf_read_into_blocks_that_do_not_merge(tmp_path, mo
         monkeypatch.setattr(fastread, "RUN_BYTES", run)
         assert np.array_equal(_read(item), x), run
         _check(store, ["x"])
+
+
+# ---------------------------------------------------------------------------------------------
+# a chunk file that shrinks while it is read; sources that give their bytes in pieces
+
+
+def _shrink_on_first_read(monkeypatch, path: Path) -> None:
+    """The file `path` loses all but its first quarter when a `ByteRange` first reads a value
+    (raw or compressed) from it, after the range was opened and its length taken: a file cut
+    short while it is read."""
+    from ockpt.store.byterange import ByteRange
+
+    def cutting(name):
+        original = getattr(ByteRange, name)
+
+        def read(self, *args):
+            if path.stat().st_size == size:
+                os.truncate(path, size // 4)
+            return original(self, *args)
+
+        monkeypatch.setattr(ByteRange, name, read)
+
+    size = path.stat().st_size
+    for name in ("read", "readinto", "read_scattered"):
+        cutting(name)
+
+
+@pytest.mark.parametrize(
+    ("path", "compression"),
+    [("raw", None), ("whole", None), ("whole", "zstd"), ("slabs", None), ("slabs", "zstd")],
+)
+def test_a_chunk_whose_file_shrinks_while_read_is_refused_naming_it(
+    tmp_path, monkeypatch, compression, path
+):
+    """A chunk read from its file, straight into the rows of its output (`_read_raw`) or
+    streamed whole or in slabs (`_stream`), whose file is cut short after its length was
+    taken: the short read is noticed (`_fill`, `_read_raw`), and the checked path refuses the
+    chunk naming its file; no output holds bytes never read."""
+    x = np.arange(40 * 100, dtype=np.float32).reshape(40, 100)
+    item = tmp_path / "item"
+    _save_x(item, x, chunk_byte_size=2000, zarr_version=2, compression=compression)
+    array = pb.ArrayStore(item).open("x")
+    assert array.chunk_shape == (20, 25)
+    if path == "raw":  # rows 22-29 of chunk 1.1, every column of it: one run of the output
+        monkeypatch.setattr(fastread, "DIRECT_BYTES", 64)
+        monkeypatch.setattr(fastread, "RUN_BYTES", 8)
+        box = ((22, 30), (25, 50))
+    else:  # streamed: whole, or in slabs of 4 rows (the region ends before the chunk)
+        monkeypatch.setattr(fastread, "STREAM_BYTES", 256)
+        monkeypatch.setattr(fastread, "SLAB_BYTES", 400)
+        monkeypatch.setattr(fastread, "_READ_SIZE", 100)
+        box = ((20, 40), (25, 50)) if path == "whole" else ((22, 32), (30, 40))
+    ((_, data),) = fastread.read_regions([ReadRequest(array, box)], max_in_flight=2)
+    assert np.array_equal(data, x[tuple(slice(a, b) for a, b in box)])
+    _shrink_on_first_read(monkeypatch, item / "x" / "1.1")
+    err = raised(
+        FormatError, list, fastread.read_regions([ReadRequest(array, box)], max_in_flight=2)
+    )
+    assert err.file == f"{item}/x/1.1", err
+
+
+class _Trickle:
+    """A source whose ``readinto`` gives at most 3 bytes a call, as a pipe or a socket may."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data, self.at = data, 0
+
+    def readinto(self, view) -> int:
+        view = memoryview(view).cast("B")
+        n = min(3, len(view), len(self.data) - self.at)
+        view[:n] = self.data[self.at : self.at + n]
+        self.at += n
+        return n
+
+
+def test_fill_takes_a_source_that_gives_its_bytes_in_pieces():
+    """`_fill` reads until its destination (of several dimensions) is full, wherever each
+    ``readinto`` stops, and says False when the source ends first."""
+    data = bytes(range(40))
+    dst = np.zeros((4, 5), np.uint16)
+    assert fastread._fill(_Trickle(data), dst) is True
+    assert dst.tobytes() == data
+    dst = np.zeros((4, 5), np.uint16)
+    assert fastread._fill(_Trickle(data[:31]), dst) is False
+
+
+def _early_block(data, *, level: int, threads: int = 0) -> bytes:
+    """One zstd frame of `data`, its content size recorded, whose first block holds only the
+    first 8 bytes (a streaming encoder that flushed early): still one valid frame."""
+    raw = bytes(data)
+    co = zstandard.ZstdCompressor(level=level).compressobj(size=len(raw))
+    first = co.compress(raw[:8]) + co.flush(zstandard.COMPRESSOBJ_FLUSH_BLOCK)
+    return first + co.compress(raw[8:]) + co.flush()
+
+
+def test_zstd_chunks_of_an_ocdbt_item_fetched_and_decoded_in_one_thread(tmp_path, monkeypatch):
+    """Chunks of 256 KiB of one OCDBT database, each one zstd frame whose first block is 8
+    bytes, read in part in the calling thread: each chunk's frame is fetched into this
+    thread's raw buffer and decoded into its decode buffer, which must be other memory (zstd
+    decodes a frame in place while its output stays behind the input it reads: the small
+    first block would overwrite the frame's header, and the next block be refused)."""
+    from ockpt.zarr import codecs
+
+    rng = np.random.default_rng(5)
+    x = rng.integers(0, 16, (512, 512)).astype(np.float32)
+    item = tmp_path / "item"
+    with monkeypatch.context() as m:
+        m.setattr(codecs, "zstd_compress", _early_block)
+        ockpt.save_pytree(item, {"x": x}, layout="item", zarr_version=2, chunk_byte_size=1 << 18)
+    store = pb.ArrayStore(item)
+    array = store.open("x")
+    assert math.prod(array.chunk_shape) * 4 == 1 << 18 and array.chunk_shape[0] < 512
+    monkeypatch.setattr(fastread, "INLINE_BYTES", 1 << 30)  # every chunk in this thread
+    box = ((1, 512), (1, 511))  # no chunk taken whole
+    for _ in range(2):
+        ((_, data),) = fastread.read_regions([ReadRequest(array, box)], max_in_flight=2)
+        assert np.array_equal(data, x[1:512, 1:511])
+    _check(store, ["x"])
+
+
+def test_a_shard_of_int4_read_as_uint4(tmp_path, monkeypatch):
+    """int4 values in a shard of several inner chunks, read as uint4: ml_dtypes has no direct
+    cast between them (numpy refuses it on assignment), so each region is read into a buffer
+    of the stored type and cast (through float64, `dtypes.astype`)."""
+    import ml_dtypes
+
+    from ockpt import _zarr_write
+
+    x = (np.arange(64 * 32).reshape(64, 32) % 8).astype(ml_dtypes.int4)
+    with monkeypatch.context() as m:
+        m.setattr(_zarr_write, "shard_shape_for", lambda write_shape, *_: tuple(write_shape))
+        _save_x(tmp_path / "item", x, zarr_version=3, chunk_byte_size=256)
+    store = pb.ArrayStore(tmp_path / "item")
+    assert store.open("x").chunk_shape == (16, 16)
+    got = _read(tmp_path / "item", dtype=ml_dtypes.uint4)
+    assert got.dtype == ml_dtypes.uint4
+    assert np.array_equal(got.astype(np.int64), x.astype(np.int64))
+    _check(store, ["x"], dtype=ml_dtypes.uint4)
