@@ -608,3 +608,17 @@ def test_a_shard_of_int4_read_as_uint4(tmp_path, monkeypatch):
     assert got.dtype == ml_dtypes.uint4
     assert np.array_equal(got.astype(np.int64), x.astype(np.int64))
     _check(store, ["x"], dtype=ml_dtypes.uint4)
+
+
+def test_a_small_leaf_whose_chunk_holds_only_the_part_requested(tmp_path):
+    """The one chunk of a small zstd leaf replaced by a valid frame of just the bytes of a
+    request for its first rows: refused naming the chunk (ZARR-003), as for any other
+    request; not decoded into the request's output as if it were the chunk."""
+    x = np.arange(30, dtype=np.float32).reshape(6, 5) + 1
+    item = tmp_path / "item"
+    _save_x(item, x, zarr_version=2)
+    (item / "x" / "0.0").write_bytes(zstandard.compress(x[:3].tobytes()))  # rows 0-2 only
+    array = pb.ArrayStore(item).open("x")
+    request = ReadRequest(array, ((0, 3), (0, 5)))
+    err = raised(FormatError, list, fastread.read_regions([request], max_in_flight=2))
+    assert_error(err, rule="ZARR-003", file=f"{item}/x/0.0")

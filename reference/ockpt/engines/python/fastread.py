@@ -668,7 +668,7 @@ def _read_whole(group: _Group, plans: dict[int, tuple[Any, str | None]]) -> bool
         return False
     out = group.outs[0]
     if out.dtype != array.dtype or not all(
-        a == 0 and b == n for (a, b), n in zip(group.requests[0].box, out.shape, strict=True)
+        a == 0 and b == n for (a, b), n in zip(group.requests[0].box, meta.shape, strict=True)
     ):
         return False
     data = _fetch(array, array._prefix + key)
