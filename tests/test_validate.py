@@ -9,6 +9,7 @@ hanging the suite.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -381,3 +382,273 @@ def test_chunk_keys_of_shared_zarr_metadata_are_matched_once(tmp_path, monkeypat
     report = validate(tmp_path / "c")
     assert report.ok and report.checked["arrays"] == 30
     assert 1 <= len(calls) <= 2, calls
+
+
+# ---------------------------------------------------------------------------------------------
+# whole reports, kept in a file (a change to any finding or count shows as a diff of it)
+
+REPORTS = Path(__file__).with_name("validate_reports.json")
+
+
+def _report_record(report: Report, root: Path) -> dict:
+    """`report` as data, with the checkpoint's own path written as ``.``."""
+    prefix = str(root)
+
+    def local(text: str | None) -> str | None:
+        return None if text is None else text.replace(prefix, ".")
+
+    return {
+        "kind": report.kind,
+        "ok": report.ok,
+        "checked": report.checked,
+        "findings": [
+            [f.rule, f.severity, local(f.file), local(f.pointer), local(f.message)]
+            for f in report.findings
+        ],
+    }
+
+
+def _report_cases() -> dict[str, Path]:
+    cases = {f"bad/{name}": BAD / name / EXPECTED[name]["path"] for name in sorted(EXPECTED)}
+    cases.update({_id(path): path for path in _checkpoints()})
+    return cases
+
+
+def test_reports_match_their_record():
+    """Every variant of the bad corpus and every golden checkpoint, shallow and deep: the whole
+    report (each finding's rule, severity, file, pointer and message, in order, and the counts
+    of what was checked) is the one recorded in tests/validate_reports.json. After a deliberate
+    change, ``OCKPT_UPDATE_REPORTS=1 python -m pytest tests/test_validate.py -k record``
+    rewrites the file; review its diff."""
+    got = {
+        f"{name} {mode}": _report_record(validate(path, deep=mode == "deep"), path)
+        for name, path in _report_cases().items()
+        for mode in ("shallow", "deep")
+    }
+    if os.environ.get("OCKPT_UPDATE_REPORTS"):
+        REPORTS.write_text(json.dumps(got, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    want = json.loads(REPORTS.read_text(encoding="utf-8"))
+    assert sorted(got) == sorted(want)
+    for key in sorted(want):
+        assert got[key] == want[key], key
+
+
+def test_streamed_reports_match_the_record(monkeypatch):
+    """Every chunk too large for the memory left (LIMIT-006) is checked as a stream
+    (`zarr.stream`): each deep report is still the recorded one, finding for finding."""
+    from ockpt import limits
+
+    monkeypatch.setattr(limits, "CHECKED_ALLOCATION_BYTES", 0)
+    monkeypatch.setattr(limits, "memory_available", lambda: 0)
+    want = json.loads(REPORTS.read_text(encoding="utf-8"))
+    for name, path in _report_cases().items():
+        got = _report_record(validate(path, deep=True), path)
+        assert got == want[f"{name} deep"], name
+
+
+# ---------------------------------------------------------------------------------------------
+# the parts of a report
+
+
+def test_errors_become_findings_with_their_rule_file_and_message():
+    """`_from_error`: an error's own rule, file and message; the rule of an untagged one by its
+    kind (MissingDataError VAL-009, other FormatErrors JSON-001, the rest VAL-009); expected
+    and got appended; the file of the error first, else the one the caller names."""
+    from ockpt.validate import _finding, _from_error
+
+    def seen(error: Exception) -> tuple:
+        f = _from_error(error, file="where")
+        return (f.rule, f.severity, f.file, f.pointer, f.message)
+
+    assert seen(ockpt.OckptError("plain")) == ("VAL-009", "error", "where", None, "plain")
+    assert seen(ockpt.MemoryLimitError("too big", file="big")) == (
+        "LIMIT-006",
+        "error",
+        "big",
+        None,
+        "too big",
+    )
+    assert seen(ockpt.UnsupportedError("no handler")) == (
+        "VAL-009",
+        "error",
+        "where",
+        None,
+        "no handler",
+    )
+    assert seen(ockpt.UnsupportedError("a warning", rule="VAL-008", file="x")) == (
+        "VAL-008",
+        "warning",
+        "x",
+        None,
+        "a warning",
+    )
+    assert seen(ockpt.FormatError("bad", expected="a", got=2, pointer="/p")) == (
+        "JSON-001",
+        "error",
+        "where",
+        "/p",
+        "bad (expected 'a', got 2)",
+    )
+    assert seen(ockpt.MissingDataError("gone", file="f")) == ("VAL-009", "error", "f", None, "gone")
+    # a rule no chapter registers is still an error; a registered one has its own severity
+    assert _finding("ZARR-999", "m", file=None).severity == "error"
+    assert _finding("VAL-002", "m", file="f", pointer="p").severity == "warning"
+
+
+def test_report_text_and_json():
+    """`Report.format_text` (what ``ockpt validate`` prints: one line per finding, then the
+    verdict with the counts that are not zero) and `to_json`, whole."""
+    from ockpt.findings import Finding
+
+    findings = [
+        Finding.of("VAL-004", "leaf 'a' has no array", file="c/_METADATA", pointer="a"),
+        Finding.of("VAL-002", "step 3: unfinished\x1b[2J", file="c/3.orbax-checkpoint-tmp"),
+    ]
+    report = Report("c", "manager_root", True, findings, {"steps": 2, "items": 0, "arrays": 5})
+    assert (
+        report.format_text()
+        == str(report)
+        == "\n".join(
+            [
+                "c/_METADATA at a: error: leaf 'a' has no array [VAL-004]",
+                "c/3.orbax-checkpoint-tmp: warning: step 3: unfinished\\x1b[2J [VAL-002]",
+                "c: INVALID (manager_root, deep): 1 error(s), 1 warning(s); "
+                "checked 2 steps, 5 arrays",
+            ]
+        )
+    )
+    assert report.to_json() == {
+        "path": "c",
+        "kind": "manager_root",
+        "deep": True,
+        "valid": False,
+        "errors": 1,
+        "warnings": 1,
+        "checked": {"steps": 2, "items": 0, "arrays": 5},
+        "findings": [f.to_json() for f in findings],
+    }
+    clean = Report("d", "pytree_item", False, [], {"items": 0})
+    assert clean.format_text() == "d: valid (pytree_item): 0 error(s), 0 warning(s)"
+    assert clean.ok and clean.rules == set() and clean.errors == clean.warnings == []
+
+
+def test_a_finding_is_reported_once():
+    """The same rule, file, pointer and message found twice (two paths to one fault) is one
+    finding; any difference makes another."""
+    from ockpt.validate import _Validator
+
+    v = _Validator(False, None)
+    for _ in range(2):
+        v.report("VAL-003", "key 'k' belongs to no array", file="c", pointer="k")
+    v.report("VAL-003", "key 'k' belongs to no array", file="c", pointer="j")
+    v.ordered.drain()
+    assert [f.pointer for f in v.findings] == ["k", "j"]
+
+
+def test_progress_on_a_store_whose_listing_has_no_sizes(monkeypatch, tmp_path):
+    """An object store lists no sizes: progress counts towards the bytes of the values of the
+    OCDBT databases (each value's length from its B+tree entry), of every committed step of a
+    root, and is not called for an item without a database (per-leaf zarr)."""
+    import dataclasses
+
+    from ockpt.ocdbt import Database
+    from ockpt.store import LocalStore
+
+    def values(path: Path) -> int:
+        total = 0
+        for db in [path] if (path / "manifest.ocdbt").is_file() else path.glob("ocdbt.process_*"):
+            for _, entry in Database(LocalStore(db)).entries():
+                v = entry.value
+                total += len(v) if isinstance(v, bytes) else v.length
+        return total
+
+    def totals(path: Path) -> set[tuple[int, str]]:
+        seen = []
+        validate(path, progress=lambda d, t, w: seen.append((t, w)))
+        return {(t, w) for t, w in seen}
+
+    monkeypatch.setattr(
+        LocalStore, "capabilities", dataclasses.replace(LocalStore.capabilities, sizes_known=False)
+    )
+    item = FIXTURES / "orbax-0.12.8" / "sharded" / "checkpoint"
+    assert values(item) > 0 and totals(item) == {(values(item), "arrays"), (values(item), "done")}
+    root = FIXTURES / "orbax-0.12.8" / "manager" / "checkpoint"
+    steps = [root / s / "params" for s in ("0", "1", "2")]
+    assert totals(root) >= {(sum(values(p) for p in steps), "done")}
+    no_root = tmp_path / "no_root"  # the per-process databases: each counted
+    import shutil
+
+    shutil.copytree(item, no_root)
+    (no_root / "manifest.ocdbt").unlink()
+    assert {t for t, w in totals(no_root)} == {values(no_root)} and values(no_root) > 0
+    assert totals(FIXTURES / "orbax-0.12.8" / "no_ocdbt" / "checkpoint") == set()
+
+
+def _seen(report: Report, root: Path) -> list[tuple]:
+    return [tuple(f) for f in _report_record(report, root)["findings"]]
+
+
+def test_damage_to_the_steps_of_a_manager_root(tmp_copy, monkeypatch):
+    """A root whose first step is an unfinished save (the steps after it are still checked),
+    whose JSON item and root metadata are no JSON, whose step 2 lost its commit markers (the
+    other steps hold one), with a step that is itself a pytree item, and one removed while it
+    is validated."""
+    import importlib
+    import shutil
+
+    validate_module = importlib.import_module("ockpt.validate")
+    root = tmp_copy(FIXTURES / "orbax-0.12.8" / "manager")
+    (root / "0").rename(root / "0.orbax-checkpoint-tmp")
+    (root / "1" / "meta" / "metadata").write_bytes(b"{")
+    for marker in (root / "2").rglob("commit_success.txt"):
+        marker.unlink()
+    (root / "metadata" / "_ROOT_METADATA").write_bytes(b"[")
+    shutil.copytree(root / "1" / "params", root / "7")
+    shutil.copytree(root / "1", root / "8")
+    real = validate_module.detect_step
+
+    def removed_first(layout, step):
+        if step.step == 8:
+            shutil.rmtree(root / "8")
+        return real(layout, step)
+
+    monkeypatch.setattr(validate_module, "detect_step", removed_first)
+    report = validate(root)
+    assert report.checked["steps"] == 4 and report.checked["items"] == 3, report.format_text()
+    seen = _seen(report, root)
+    assert seen[0][:3] == ("JSON-001", "error", "./metadata/_ROOT_METADATA")
+    assert seen[1] == (
+        "VAL-002",
+        "warning",
+        "./0.orbax-checkpoint-tmp",
+        None,
+        "step 0: an unfinished save (temporary directory '0.orbax-checkpoint-tmp'); not "
+        "validated, not a step of this root",
+    )
+    assert seen[2][:3] == ("JSON-001", "error", "./1/meta/metadata")
+    assert seen[3] == (
+        "LAYOUT-002",
+        "warning",
+        "./2",
+        None,
+        "step holds no commit_success.txt, though the other steps of its root do",
+    )
+    assert seen[4][:4] == ("VAL-001", "error", "./8", None) and seen[4][4].startswith("step 8: ")
+    assert len(seen) == 5, seen
+
+
+def test_damage_to_a_legacy_manager_root(tmp_copy):
+    """Releases before 0.5 keep the root's metadata as metadata/metadata, plain JSON: read
+    under the JSON limit and reported where it is no JSON."""
+    from ockpt.limits import LIMITS
+
+    root = tmp_copy(FIXTURES / "orbax-0.3.5" / "manager")
+    clean = validate(root)
+    assert clean.ok and clean.checked["documents"] >= 1
+    (root / "metadata" / "metadata").write_bytes(b'{"a": ')
+    report = validate(root)
+    assert _seen(report, root)[0][:3] == ("JSON-001", "error", "./metadata/metadata")
+    assert report.checked == clean.checked
+    (root / "metadata" / "metadata").write_bytes(b'{"a": 1}' + b" " * 100)
+    small = validate(root, limits=dataclasses.replace(LIMITS, max_json_bytes=50))
+    assert _seen(small, root)[0][:3] == ("JSON-003", "error", "./metadata/metadata")
