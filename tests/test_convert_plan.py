@@ -632,3 +632,23 @@ def test_select_of_one_string_and_a_suffix_ending_in_x(tmp_path):
     dst = str(tmp_path / "o.binX")
     message = _refused(ValueError, convert, str(tmp_path / "ck"), dst, dry_run=True)
     assert message.startswith(f"unknown output format '.binX' ({dst}); known: ")
+
+
+def test_a_string_leaf_of_an_orbax_output_is_a_string(tmp_path):
+    """An .npz string (a 0-d unicode array) is a string in the checkpoint: its dry-run row
+    says so and it has no tensor bytes, as in a flat output."""
+    np.savez(tmp_path / "s.npz", **{"a.b": np.arange(3, dtype=np.float32), "s": np.array("t")})
+    ck = str(tmp_path / "ck")
+    got = convert(str(tmp_path / "s.npz"), ck, dry_run=True, progress=False)
+    assert got.to_json() == _result(
+        "orbax",
+        [ck],
+        2,
+        12,
+        [
+            _row("a.b", [3], "float32", "a.b", [3], "float32", ck),
+            _row("s", [], "<U1", "s", [], "string", ck),
+        ],
+    )
+    done = convert(str(tmp_path / "s.npz"), ck, progress=False)
+    assert (done.leaves, done.bytes) == (2, 12) and ockpt.load_pytree(ck)["s"] == "t"

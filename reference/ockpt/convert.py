@@ -841,8 +841,13 @@ def convert(
                 f"name an output {_KNOWN_OUTPUTS}"
             )
         selected, left_out, select = _selected(source, select)
-        if out_fmt == "orbax":
-            targets = [_Target(x, x.name(sep), x.shape, x.dtype) for x in selected]
+        if out_fmt == "orbax":  # a string leaf is a string there too (a flat format's target)
+            targets = [
+                _Target(x, x.name(sep), x.shape, x.dtype)
+                if x.kind != "string"
+                else _Target(x, x.name(sep))
+                for x in selected
+            ]
             skipped: list[tuple[str, str]] = []
         else:
             targets, skipped = _plan(
