@@ -652,3 +652,55 @@ def test_damage_to_a_legacy_manager_root(tmp_copy):
     (root / "metadata" / "metadata").write_bytes(b'{"a": 1}' + b" " * 100)
     small = validate(root, limits=dataclasses.replace(LIMITS, max_json_bytes=50))
     assert _seen(small, root)[0][:3] == ("JSON-003", "error", "./metadata/metadata")
+
+
+@pytest.mark.parametrize("case", ["sharded", "no_ocdbt", "zarr3"])
+def test_deep_progress_counts_each_chunk_as_stored(case):
+    """A deep check counts each chunk's stored bytes as it is checked: by the last chunk, the
+    bytes of every chunk value (OCDBT) or chunk file (per-leaf zarr), metadata excluded."""
+    from ockpt.ocdbt import Database
+    from ockpt.store import LocalStore
+
+    path = FIXTURES / "orbax-0.12.8" / case / "checkpoint"
+    metadata = (".zarray", "zarr.json", ".zattrs", ".zgroup")
+    if (path / "manifest.ocdbt").is_file():
+        want = 0
+        for key, entry in Database(LocalStore(path)).entries():
+            if not key.decode().endswith(metadata):
+                v = entry.value
+                want += len(v) if isinstance(v, bytes) else v.length
+    else:
+        want = sum(
+            p.stat().st_size
+            for p in path.rglob("*")
+            if p.is_file()
+            and p.parent not in (path, path / "array_metadatas")
+            and not p.name.endswith(metadata)
+        )
+    seen = []
+    validate(path, deep=True, progress=lambda d, t, w: seen.append((d, w)))
+    assert max(d for d, w in seen if w == "chunks") == want > 0
+
+
+def test_progress_total_is_the_bytes_of_the_files():
+    """On a store that lists sizes, the total is the bytes of every regular file under the
+    path, to the limits' `max_depth` (deeper directories count as nothing)."""
+    from ockpt.limits import LIMITS
+
+    def total(path: Path, **kw) -> int:
+        seen = []
+        validate(path, progress=lambda d, t, w: seen.append(t), **kw)
+        assert len(set(seen)) == 1
+        return seen[0]
+
+    def files(path: Path, depth: int) -> int:
+        return sum(
+            p.stat().st_size
+            for p in path.rglob("*")
+            if p.is_file() and len(p.relative_to(path).parts) <= depth + 1
+        )
+
+    root = FIXTURES / "orbax-0.12.8" / "manager" / "checkpoint"
+    assert total(root) == files(root, 99) > files(root, 2)
+    shallow = dataclasses.replace(LIMITS, max_depth=1)
+    assert total(root, limits=shallow) == files(root, 1) > files(root, 0)
