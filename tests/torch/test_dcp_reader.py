@@ -1,7 +1,8 @@
 """`ockpt.torch.OrbaxReader`, a torch.distributed.checkpoint storage reader (spec/loading.md
 §9.2): in one process (``no_dist=True``) and under ``torchrun`` with 2 and 4 ranks on gloo,
 where each rank fills DTensors of a real Orbax checkpoint and reads only the chunks its shards
-touch (bytes counted in `_torch_dcp_reader_child.py`)."""
+touch (bytes counted in `_torch_dcp_reader_child.py`); and in this process, `read_data` given
+read items of parts of leaves, as DCP's planner makes for shards."""
 
 from __future__ import annotations
 
@@ -266,3 +267,161 @@ def test_readme_torchrun_example():
         half = kernel[32 * int(rank) : 32 * (int(rank) + 1)]
         assert (int(rows), int(cols)) == half.shape
         assert abs(float(total) - float(half.sum(dtype=np.float64))) <= 0.06  # printed .1f
+
+
+# ---------------------------------------------------------------------------------------------
+# The reader's steps driven by hand in this process (mutmut sees these calls; the torchrun
+# test above reads shards in children): read items of a part of a leaf, as DCP's planner makes
+# for a shard, and a planner that records what it is handed.
+
+from torch.distributed.checkpoint.metadata import MetadataIndex  # noqa: E402
+from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, ReadItem  # noqa: E402
+
+SHARDED = FIXTURES / "orbax-0.12.8/sharded/checkpoint"
+
+
+def _item(fqn: str, offsets, lengths, base=(0, 0), kind=LoadItemType.TENSOR) -> ReadItem:  # type: ignore[no-untyped-def]
+    """The read item of the region at `offsets` (within the declared chunk at `base`)."""
+    return ReadItem(
+        type=kind,
+        dest_index=MetadataIndex(fqn),
+        dest_offsets=torch.Size([0] * len(lengths)),
+        storage_index=MetadataIndex(fqn, None if base is None else torch.Size(base)),
+        storage_offsets=torch.Size(offsets),
+        lengths=torch.Size(lengths),
+    )
+
+
+class _Planner:
+    """Resolves each tensor item to a new tensor (`shape` unless given, of `dtype`); records
+    the commits and the bytes it is handed."""
+
+    def __init__(self, dtype=torch.float32, shape=None, requires_grad=False) -> None:  # type: ignore[no-untyped-def]
+        self.dtype, self.shape, self.requires_grad = dtype, shape, requires_grad
+        self.targets: list[torch.Tensor] = []
+        self.committed: list[tuple[ReadItem, torch.Tensor]] = []
+        self.loaded: dict[str, object] = {}
+
+    def resolve_tensor(self, item: ReadItem) -> torch.Tensor:
+        shape = item.lengths if self.shape is None else self.shape
+        target = torch.full(shape, -1, dtype=self.dtype, requires_grad=self.requires_grad)
+        self.targets.append(target)
+        return target
+
+    def commit_tensor(self, item: ReadItem, tensor: torch.Tensor) -> None:
+        self.committed.append((item, tensor))
+
+    def load_bytes(self, item: ReadItem, data) -> None:  # type: ignore[no-untyped-def]
+        self.loaded[item.dest_index.fqn] = torch.load(data, weights_only=True)
+
+
+def test_read_data_reads_the_region_each_item_asks_for():
+    """Each item's region, in the leaf's coordinates (the declared chunk's offsets plus the
+    item's), is copied into the tensor the planner resolves, which is committed."""
+    whole = torch.from_numpy(ockpt.load_pytree(SHARDED)["xy"])
+    reader = OrbaxReader(SHARDED)
+    reader.read_metadata()
+    items = [
+        _item("xy", (2, 1), (3, 2)),
+        _item("xy", (1, 0), (2, 4), base=(4, 0)),  # a chunk declared at row 4
+        _item("xy", (5, 3), (3, 1), base=None),
+        _item("yx", (0, 0), (2, 8)),
+    ]
+    planner = _Planner()
+    assert reader.read_data(LoadPlan(items), planner).wait() is None
+    yx = torch.from_numpy(ockpt.load_pytree(SHARDED)["yx"])
+    want = [whole[2:5, 1:3], whole[5:7, 0:4], whole[5:8, 3:4], yx]
+    assert [c[0] for c in planner.committed] == items
+    for (_, got), target, expected in zip(planner.committed, planner.targets, want, strict=True):
+        assert got is not None and torch.equal(got, expected)
+        assert torch.equal(target, expected)  # filled in place
+
+
+def test_read_data_casts_into_the_target_and_detaches_it():
+    """A target of another dtype is filled by torch's cast; one that requires grad (a
+    Parameter's slice) is filled through a detached view."""
+    whole = torch.from_numpy(ockpt.load_pytree(SHARDED)["xy"])
+    reader = OrbaxReader(SHARDED)
+    planner = _Planner(dtype=torch.float64, requires_grad=True)
+    reader.read_data(LoadPlan([_item("xy", (0, 0), (8, 4))]), planner)
+    (target,) = planner.targets
+    assert torch.equal(target.detach(), whole.double())
+    state = {"xy": torch.nn.Parameter(torch.zeros(8, 4))}
+    _load(state, OrbaxReader(SHARDED))
+    assert torch.equal(state["xy"].detach(), whole)
+
+
+def test_read_data_refuses_a_target_of_another_shape():
+    reader = OrbaxReader(SHARDED)
+    with pytest.raises(ValueError) as e:
+        reader.read_data(LoadPlan([_item("xy", (0, 0), (2, 2))]), _Planner(shape=(2, 3)))
+    assert str(e.value) == (
+        f"{SHARDED}: leaf 'xy': the region read has shape (2, 2), the state dict's (2, 3)"
+    )
+
+
+def test_read_data_hands_strings_and_python_scalars_to_the_planner_as_torch_save_bytes():
+    path = FIXTURES / "orbax-0.12.8/scalars_strings/checkpoint"
+    reader = OrbaxReader(path)
+    names = ["str", "int", "float_neg_zero", "bool_true", "nested.inner.s"]
+    items = [_item(n, (), (), base=(), kind=LoadItemType.BYTE_IO) for n in names]
+    planner = _Planner()
+    reader.read_data(LoadPlan(items), planner)
+    assert planner.loaded == {
+        "str": "hello",
+        "int": 42,
+        "float_neg_zero": -0.0,
+        "bool_true": True,
+        "nested.inner.s": "deep",
+    }
+    assert [type(planner.loaded[n]) for n in names] == [str, int, float, bool, str]
+    assert str(planner.loaded["float_neg_zero"]) == "-0.0" and not planner.committed
+
+
+def test_metadata_names_the_checkpoint_and_this_load_and_sep_joins_names():
+    path = FIXTURES / "orbax-0.12.8/nested/checkpoint"
+    reader = OrbaxReader(path, sep="/")
+    meta = reader.read_metadata()
+    assert meta.storage_meta.checkpoint_id == os.fspath(path)
+    assert meta.storage_meta.load_id == reader.load_id and len(reader.load_id) == 32
+    assert meta.storage_data == {}
+    assert "layers/0/w" in meta.state_dict_metadata and "layers.0.w" not in meta.state_dict_metadata
+    plan = LoadPlan([])
+    assert reader.prepare_local_plan(plan) is plan
+    assert reader.prepare_global_plan([plan]) == [plan]
+
+
+def test_close_reset_and_reopening():
+    """close() lets the checkpoint go (it is reopened on the next read); reset() starts a new
+    load (a new load id), on another checkpoint when given one."""
+    reader = OrbaxReader(SHARDED)
+    first = reader.load_id
+    names = set(reader.read_metadata().state_dict_metadata)
+    source = reader._source
+    reader.close()
+    assert reader._source is None and reader._leaves == {}
+    assert set(reader.read_metadata().state_dict_metadata) == names
+    assert reader._source is not source
+    reader.reset()
+    assert reader.path == SHARDED and reader.load_id != first and reader._source is None
+    nested = FIXTURES / "orbax-0.12.8/nested/checkpoint"
+    reader.reset(nested)
+    assert reader.checkpoint_id == nested
+    reader.set_up_storage_reader(None, True)
+    assert reader._source is not None and "layers.0.w" in reader._leaves
+    assert "layers.0.w" in reader.read_metadata().state_dict_metadata
+    reader.close()
+    reader.close()  # closing twice is harmless
+
+
+def test_step_and_item_choose_what_is_read():
+    manager = FIXTURES / "orbax-0.12.8/manager/checkpoint"
+    for step, first in ((0, 0), (None, 200)):  # the latest step without one
+        state = {"w": torch.zeros(2, 3)}
+        _load(state, OrbaxReader(manager, step=step, item="params"))
+        want = ockpt.load_pytree(manager, step=step, item="params")["w"]
+        assert state["w"].tolist() == want.tolist() and state["w"][0, 0] == first
+    v1 = FIXTURES / "orbax-0.12.8/v1_checkpointables/checkpoint"
+    state = {"counts": torch.zeros(3, dtype=torch.int64), "flag": None}
+    _load(state, OrbaxReader(v1, item="aux"))
+    assert state["counts"].tolist() == [0, 1, 2] and state["flag"] is True
