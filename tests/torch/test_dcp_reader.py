@@ -169,6 +169,7 @@ def test_load_061_a_dtype_torch_lacks_is_refused_unless_widened():
         _load(state, OrbaxReader(path))
     error = _failure(e)
     assert isinstance(error, ockpt.UnsupportedError) and error.rule == "LOAD-061"
+    assert error.file == os.fspath(path)
     assert "leaf 'int4': PyTorch has no tensor dtype int4" in str(error)
     _load(state, OrbaxReader(path, widen=True))
     want = ockpt.load_pytree(path)["int4"]

@@ -747,3 +747,35 @@ def test_host_and_item_sizes():
     assert empty.shape == (2, 0) and empty.dtype == np.float32
     assert dcp_writer._nbytes(_value("x")) == 0
     assert dcp_writer._nbytes(_whole("w", torch.zeros(3, 2, dtype=torch.float16))) == 12
+
+
+def test_torch_job_of_a_group_gathers_int32_over_it_on_the_gpu_with_nccl(monkeypatch):
+    """The job of a (faked) 3-rank group: its rank and size in that group, and an all-gather
+    of int32 tensors over it, on the CPU with gloo and on the GPU with NCCL (a torch without
+    CUDA refuses that)."""
+    dist = torch.distributed
+    seen: list = []
+    backend = {"name": "gloo"}
+
+    def all_gather(every, mine, group=None):  # type: ignore[no-untyped-def]
+        seen.append((mine.device.type, mine.dtype, group, len(every)))
+        for i, t in enumerate(every):
+            t.copy_(mine + 10 * i)
+
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "get_world_size", lambda group: {"g": 3}[group])
+    monkeypatch.setattr(dist, "get_rank", lambda group: {"g": 2}[group])
+    monkeypatch.setattr(dist, "get_backend", lambda group: {"g": backend["name"]}[group])
+    monkeypatch.setattr(dist, "all_gather", all_gather)
+    job = dcp_writer._torch_job("g")
+    assert (job.index, job.count, job.primary) == (2, 3, False)
+    assert job.gather(np.array([1, 2])).tolist() == [[1, 2], [11, 12], [21, 22]]
+    assert seen == [("cpu", torch.int32, "g", 3)]
+    backend["name"] = "nccl"
+    job = dcp_writer._torch_job("g")
+    if torch.cuda.is_available():
+        assert job.gather(np.array([1])).tolist() == [[1], [11], [21]]
+        assert seen[-1][0] == "cuda"
+    else:
+        with pytest.raises(AssertionError, match="Torch not compiled with CUDA enabled"):
+            job.gather(np.array([1]))
