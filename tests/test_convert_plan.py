@@ -4,6 +4,7 @@ safetensors (one file and sharded), .npz with `widen` and `select`, and skipped 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -14,6 +15,10 @@ import pytest
 import ockpt
 from ockpt.convert import convert, parse_size
 from ockpt.convert_rules import parse_rules
+from ockpt.errors import OckptError
+from ockpt.store.memory import MemoryStore
+from tests.support import FIXTURES
+from tests.support.errors import assert_error
 
 
 @pytest.mark.parametrize(
@@ -632,6 +637,376 @@ def test_select_of_one_string_and_a_suffix_ending_in_x(tmp_path):
     dst = str(tmp_path / "o.binX")
     message = _refused(ValueError, convert, str(tmp_path / "ck"), dst, dry_run=True)
     assert message.startswith(f"unknown output format '.binX' ({dst}); known: ")
+
+
+# ---------------------------------------------------------------------------------------------
+# The progress bar
+
+
+class _Bar:
+    """A bar as `ockpt._progress.bar` was asked for it: its total, its label, whether it is
+    drawn (as the real one: only when `enabled`) and the bytes it was moved by."""
+
+    def __init__(self, total, desc, *, enabled=True, unit="B"):
+        self.total, self.desc, self.drawn, self.done = total, desc, bool(enabled), 0
+
+    def update(self, n=1):
+        self.done += n
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None
+
+
+@pytest.mark.parametrize(
+    "fmt, dst", [("safetensors", "o.safetensors"), ("hf", "hf"), ("npz", "o.npz"),
+                 ("pt", "o.pt"), ("orbax", "ck")],
+)  # fmt: skip
+def test_the_progress_bar_counts_every_byte_written(tmp_path, monkeypatch, fmt, dst):
+    """A bar by default, none with ``progress=False``: its total the bytes written, moved by
+    each block, labelled with the output's format."""
+    from ockpt import _progress
+
+    if fmt == "pt":
+        pytest.importorskip("torch")
+    bars: list[_Bar] = []
+    monkeypatch.setattr(_progress, "bar", lambda *a, **kw: bars.append(_Bar(*a, **kw)) or bars[-1])
+    tree = {"a": np.arange(6, dtype=np.float32), "b": np.arange(3, dtype=np.int16), "s": "x"}
+    np.savez(tmp_path / "s.npz", **tree)
+    src, out = str(tmp_path / "s.npz"), str(tmp_path / dst)
+    kw = {"dst_format": "hf"} if fmt == "hf" else {}
+    convert(src, out, **kw)
+    convert(src, out, progress=False, overwrite=True, **kw)
+    total = 34 if fmt == "orbax" else 30  # the bar of an Orbax output counts the <U1 array
+    assert [(b.total, b.desc, b.drawn, b.done) for b in bars] == [
+        (total, fmt, True, total),
+        (total, fmt, False, total),
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# The store written through: staged or not, buffers held, failures
+
+
+class _Folder(MemoryStore):
+    """The output's folder, in memory, logging its writes (a file closed), deletes and
+    renames. ``renames=False`` makes it an object store as `UrlStore` is: no rename, and a new
+    file's parts held as given, not copied, until it is closed. `change` alters each value
+    stored (a store that reads back other bytes); `fail` names the file whose writes fail,
+    after which `flush` raises `flush_error` and deletes raise `delete_errors`' errors."""
+
+    def __init__(self, *, renames=True, change=None, fail=None, flush_error=None, delete_errors=()):
+        super().__init__("out/", display="mem://out")
+        self.capabilities = dataclasses.replace(MemoryStore.capabilities, atomic_rename=renames)
+        self.change, self.fail, self.failed = change, fail, False
+        self.flush_error, self.delete_errors = flush_error, dict(delete_errors)
+        self.log: list[tuple[str, ...]] = []
+
+    def writer(self, key, *, background=None):
+        return _HeldFile(self, key)
+
+    def flush(self):
+        if self.failed and self.flush_error is not None:
+            raise self.flush_error
+
+    def delete(self, key):
+        self.log.append(("delete", key))
+        if self.failed and key in self.delete_errors:
+            raise self.delete_errors[key]
+        super().delete(key)
+
+    def rename(self, src, dst):
+        self.log.append(("rename", src, dst))
+        super().rename(src, dst)
+
+    def value(self, key):
+        return self.get(key, limit=1 << 30)
+
+
+class _HeldFile:
+    """A new file of `_Folder`: its parts held as given until `close` stores them whole."""
+
+    def __init__(self, folder: _Folder, key: str) -> None:
+        self.folder, self.key, self.parts = folder, key, []
+
+    def append(self, parts):
+        if self.key.startswith(self.folder.fail or "\0"):
+            self.folder.failed = True
+            raise _Boom(self.key)
+        self.parts.extend(parts)
+
+    def close(self):
+        value = b"".join(self.parts)
+        self.folder.set(self.key, self.folder.change(value) if self.folder.change else value)
+        self.folder.log.append(("write", self.key))
+
+
+class _Boom(Exception):
+    """The store failing a write."""
+
+
+class _InFolder:
+    """What `as_store` gives for a file of `_Folder`: its name, and the folder as its parent."""
+
+    def __init__(self, folder: _Folder, name: str) -> None:
+        self.folder, self.name = folder, name
+
+    def parent(self):
+        return self.folder
+
+
+def _write_into(monkeypatch, folder: _Folder) -> None:
+    """Make convert write its outputs into `folder` (a folder output is `folder` itself)."""
+    import ockpt.convert as convert_module
+
+    def as_store(dst):
+        return folder if not Path(dst).suffix else _InFolder(folder, Path(dst).name)
+
+    monkeypatch.setattr(convert_module, "as_store", as_store)
+
+
+def test_a_pt_file_in_a_store_that_holds_its_buffers(tmp_path, monkeypatch):
+    """torch.save reuses its buffers: an object store holds each part until the file is
+    closed, so the parts are copied as written."""
+    import io
+
+    torch = pytest.importorskip("torch")
+    tree = {f"w{i}": np.arange(i + 1, dtype=np.float32) * i for i in range(6)} | {"s": "text"}
+    np.savez(tmp_path / "s.npz", **tree)
+    folder = _Folder(renames=False)
+    _write_into(monkeypatch, folder)
+    convert(str(tmp_path / "s.npz"), str(tmp_path / "o.pt"), progress=False)
+    assert folder.log == [("write", "o.pt")]
+    got = torch.load(io.BytesIO(folder.value("o.pt")), weights_only=True)
+    assert sorted(got) == sorted(tree) and got["s"] == "text"
+    for i in range(6):
+        assert np.array_equal(got[f"w{i}"].numpy(), tree[f"w{i}"])
+
+
+HF_SHARDS = [f"model-0000{i}-of-00003.safetensors" for i in (1, 2, 3)]
+HF_INDEX = "model.safetensors.index.json"
+
+
+@pytest.mark.parametrize("renames", [True, False])
+def test_old_weights_go_index_first_and_new_files_appear_index_last(tmp_path, monkeypatch, renames):
+    """Where the store renames, files are written under temporary names and renamed in once
+    all are written, the old weight files removed just before (the old index first); in an
+    object store they are written under their own names, the old files removed first (the
+    index first) and the new index written last."""
+    np.savez(tmp_path / "s.npz", **{k: np.arange(4, dtype=np.float32) for k in "abc"})
+    folder = _Folder(renames=renames)
+    _write_into(monkeypatch, folder)
+    src, kw = str(tmp_path / "s.npz"), {"dst_format": "hf", "progress": False}
+    t = ".ockpt-tmp" if renames else ""
+    got = convert(src, "hf", max_shard_size=16, **kw)
+    assert got.files == tuple(f"mem://out/{n}" for n in [*HF_SHARDS, HF_INDEX])
+    written = [("write", n + t) for n in [*HF_SHARDS, HF_INDEX]]
+    renamed = [("rename", n + t, n) for n in [*HF_SHARDS, HF_INDEX]]
+    removed = [("delete", HF_INDEX)]
+    assert folder.log == (written + removed + renamed if renames else removed + written)
+    folder.log.clear()
+    convert(src, "hf", overwrite=True, **kw)  # one file now: the old shards and index go
+    removed = [("delete", n) for n in [HF_INDEX, *HF_SHARDS]]
+    written = [("write", "model.safetensors" + t)]
+    renamed = [("rename", "model.safetensors" + t, "model.safetensors")]
+    assert folder.log == (written + removed + renamed if renames else removed + written)
+    assert folder.list() == ["model.safetensors"]
+
+
+@pytest.mark.parametrize("flush_error", [OSError("flush"), OckptError("flush")])
+def test_a_failed_write_leaves_the_old_output_and_removes_the_new_files(
+    tmp_path, monkeypatch, flush_error
+):
+    """The store's error reaches the caller; the files written are removed, the old output
+    kept; errors of that cleanup (the store's flush, its deletes) do not hide it."""
+    np.savez(tmp_path / "s.npz", a=np.zeros(4, np.float32), b=np.ones(4, np.float32))
+    src, dst = str(tmp_path / "s.npz"), str(tmp_path / "o.safetensors")
+    folder = _Folder()
+    _write_into(monkeypatch, folder)
+    convert(src, dst, progress=False)
+    old = folder.value("o.safetensors")
+    shards = [f"o-0000{i}-of-00002.safetensors.ockpt-tmp" for i in (1, 2)]
+    folder.fail = shards[1]  # the second shard's first write fails
+    with pytest.raises(_Boom) as info:
+        convert(src, dst, progress=False, overwrite=True, max_shard_size=16)
+    assert info.value.args == (shards[1],)
+    assert folder.list() == ["o.safetensors"] and folder.value("o.safetensors") == old
+    assert folder.log[-2:] == [("delete", shards[0]), ("delete", shards[1])]
+    # the same failure, the cleanup failing too
+    folder.fail, folder.failed = shards[1], False
+    folder.flush_error = flush_error
+    folder.delete_errors = {shards[0]: OSError("delete"), shards[1]: OckptError("delete")}
+    with pytest.raises(_Boom) as info:
+        convert(src, dst, progress=False, overwrite=True, max_shard_size=16)
+    assert info.value.args == (shards[1],)
+    assert folder.value("o.safetensors") == old
+
+
+@pytest.mark.parametrize(
+    "change",
+    [lambda v: v + b"\0", lambda v: v[:-1], lambda v: v[:8] + b"[" + v[9:]],
+    ids=["longer", "shorter", "header"],
+)
+def test_a_file_read_back_other_than_written_is_an_error(tmp_path, monkeypatch, change):
+    """Each safetensors file is read back from the store: its header and its size."""
+    np.savez(tmp_path / "s.npz", a=np.arange(4, dtype=np.float32))
+    folder = _Folder(change=change)
+    _write_into(monkeypatch, folder)
+    message = _refused(
+        OckptError, convert, str(tmp_path / "s.npz"), str(tmp_path / "o.safetensors"),
+        progress=False,
+    )  # fmt: skip
+    assert message == "mem://out/o.safetensors.ockpt-tmp: the file written is not the one planned"
+    assert folder.list() == []
+
+
+def test_a_pt_tensor_that_cannot_be_mapped_is_a_memory_error(tmp_path, monkeypatch):
+    torch = pytest.importorskip("torch")
+    from ockpt.errors import MemoryLimitError
+
+    def from_file(*args, **kwargs):
+        raise RuntimeError("no address space")
+
+    monkeypatch.setattr(torch, "from_file", from_file)
+    np.savez(tmp_path / "s.npz", a=np.arange(6, dtype=np.float32))
+    with pytest.raises(MemoryLimitError) as info:
+        convert(str(tmp_path / "s.npz"), str(tmp_path / "o.pt"), progress=False)
+    assert (info.value.message, info.value.file, info.value.rule) == (
+        "cannot map the 24 bytes of leaf 'a' to write them to the .pt file: no address space",
+        "o.pt",
+        "LIMIT-006",
+    )
+    assert sorted(os.listdir(tmp_path)) == ["s.npz"]
+
+
+# ---------------------------------------------------------------------------------------------
+# .npz archives, safetensors headers, configs at their limits
+
+
+def test_npz_members_record_their_offsets(tmp_path):
+    """The zip's central directory gives each member's local header and its own offset as
+    they lie in the file (the archive is written as a stream, counting its bytes)."""
+    import struct
+
+    np.savez(tmp_path / "s.npz", a=np.arange(3, dtype=np.float32), b=np.arange(2))
+    convert(str(tmp_path / "s.npz"), str(tmp_path / "o.npz"), progress=False)
+    data = (tmp_path / "o.npz").read_bytes()
+    end = data.rindex(b"PK\x05\x06")
+    count, size, start = struct.unpack_from("<HII", data, end + 10)
+    assert count == 2 and start + size == end and data[start : start + 4] == b"PK\x01\x02"
+    entry, offsets = start, []
+    for _ in range(count):
+        assert data[entry : entry + 4] == b"PK\x01\x02"
+        n, m, k = struct.unpack_from("<HHH", data, entry + 28)
+        offsets.append(struct.unpack_from("<I", data, entry + 42)[0])
+        entry += 46 + n + m + k
+    assert offsets[0] == 0 and all(data[o : o + 4] == b"PK\x03\x04" for o in offsets)
+
+
+def test_npz_members_past_the_zip64_limit(tmp_path, monkeypatch):
+    """A member larger than a plain zip entry holds (4 GiB; here the limit narrowed) is written
+    with its ZIP64 sizes: each member is opened for them, its size unknown in advance."""
+    import zipfile
+
+    w = np.arange(300, dtype=np.float32)
+    np.savez(tmp_path / "s.npz", w=w, b=np.arange(2, dtype=np.int8))
+    monkeypatch.setattr(zipfile, "ZIP64_LIMIT", 1000)
+    convert(str(tmp_path / "s.npz"), str(tmp_path / "o.npz"), progress=False)
+    monkeypatch.undo()
+    with np.load(tmp_path / "o.npz") as got:
+        assert np.array_equal(got["w"], w) and got["b"].tolist() == [0, 1]
+
+
+def test_a_header_of_exactly_the_librarys_limit_is_written(tmp_path, monkeypatch):
+    import ockpt.convert as convert_module
+
+    np.savez(tmp_path / "s.npz", a=np.zeros(2, np.float32))
+    monkeypatch.setattr(convert_module, "_SAFETENSORS_HEADER_MAX", 56)  # this header's size
+    convert(str(tmp_path / "s.npz"), str(tmp_path / "o.safetensors"), progress=False)
+    assert (tmp_path / "o.safetensors").read_bytes()[:8] == (56).to_bytes(8, "little")
+
+
+def test_a_config_over_the_json_size_limit_is_refused(tmp_path):
+    import dataclasses as dc
+
+    from ockpt import limits
+    from ockpt.errors import FormatError
+
+    np.savez(tmp_path / "s.npz", a=np.zeros(2, np.float32))
+    (tmp_path / "config.json").write_text('{"a": 12345}')  # 12 bytes
+    with limits.applied(dc.replace(limits.LIMITS, max_json_bytes=11)):
+        with pytest.raises(FormatError) as info:
+            convert(
+                str(tmp_path / "s.npz"), str(tmp_path / "hf"), dst_format="hf",
+                config=str(tmp_path / "config.json"), progress=False,
+            )  # fmt: skip
+    assert_error(info, rule="JSON-003", file=str(tmp_path / "config.json"))
+    assert not (tmp_path / "hf").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# Sources and outputs: strings read as bytes, items, Orbax outputs, neighbours of a file
+
+
+def test_a_string_leaf_read_as_bytes_is_utf8_text(tmp_path):
+    """A msgpack item's inline bytes are a string leaf that the reader gives as bytes."""
+    import msgpack
+
+    item = tmp_path / "item"
+    item.mkdir()
+    (item / "checkpoint").write_bytes(msgpack.packb({"raw": "hé".encode(), "text": "hé"}))
+    convert(str(item), str(tmp_path / "o.npz"), progress=False)
+    with np.load(tmp_path / "o.npz") as got:
+        assert (str(got["raw"]), str(got["text"])) == ("hé", "hé")
+
+
+def test_the_item_asked_for_of_a_checkpoint_with_two(tmp_path):
+    case = FIXTURES / "orbax-0.12.8" / "v1_checkpointables" / "checkpoint"
+    kw = {"dry_run": True, "progress": False}
+    got = convert(str(case), str(tmp_path / "o.safetensors"), item="aux", **kw)
+    assert [r["source"] for r in got.mapping] == ["counts", "flag"]
+
+
+def test_src_format_decides_whether_a_suffix_is_an_unknown_format(tmp_path):
+    """From an .npz without its suffix (`src_format`), a name with a dot is an Orbax output;
+    from an Orbax checkpoint it is an unknown format."""
+    with open(tmp_path / "weights", "wb") as f:
+        np.savez(f, **{"a.b": np.arange(3, dtype=np.float32)})
+    dst = tmp_path / "run.v2"
+    got = convert(str(tmp_path / "weights"), str(dst), src_format="npz", progress=False)
+    assert got.files == (str(dst),) and got.format == "orbax"
+    assert ockpt.load_pytree(dst)["a"]["b"].tolist() == [0.0, 1.0, 2.0]
+
+
+def test_dry_run_of_an_orbax_output(tmp_path):
+    np.savez(tmp_path / "s.npz", **{"a.b": np.arange(3, dtype=np.float32), "c": np.arange(2)})
+    ck = str(tmp_path / "ck")
+    got = convert(str(tmp_path / "s.npz"), ck, dry_run=True, progress=False)
+    assert got.to_json() == _result(
+        "orbax",
+        [ck],
+        2,
+        28,
+        [
+            _row("a.b", [3], "float32", "a.b", [3], "float32", ck),
+            _row("c", [2], "int64", "c", [2], "int64", ck),
+        ],
+    )
+    assert sorted(os.listdir(tmp_path)) == ["s.npz"]
+
+
+def test_a_safetensors_file_leaves_a_hugging_face_model_beside_it_alone(tmp_path):
+    """Only a Hugging Face folder's own weight files are its output's: another file of that
+    name beside a .safetensors output is neither refused nor removed."""
+    np.savez(tmp_path / "s.npz", a=np.zeros(2, np.float32))
+    (tmp_path / "model.safetensors").write_bytes(b"another model")
+    (tmp_path / HF_INDEX).write_bytes(b"{}")
+    for overwrite in (False, True):
+        convert(str(tmp_path / "s.npz"), str(tmp_path / "o.safetensors"), overwrite=overwrite)
+    assert (tmp_path / "model.safetensors").read_bytes() == b"another model"
+    assert (tmp_path / HF_INDEX).read_bytes() == b"{}"
 
 
 def test_a_string_leaf_of_an_orbax_output_is_a_string(tmp_path):
