@@ -39,7 +39,6 @@ from tests.support.expected import (
 # Comparing with a record.
 
 
-
 # ---------------------------------------------------------------------------------------------
 # Every fixture.
 
@@ -871,3 +870,416 @@ def test_load_as_saved_takes_sequence_items_by_index(tmp_path):
     got = ockpt.load_pytree(tmp_path / "c")
     assert [int(v[0]) for v in got["l"]] == list(range(12))
     assert got["m"] == {"b": [np.int32(7)], "a": []} and list(got) == ["l", "m"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Matching a target: what each mismatch says (issue 34 item 4: reader/load.py mutants).
+
+
+def _nested() -> Path:
+    return fixture_case("0.12.8", "nested") / "checkpoint"
+
+
+@pytest.mark.parametrize(
+    "key,what",
+    [
+        ("deep", "a subtree"),
+        ("empty_dict", "a Dict node"),
+        ("empty_list", "a List node"),
+        ("none", "a None node"),
+    ],
+)
+def test_a_target_leaf_where_the_checkpoint_has_no_leaf(key, what):
+    with pytest.raises(TargetError) as info:
+        ockpt.load_pytree(_nested(), {key: np.zeros(3)}, partial=True)
+    assert_error(
+        info,
+        rule="LOAD-003",
+        leaf=key,
+        file=str(_nested() / "_METADATA"),
+        message=f"the target has a leaf (ndarray) where the checkpoint has {what}",
+    )
+
+
+@pytest.mark.parametrize(
+    "target,what",
+    [
+        ({"a": 1}, "a dict node"),
+        ([1], "a list node"),
+        ({}, "an empty container"),
+        ((), "an empty container"),
+    ],
+)
+def test_a_target_node_where_the_checkpoint_has_a_leaf(target, what):
+    key = "unicode \u043a\u043b\u044e\u0447"
+    with pytest.raises(TargetError) as info:
+        ockpt.load_pytree(_nested(), {key: target}, partial=True)
+    assert_error(
+        info,
+        rule="LOAD-003",
+        leaf=key,
+        file=str(_nested() / "_METADATA"),
+        message=f"the target has {what} where the checkpoint has a leaf",
+    )
+
+
+def test_missing_and_extra_leaves_are_listed(tmp_path):
+    """LOAD-001 lists what the target asks for that is not saved (a skipped leaf too) and
+    what is saved but not asked for; LOAD-002 only the latter, with the hint."""
+    tree = {"n": {"e": {}, "f": None}, "x": np.arange(3), "s": {"y": np.ones(2), "z": np.ones(1)}}
+    ockpt.save_pytree(tmp_path / "c", tree, layout="item")
+    path = tmp_path / "c"
+    meta = str(path / "_METADATA")
+    with pytest.raises(TargetError) as info:
+        ockpt.load_pytree(path, {"x": ..., "q": ..., "s": {"y": np.zeros(2), "w": None}})
+    assert_error(
+        info,
+        rule="LOAD-001",
+        file=meta,
+        missing=("q", "s.w"),
+        extra=("s.z", "n"),
+        message="target tree does not match the saved tree; missing from the checkpoint: "
+        "['q', 's.w']; in the checkpoint but not in the target: ['s.z', 'n']",
+    )
+    with pytest.raises(TargetError) as info:
+        ockpt.load_pytree(path, {"x": ..., "q": ..., "s": ..., "n": ...}, partial=True)
+    assert_error(
+        info,
+        rule="LOAD-001",
+        missing=("q",),
+        extra=(),
+        message="target tree does not match the saved tree; missing from the checkpoint: ['q']",
+    )
+    with pytest.raises(TargetError) as info:
+        ockpt.load_pytree(path, {"x": ..., "s": None, "n": {}})
+    assert_error(
+        info,
+        rule="LOAD-002",
+        missing=(),
+        extra=("s.y", "s.z", "n"),  # a node of empty nodes only: by its own name
+        message="target tree does not match the saved tree; in the checkpoint but not in the "
+        "target: ['s.y', 's.z', 'n'] (pass partial=True to load a subset)",
+    )
+    got = ockpt.load_pytree(path, {"x": ..., "s": None, "n": {}}, partial=True)
+    assert got == {"x": ..., "s": None, "n": {}}
+    none = {"x": None, "s": {"y": ..., "z": None}, "n": None}  # None: not asked for
+    with pytest.raises(TargetError) as info:
+        ockpt.load_pytree(path, none)
+    assert_error(info, rule="LOAD-002", missing=(), extra=("x", "s.z", "n"))
+    assert ockpt.load_pytree(path, none, partial=True) == none
+    with pytest.raises(TargetError) as info:
+        ockpt.load_pytree(path, {"x": ..., "s": ..., "n": {"e": None, "f": None, "g": 1}})
+    assert_error(info, rule="LOAD-001", missing=("n.g",), extra=())
+
+
+def test_empty_nodes_and_none_match_empty_targets():
+    got = ockpt.load_pytree(
+        _nested(),
+        {"empty_dict": {}, "empty_list": [], "empty_tuple": (), "none": None, "deep": {"a": ...}},
+        partial=True,
+    )
+    assert got == {
+        "empty_dict": {},
+        "empty_list": [],
+        "empty_tuple": (),
+        "none": None,
+        "deep": {"a": ...},
+    }
+    with pytest.raises(TargetError) as info:
+        ockpt.load_pytree(_nested(), {"empty_dict": {"k": ...}}, partial=True)
+    assert_error(info, rule="LOAD-001", missing=("empty_dict.k",))
+    with pytest.raises(TargetError) as info:
+        ockpt.load_pytree(_nested(), {"layers": [..., {"w": ..., "b": np.zeros(1)}]}, partial=True)
+    assert_error(info, rule="LOAD-003", leaf="layers.1.b")
+
+
+def test_two_target_keys_of_one_text():
+    with pytest.raises(TargetError) as info:
+        ockpt.load_pytree(_nested(), {"int_keys": {1: ..., "1": ...}}, partial=True)
+    assert_error(info, rule="LOAD-004", message="two target dict keys have the same text")
+
+
+def test_mapping_targets_keep_their_class():
+    import collections
+    import types
+
+    class Frozen(dict):
+        def __init__(self, *args):  # type: ignore[no-untyped-def]
+            if args:
+                raise TypeError("frozen")
+            super().__init__()
+
+    deep = {"a": {"b": {"c": {"d": np.zeros((2, 3), np.float32)}}}}
+    want = expected_items(fixture_case("0.12.8", "nested"))[""]["deep"]["a"]["b"]["c"]["d"]
+    ordered = collections.OrderedDict(deep)
+    got = ockpt.load_pytree(_nested(), {"deep": ordered}, partial=True)["deep"]
+    assert type(got) is collections.OrderedDict and np.array_equal(got["a"]["b"]["c"]["d"], want)
+    proxy = types.MappingProxyType(deep)
+    got = ockpt.load_pytree(_nested(), {"deep": proxy}, partial=True)["deep"]
+    assert type(got) is types.MappingProxyType and np.array_equal(got["a"]["b"]["c"]["d"], want)
+    frozen = Frozen()
+    dict.__setitem__(frozen, "a", deep["a"])
+    got = ockpt.load_pytree(_nested(), {"deep": frozen}, partial=True)["deep"]
+    assert type(got) is dict and list(got) == ["a"]
+
+
+def test_unsupported_target_leaf():
+    with pytest.raises(TargetError) as info:
+        ockpt.load_pytree(_nested(), {"unicode \u043a\u043b\u044e\u0447": object()}, partial=True)
+    assert_error(info, rule="LOAD-004", leaf="unicode \u043a\u043b\u044e\u0447")
+    assert info.value.message.startswith("unsupported target leaf type object (use numpy.ndarray")
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading: casts, padding, inline values, mapping and the memory check, as each says.
+
+
+def test_a_checked_cast_names_the_first_value_it_would_change(tmp_path):
+    values = np.array([[1, 2], [2**40 + 1, 5], [7, 2**41 + 1]], np.int64)
+    ockpt.save_pytree(tmp_path / "c", {"v": values}, layout="item")
+    with pytest.raises(TargetError) as info:
+        ockpt.load_pytree(tmp_path / "c", {"v": np.zeros((3, 2), np.float32)}, cast="checked")
+    assert_error(
+        info,
+        rule="LOAD-021",
+        leaf="v",
+        file=str(tmp_path / "c" / "_METADATA"),
+        message="cast from int64 to float32 would change 2 value(s), first at [1, 0] "
+        "(np.int64(1099511627777))",
+    )
+    got = ockpt.load_pytree(tmp_path / "c", {"v": np.zeros((3, 2), np.float32)}, cast="lossy")
+    assert got["v"].dtype == np.float32 and got["v"][1, 0] == np.float32(2**40)
+    small = ockpt.load_pytree(
+        tmp_path / "c", {"v": np.zeros((1, 2), np.float32)}, cast="checked", pad_or_truncate=True
+    )
+    assert small["v"].tolist() == [[1.0, 2.0]]
+
+
+def test_a_lossy_cast_says_how_to_allow_it():
+    case = fixture_case("0.12.8", "numpy_dtypes")
+    with pytest.raises(TargetError) as info:
+        ockpt.load_pytree(case / "checkpoint", {"float64": np.zeros((), np.float32)}, partial=True)
+    assert_error(
+        info,
+        rule="LOAD-020",
+        message="cast from float64 to float32 is lossy; pass cast='checked' (refuse if a value "
+        "changes) or cast='lossy' to allow it",
+    )
+
+
+def test_a_shape_mismatch_says_how_to_pad_or_cut():
+    case = fixture_case("0.12.8", "sharded")
+    with pytest.raises(TargetError) as info:
+        ockpt.load_pytree(case / "checkpoint", {"x": np.zeros((8, 2), np.int32)}, partial=True)
+    assert info.value.message == (
+        "shape mismatch: the checkpoint holds [8, 3], the target asks for [8, 2] "
+        "(pass pad_or_truncate=True to pad or cut)"
+    )
+    with pytest.raises(TargetError) as info:
+        ockpt.load_pytree(
+            case / "checkpoint", {"x": np.zeros((8,), np.int32)}, partial=True, pad_or_truncate=True
+        )
+    assert info.value.message == (
+        "shape mismatch: the checkpoint holds [8, 3], the target asks for [8]"
+    )
+    with pytest.raises(TargetError) as info:  # a 0-d target is no shape to pad to
+        ockpt.load_pytree(
+            fixture_case("0.12.8", "scalars_strings") / "checkpoint",
+            {"np_int8": np.zeros(2, np.int8)},
+            partial=True,
+            pad_or_truncate=True,
+        )
+    assert_error(info, rule="LOAD-030", leaf="np_int8")
+
+
+def test_strings_and_arrays_are_not_each_other():
+    case = fixture_case("0.12.8", "no_ocdbt")
+    meta = str(case / "checkpoint" / "_METADATA")
+    with pytest.raises(TargetError) as info:
+        ockpt.load_pytree(case / "checkpoint", {"name": np.zeros(3)}, partial=True)
+    assert_error(
+        info,
+        rule="LOAD-005",
+        leaf="name",
+        file=meta,
+        message="the checkpoint holds a string; the target asks for an array",
+    )
+    with pytest.raises(TargetError) as info:
+        ockpt.load_pytree(case / "checkpoint", {"a": "text"}, partial=True)
+    assert_error(
+        info,
+        rule="LOAD-005",
+        leaf="a",
+        file=meta,
+        message="the checkpoint holds an array; the target asks for a string",
+    )
+    agg = fixture_case("0.5.15", "msgpack_aggregated") / "checkpoint"
+    with pytest.raises(TargetError) as info:
+        ockpt.load_pytree(agg, {"str": np.zeros(2)}, partial=True)
+    assert_error(
+        info,
+        rule="LOAD-005",
+        leaf="str",
+        message="the checkpoint holds a string; the target asks for an array",
+    )
+    with pytest.raises(TargetError) as info:
+        ockpt.load_pytree(agg, {"int32_2d": ""}, partial=True)
+    assert_error(
+        info,
+        rule="LOAD-005",
+        leaf="int32_2d",
+        message="the checkpoint holds an array; the target asks for a string",
+    )
+    got = ockpt.load_pytree(agg, {"str": "", "nested": {"list": [..., ..., "", ...]}}, partial=True)
+    assert got == {"str": "hello", "nested": {"list": [..., ..., "x", ...]}}
+
+
+def test_inline_values_into_targets():
+    agg = fixture_case("0.5.15", "msgpack_aggregated")
+    want = expected_items(agg)[""]
+    target = {
+        "int32_2d": np.zeros((3, 4), np.int64),
+        "float32": np.zeros(2, np.float32),
+        "int": 0,
+        "np_int8": np.int16(0),
+        "float": np.float64(0),
+        "bool_true": False,
+        "uint8": np.zeros(3, np.uint8),
+    }
+    got = ockpt.load_pytree(agg / "checkpoint", target, partial=True, pad_or_truncate=True)
+    padded = np.zeros((3, 4), np.int64)
+    padded[:2, :3] = want["int32_2d"]
+    assert got["int32_2d"].dtype == np.int64 and np.array_equal(got["int32_2d"], padded)
+    assert np.array_equal(got["float32"], want["float32"][:2])
+    assert type(got["int"]) is int and got["int"] == want["int"]
+    assert type(got["np_int8"]) is np.int16 and got["np_int8"] == want["np_int8"]
+    assert type(got["float"]) is np.float64 and got["float"] == want["float"]
+    assert type(got["bool_true"]) is bool and got["bool_true"] is True
+    assert got["uint8"].dtype == np.uint8 and np.array_equal(got["uint8"], want["uint8"])
+    assert got["uint8"].flags.writeable
+    with pytest.raises(TargetError) as info:
+        ockpt.load_pytree(agg / "checkpoint", {"int32_2d": np.zeros((2, 3), np.int8)}, partial=True)
+    assert_error(info, rule="LOAD-020", leaf="int32_2d")
+    with pytest.raises(TargetError) as info:
+        ockpt.load_pytree(
+            agg / "checkpoint",
+            {"int64": np.zeros(2, np.int8)},
+            partial=True,
+            cast="checked",
+        )
+    assert_error(info, rule="LOAD-021", leaf="int64")
+    with pytest.raises(TargetError) as info:
+        ockpt.load_pytree(
+            agg / "checkpoint", {"int32_2d": np.zeros((3, 4), np.int32)}, partial=True
+        )
+    assert_error(info, rule="LOAD-030", leaf="int32_2d")
+
+
+def _raw(tmp_path: Path) -> tuple[Path, dict[str, np.ndarray]]:
+    tree = {"a": np.arange(4096, dtype=np.float32), "b": np.arange(3000, dtype=np.int64)}
+    ockpt.save_pytree(tmp_path / "raw", tree, layout="item", compression=None)
+    return tmp_path / "raw", tree
+
+
+@pytest.mark.parametrize(
+    "target,why",
+    [
+        (np.zeros(4096, np.float64), "the target asks for float64, the checkpoint holds float32"),
+        (np.zeros(4000, np.float32), "the target's shape [4000] is not the stored one"),
+    ],
+)
+def test_a_leaf_the_target_changes_is_read_not_mapped(tmp_path, target, why):
+    path, tree = _raw(tmp_path)
+    got = ockpt.load_pytree(
+        path, {"a": target, "b": ...}, mmap=True, cast="lossy", pad_or_truncate=True
+    )
+    assert got["a"].flags.writeable and got["a"].dtype == target.dtype
+    assert np.array_equal(got["a"], tree["a"][: target.size].astype(target.dtype))
+    with pytest.raises(TargetError) as info:
+        ockpt.load_pytree(
+            path, {"a": target, "b": ...}, mmap="require", cast="lossy", pad_or_truncate=True
+        )
+    assert_error(info, rule="LOAD-034", leaf="a", message=f"cannot map the leaf into memory: {why}")
+    got = ockpt.load_pytree(path, {"a": np.zeros(4096, np.float32), "b": ...}, mmap="require")
+    assert not got["a"].flags.writeable and np.array_equal(got["a"], tree["a"])
+
+
+def test_a_device_array_target_is_not_mapped(tmp_path):
+    jax = pytest.importorskip("jax")
+    path, tree = _raw(tmp_path)
+    target = {"a": jax.ShapeDtypeStruct((4096,), np.float32), "b": ...}
+    got = ockpt.load_pytree(path, target, mmap=True)
+    assert isinstance(got["a"], jax.Array) and np.array_equal(np.asarray(got["a"]), tree["a"])
+    with pytest.raises(TargetError) as info:
+        ockpt.load_pytree(path, target, mmap="require")
+    assert_error(
+        info,
+        rule="LOAD-034",
+        leaf="a",
+        message="cannot map the leaf into memory: the target is a device array",
+    )
+
+
+def test_an_engine_that_maps_nothing():
+    from ockpt.reader.load import mapped_leaf
+    from ockpt.store.mapping import FileMaps
+
+    class NoMap:
+        file = "somewhere"
+
+    assert mapped_leaf(NoMap(), FileMaps(), True, leaf="k") is None
+    with pytest.raises(TargetError) as info:
+        mapped_leaf(NoMap(), FileMaps(), "require", leaf="k")
+    assert_error(
+        info,
+        rule="LOAD-034",
+        leaf="k",
+        file="somewhere",
+        message="cannot map the leaf into memory: the tensorstore engine reads through "
+        "tensorstore (use backend='python')",
+    )
+    assert mapped_leaf(NoMap(), FileMaps(), False, leaf="k", why="any") is None
+
+
+def test_options_out_of_range():
+    path = fixture_case("0.12.8", "no_ocdbt") / "checkpoint"
+    with pytest.raises(ValueError) as info:
+        ockpt.load_pytree(path, cast="maybe")
+    assert str(info.value) == "cast must be one of ('exact', 'checked', 'lossy'), got 'maybe'"
+    with pytest.raises(ValueError) as info:
+        ockpt.load_pytree(path, mmap="yes")
+    assert str(info.value) == "mmap must be False, True or 'require', got 'yes'"
+    for mmap in (False, True):
+        assert ockpt.load_pytree(path, {"a": ...}, partial=True, mmap=mmap) == {"a": ...}
+
+
+def _memory(monkeypatch, available: int) -> None:
+    """Every allocation checked, against `available` bytes."""
+    import ockpt.limits
+
+    monkeypatch.setattr(ockpt.limits, "CHECKED_ALLOCATION_BYTES", 0)
+    monkeypatch.setattr(ockpt.limits, "memory_available", lambda: available)
+
+
+@pytest.mark.parametrize(
+    "dtype,cast,nbytes",
+    [
+        (np.float32, "exact", 128),  # read as stored
+        (np.float64, "exact", 256),  # read straight into the wider type
+        (np.float64, "checked", 384),  # read as stored, then cast: both held at once
+        (np.float16, "lossy", 192),
+    ],
+)
+def test_a_load_checks_what_it_allocates(monkeypatch, dtype, cast, nbytes):
+    """LIMIT-006: the output of each leaf (and, for a checked or lossy cast, its copy as
+    stored) is checked before it is read, naming the param and its array's file."""
+    case = fixture_case("0.12.8", "sharded") / "checkpoint"
+    target = {"xy": np.zeros((8, 4), dtype)}
+    _memory(monkeypatch, nbytes)
+    got = ockpt.load_pytree(case, target, partial=True, cast=cast, backend="python")
+    assert got["xy"].dtype == dtype
+    _memory(monkeypatch, nbytes - 1)
+    with pytest.raises(ockpt.errors.MemoryLimitError) as info:
+        ockpt.load_pytree(case, target, partial=True, cast=cast, backend="python")
+    assert_error(info, rule="LIMIT-006", file=str(case / "manifest.ocdbt"))
+    assert info.value.message.startswith(f"param 'xy' needs {nbytes} bytes,")
