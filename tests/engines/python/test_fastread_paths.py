@@ -610,6 +610,126 @@ def test_a_shard_of_int4_read_as_uint4(tmp_path, monkeypatch):
     _check(store, ["x"], dtype=ml_dtypes.uint4)
 
 
+# ---------------------------------------------------------------------------------------------
+# small leaves of one zstd chunk, read whole straight into their outputs (`_read_whole`)
+
+
+def _poison_outputs(monkeypatch) -> None:
+    """Every output the fast reader makes starts as bytes 0xA5: a part of it never written
+    shows (fresh memory may hold an earlier read's values)."""
+    aligned = fastread._aligned
+
+    def poisoned(shape, dtype):
+        out = aligned(shape, dtype)
+        out.reshape(-1).view(np.uint8)[...] = 0xA5
+        return out
+
+    monkeypatch.setattr(fastread, "_aligned", poisoned)
+
+
+def _spy(monkeypatch, name: str, key) -> list:
+    """The calls of the module's function `name`, each recorded as ``key(*args)``."""
+    calls: list = []
+    original = getattr(fastread, name)
+
+    def spy(*args):
+        calls.append(key(*args))
+        return original(*args)
+
+    monkeypatch.setattr(fastread, name, spy)
+    return calls
+
+
+SMALL_LEAVES = {
+    "a": np.arange(30, dtype=np.float32).reshape(6, 5) - 7.5,
+    "b": np.arange(40, dtype=np.int32) * 3,
+    "c": np.arange(7, dtype=np.int16),
+    "many": np.arange(64 * 16, dtype=np.float32).reshape(64, 16),  # chunks of (16, 16)
+}
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(zarr_version=2),
+        dict(zarr_version=2, use_ocdbt=False),
+        dict(zarr_version=2, use_ocdbt=False, compression=None),
+        dict(zarr_version=3, use_ocdbt=False),  # shards
+    ],
+    ids=["ocdbt", "files", "raw", "zarr3"],
+)
+def test_small_leaves_of_one_chunk_are_read_whole_in_one_fetch(tmp_path, monkeypatch, options):
+    """Each small leaf of one unsharded zstd chunk, requested whole, is fetched once and
+    decoded straight into its output, without a task (`_read_whole`); every other leaf (raw,
+    sharded, of several chunks) is read by `_read_chunk`, each chunk fetched once."""
+    item = tmp_path / "item"
+    ockpt.save_pytree(item, SMALL_LEAVES, layout="item", chunk_byte_size=1024, **options)
+    store = pb.ArrayStore(item)
+    arrays = {name: store.open(name) for name in SMALL_LEAVES}
+    assert arrays["many"].chunk_shape == (16, 16) and arrays["a"].chunk_shape == (6, 5)
+    _poison_outputs(monkeypatch)
+    tasks = _spy(monkeypatch, "_read_chunk", lambda group, *_: group.array.metadata)
+    fetched = _spy(monkeypatch, "_fetch", lambda array, key: key)
+    requests = [ReadRequest(a, tuple((0, n) for n in a.shape), None, k) for k, a in arrays.items()]
+    got = dict((r.tag, data) for r, data in fastread.read_regions(requests, max_in_flight=2))
+    for name, x in SMALL_LEAVES.items():
+        assert got[name].dtype == x.dtype and np.array_equal(got[name], x), name
+    fast = options.get("compression", "zstd") == "zstd" and options["zarr_version"] == 2
+    read = [name for name, a in arrays.items() if a.metadata in tasks]
+    assert read == (["many"] if fast else list(SMALL_LEAVES))
+    assert len(tasks) == len(read) - 1 + 4  # "many" has 4 chunks
+    assert len(fetched) == len(set(fetched)) == len(SMALL_LEAVES) - 1 + 4
+
+
+def test_a_small_leaf_of_one_chunk_read_in_part_cast_or_twice(tmp_path, monkeypatch):
+    """Requests of a one-chunk zstd leaf that are not one request for all of it in its stored
+    type (a part, another type of the same size, the whole and a part together) are read by
+    the other paths: each output whole."""
+    x = np.arange(30, dtype=np.int32).reshape(6, 5) - 9
+    _save_x(tmp_path / "item", x, zarr_version=2)
+    array = pb.ArrayStore(tmp_path / "item").open("x")
+    assert array.chunk_shape == (6, 5)
+    _poison_outputs(monkeypatch)
+    whole, part = ((0, 6), (0, 5)), ((1, 6), (0, 5))
+    for requests in (
+        [ReadRequest(array, part)],
+        [ReadRequest(array, ((0, 6), (2, 5)))],
+        [ReadRequest(array, whole, np.float32)],
+        [ReadRequest(array, whole, np.int64)],
+        [ReadRequest(array, whole), ReadRequest(array, part)],
+        [ReadRequest(array, part), ReadRequest(array, whole)],
+    ):
+        got = list(fastread.read_regions(requests, max_in_flight=2))
+        assert len(got) == len(requests)
+        for request, data in got:
+            want = _want(array, request.box, request.dtype)
+            assert data.dtype == want.dtype and np.array_equal(data, want), request
+
+
+def test_a_small_leaf_of_one_chunk_absent_or_resized(tmp_path, monkeypatch):
+    """The one chunk of a small zstd leaf absent (the fill value, or LOAD-041), or a valid
+    frame of the size of a part of the leaf (refused naming it, whatever the request)."""
+    x = np.arange(30, dtype=np.float32).reshape(6, 5) + 1
+    item = tmp_path / "item"
+    _save_x(item, x, zarr_version=2)
+    chunk = item / "x" / "0.0"
+    _poison_outputs(monkeypatch)
+    data = chunk.read_bytes()
+    os.unlink(chunk)
+    got = _read(item)
+    assert got.dtype == np.float32 and not got.any()
+    assert_error(raised(MissingDataError, _read, item, strict=True), rule="LOAD-041")
+    chunk.write_bytes(zstandard.compress(x[:3].tobytes()))  # rows 0-2 only
+    array = pb.ArrayStore(item).open("x")
+    for box in (((3, 6), (0, 5)), ((0, 6), (0, 5))):
+        err = raised(
+            FormatError, list, fastread.read_regions([ReadRequest(array, box)], max_in_flight=2)
+        )
+        assert err.file == f"{item}/x/0.0", (box, err)
+    chunk.write_bytes(data)
+    assert np.array_equal(_read(item), x)
+
+
 def test_a_small_leaf_whose_chunk_holds_only_the_part_requested(tmp_path):
     """The one chunk of a small zstd leaf replaced by a valid frame of just the bytes of a
     request for its first rows: refused naming the chunk (ZARR-003), as for any other
@@ -622,3 +742,133 @@ def test_a_small_leaf_whose_chunk_holds_only_the_part_requested(tmp_path):
     request = ReadRequest(array, ((0, 3), (0, 5)))
     err = raised(FormatError, list, fastread.read_regions([request], max_in_flight=2))
     assert_error(err, rule="ZARR-003", file=f"{item}/x/0.0")
+
+
+def test_an_array_of_an_ocdbt_database_read_at_an_older_generation():
+    """A raw uint8 array over a bare database of many generations (tensorstore's), whose chunk
+    1 is the key ``log/0001``: written in generation 2, deleted since. Read through an
+    `OcdbtStore` of generation 2 it is that generation's value; of the latest, the fill."""
+    from ockpt.zarr.v2 import ArrayV2Metadata
+    from tests.support.ocdbt import database_case
+
+    meta = ArrayV2Metadata.from_dict(
+        {
+            "zarr_format": 2,
+            "shape": [64],
+            "chunks": [32],
+            "dtype": "|u1",
+            "compressor": None,
+            "fill_value": 0,
+            "order": "C",
+            "filters": None,
+        }  # fmt: skip
+    )
+    path = str(database_case("version_tree_arity2"))
+    for generation in (2, None):
+        store = pb.OcdbtStore(path, generation=generation)
+        value = store.get("log/0001")
+        assert (value is None) == (generation is None)
+        array = pb.StoredArray(
+            "log", path, 2, (64,), np.dtype(np.uint8), (32,), meta, store, _prefix="log/000"
+        )
+        ((_, data),) = fastread.read_regions([ReadRequest(array, ((32, 64),))], max_in_flight=2)
+        want = np.zeros(32, np.uint8) if value is None else np.frombuffer(value, np.uint8)
+        assert want.any() == (value is not None) and np.array_equal(data, want), generation
+        assert np.array_equal(data, _want(array, ((32, 64),)))
+        store.close()
+
+
+@pytest.mark.parametrize("compression", ["zstd", None])
+@pytest.mark.parametrize("stored", ["big-endian", "fortran"])
+def test_chunks_big_endian_or_in_fortran_order_are_read_by_the_pipeline(
+    tmp_path, monkeypatch, compression, stored
+):
+    """Chunks whose bytes are not C-order little-endian (a .zarray made ``>f4`` or order F
+    over the same bytes) are decoded by the codec pipeline on every path, as the decoder
+    reads them; never as plain bytes."""
+    import json
+
+    item = tmp_path / "item"
+    x = np.arange(40 * 100, dtype=np.float32).reshape(40, 100)
+    _save_x(item, x, chunk_byte_size=2000, zarr_version=2, compression=compression)
+    one = tmp_path / "one"  # a leaf of one chunk
+    _save_x(one, x[:6, :5], zarr_version=2, compression=compression)
+    for zarray in (item / "x" / ".zarray", one / "x" / ".zarray"):
+        d = json.loads(zarray.read_text())
+        assert d["dtype"] == "<f4" and d["order"] == "C"
+        d.update({"dtype": ">f4"} if stored == "big-endian" else {"order": "F"})
+        zarray.write_text(json.dumps(d))
+    for small in (None, "pool", "stream", "direct"):
+        with monkeypatch.context() as m:
+            for name, value in SMALL.get(small, {}).items():
+                m.setattr(fastread, name, value)
+            store = pb.ArrayStore(item)
+            _check(store, ["x"])
+            got = _read(one)
+            assert np.array_equal(got, _want(pb.ArrayStore(one).open("x"), ((0, 6), (0, 5))))
+            assert not np.array_equal(got, x[:6, :5])
+
+
+def test_chunks_decoded_straight_into_their_outputs(tmp_path, monkeypatch):
+    """zstd chunks of (16, 16) of a (64, 16) leaf: read whole, each chunk is decoded straight
+    into its part of the output (no buffer); read in part, into this thread's buffer and
+    copied; never by the codec pipeline (which makes fresh bytes) while the frames are sound."""
+    from ockpt.zarr import codecs
+
+    x = np.arange(64 * 16, dtype=np.float32).reshape(64, 16)
+    item = tmp_path / "item"
+    _save_x(item, x, chunk_byte_size=1024, zarr_version=2)
+    array = pb.ArrayStore(item).open("x")
+    assert array.chunk_shape == (16, 16)
+    buffers = _spy(monkeypatch, "_scratch", lambda nbytes, *_: nbytes)
+    pipeline = []
+    decode = codecs.CodecPipeline.decode
+
+    def counted(self, *args, **kwargs):
+        pipeline.append(args)
+        return decode(self, *args, **kwargs)
+
+    monkeypatch.setattr(codecs.CodecPipeline, "decode", counted)
+    for box, scratch in ((((0, 64), (0, 16)), []), (((0, 64), (1, 16)), [1024] * 4)):
+        buffers.clear()
+        ((_, data),) = fastread.read_regions([ReadRequest(array, box)], max_in_flight=2)
+        assert np.array_equal(data, x[:, box[1][0] :])
+        assert buffers == scratch and pipeline == [], box
+
+
+@pytest.mark.parametrize("small", [None, "pool", "stream"])
+def test_gzip_chunks_that_hold_zstd_frames_are_refused(tmp_path, monkeypatch, small):
+    """Leaves whose .zarray names gzip over chunks that are zstd frames (of the right size):
+    only a pipeline of zstd alone is decoded as one zstd frame, so gzip refuses each chunk,
+    naming it, whatever the request (whole leaf of one chunk, whole chunks, parts)."""
+    import json
+
+    for name, value in SMALL.get(small, {}).items():
+        monkeypatch.setattr(fastread, name, value)
+    x = np.arange(40 * 100, dtype=np.float32).reshape(40, 100)
+    for item, value in ((tmp_path / "many", x), (tmp_path / "one", x[:6, :5])):
+        _save_x(item, value, chunk_byte_size=2000, zarr_version=2)
+        zarray = item / "x" / ".zarray"
+        d = json.loads(zarray.read_text())
+        d["compressor"] = {"id": "gzip", "level": 1}
+        zarray.write_text(json.dumps(d))
+        array = pb.ArrayStore(item).open("x")
+        for box in (((0, 6), (0, 5)), ((0, 20), (0, 25)), ((1, 3), (2, 4))):
+            err = raised(
+                FormatError, list, fastread.read_regions([ReadRequest(array, box)], max_in_flight=2)
+            )
+            assert err.file == f"{item}/x/0.0", (item, box, err)
+
+
+def test_outputs_from_64_kib_start_on_a_64_byte_boundary(tmp_path):
+    """Outputs of 64 KiB and more start on a 64-byte boundary (jax adopts them without a
+    copy); each of eight requests of exactly 64 KiB, read together."""
+    x = np.arange(128 * 256, dtype=np.float32).reshape(128, 256)  # 128 KiB
+    _save_x(tmp_path / "item", x, zarr_version=2)
+    array = pb.ArrayStore(tmp_path / "item").open("x")
+    boxes = [((i * 8, i * 8 + 64), (0, 256)) for i in range(8)] + [((0, 128), (0, 256))]
+    got = list(fastread.read_regions([ReadRequest(array, b) for b in boxes], max_in_flight=2))
+    assert [r.box for r, _ in got] == boxes
+    for request, data in got:
+        assert data.nbytes >= 1 << 16 and data.ctypes.data % 64 == 0, request.box
+        assert np.array_equal(data, x[request.box[0][0] : request.box[0][1]])
