@@ -21,11 +21,9 @@ import contextlib
 import functools
 import io
 import itertools
-import json
 import math
 import os
-import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -1205,14 +1203,3 @@ def validate(
     with applied(limits):
         kind = v.run(store, step=step, item=item)
     return Report(store.display, kind, deep, v.findings, {k: n for k, n in v.checked.items()})
-
-
-def _iter_rules(findings: Iterable[Finding]) -> list[str]:  # pragma: no cover - debugging aid
-    return sorted({f.rule for f in findings})
-
-
-if __name__ == "__main__":  # pragma: no cover
-    import sys
-
-    r = validate(sys.argv[1], deep="--deep" in sys.argv)
-    print(json.dumps(r.to_json(), indent=2) if "--json" in sys.argv else r.format_text())
