@@ -10,6 +10,7 @@ import dataclasses
 import json
 import shutil
 
+import msgpack
 import numpy as np
 import pytest
 
@@ -243,6 +244,50 @@ def test_a_document_removed_meanwhile(monkeypatch, name):
     with pytest.raises(MissingDataError) as info:
         _open(AGGREGATED)
     assert_error(info, rule="LOAD-050", file=str(AGGREGATED / name), message="removed meanwhile")
+
+
+def test_the_path_and_context_reach_the_store(monkeypatch):
+    seen = []
+    real = item_module.as_store
+
+    def record(path, *, context):  # type: ignore[no-untyped-def]
+        seen.append((path, context))
+        return real(path, context=None)
+
+    monkeypatch.setattr(item_module, "as_store", record)
+    context = object()
+    opened = _open(SHARDED, context=context)
+    assert seen == [(SHARDED, context)] and opened.location.display == str(SHARDED)
+
+
+def test_a_bad_msgpack_file_is_named(tmp_path):
+    path = _copy(AGGREGATED, tmp_path)
+    (path / "_METADATA").unlink()
+    (path / "checkpoint").write_bytes(b"\xc1 not msgpack")
+    with pytest.raises(FormatError) as info:
+        _open(path)
+    assert info.value.rule.startswith("MSGPACK-") and info.value.file == str(path / "checkpoint")
+
+
+def test_two_leaves_of_one_param_name_are_refused_naming_the_document(tmp_path):
+    """PATH-001, named in the document the tree came from."""
+    path = _copy(NO_OCDBT, tmp_path)
+    doc = json.loads((path / "_METADATA").read_text())
+    entry = json.loads(json.dumps(doc["tree_metadata"]["('a',)"]))
+    entry["key_metadata"] = [{"key": "b.c", "key_type": 2}]  # beside ('b', 'c')
+    doc["tree_metadata"]["('b.c',)"] = entry
+    (path / "_METADATA").write_text(json.dumps(doc))
+    with pytest.raises(FormatError) as info:
+        _open(path)
+    assert_error(info, rule="PATH-001", file=str(path / "_METADATA"), pointer="b.c")
+    legacy = tmp_path / "legacy"
+    legacy.mkdir()
+    (legacy / "checkpoint").write_bytes(
+        msgpack.packb({"a": {"b": "PLACEHOLDER://x"}, "c": "PLACEHOLDER://x"})
+    )
+    with pytest.raises(FormatError) as info:
+        _open(legacy)
+    assert_error(info, rule="PATH-001", file=str(legacy / "checkpoint"), pointer="x")
 
 
 def test_the_metadata_file_is_the_document_the_tree_comes_from(tmp_path):

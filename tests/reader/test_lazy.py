@@ -473,6 +473,19 @@ def test_mapped_reads_share_the_checkpoints_maps(tmp_path):
         assert read.flags.writeable and _backing_map(read) is None
 
 
+def test_a_mapped_scalar_is_a_scalar(tmp_path):
+    """A scalar stored raw in its own chunk file (a per-leaf item) maps; `read` gives it as
+    the numpy scalar it was saved as, like an unmapped read."""
+    item = tmp_path / "item"
+    tree = {"s": np.float64(1.5), "a": np.arange(3.0)}
+    ockpt.save_pytree(item, tree, layout="item", compression=None, use_ocdbt=False)
+    with ockpt.open(item, backend="python") as ckpt:
+        s = ckpt["s"].read(mmap="require")
+        assert type(s) is np.float64 and s == 1.5
+        a = ckpt["a"].read(mmap="require")
+        assert isinstance(a, np.ndarray) and a.shape == (3,) and not a.flags.writeable
+
+
 def test_a_value_of_the_msgpack_file_cannot_be_mapped():
     with ockpt.open(AGGREGATED / "checkpoint", backend="python") as ckpt:
         leaf = ckpt["int32_2d"]

@@ -1204,6 +1204,19 @@ def test_a_leaf_the_target_changes_is_read_not_mapped(tmp_path, target, why):
     assert not got["a"].flags.writeable and np.array_equal(got["a"], tree["a"])
 
 
+def test_a_mapped_scalar_loads_as_a_scalar(tmp_path):
+    tree = {"s": np.float64(1.5), "a": np.arange(3.0), "i": np.int32(7)}
+    ockpt.save_pytree(tmp_path / "c", tree, layout="item", compression=None, use_ocdbt=False)
+    got = ockpt.load_pytree(tmp_path / "c", mmap="require")
+    assert type(got["s"]) is np.float64 and got["s"] == 1.5
+    assert type(got["i"]) is np.int32 and got["i"] == 7
+    assert isinstance(got["a"], np.ndarray) and not got["a"].flags.writeable
+    got = ockpt.load_pytree(
+        tmp_path / "c", {"s": np.zeros((), np.float64)}, partial=True, mmap=True
+    )
+    assert isinstance(got["s"], np.ndarray) and got["s"].shape == () and got["s"] == 1.5
+
+
 def test_a_device_array_target_is_not_mapped(tmp_path):
     jax = pytest.importorskip("jax")
     path, tree = _raw(tmp_path)
