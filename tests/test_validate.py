@@ -582,6 +582,7 @@ def test_progress_on_a_store_whose_listing_has_no_sizes(monkeypatch, tmp_path):
     (no_root / "manifest.ocdbt").unlink()
     assert {t for t, w in totals(no_root)} == {values(no_root)} and values(no_root) > 0
     assert totals(FIXTURES / "orbax-0.12.8" / "no_ocdbt" / "checkpoint") == set()
+    assert totals(BAD / "manager_tmp_step" / "checkpoint" / "3.orbax-checkpoint-tmp") == set()
 
 
 def _seen(report: Report, root: Path) -> list[tuple]:
@@ -682,9 +683,10 @@ def test_deep_progress_counts_each_chunk_as_stored(case):
     assert max(d for d, w in seen if w == "chunks") == want > 0
 
 
-def test_progress_total_is_the_bytes_of_the_files():
+def test_progress_total_is_the_bytes_of_the_files(tmp_copy):
     """On a store that lists sizes, the total is the bytes of every regular file under the
-    path, to the limits' `max_depth` (deeper directories count as nothing)."""
+    path, to the limits' `max_depth`; deeper directories, and those that cannot be listed,
+    count as nothing."""
     from ockpt.limits import LIMITS
 
     def total(path: Path, **kw) -> int:
@@ -704,3 +706,11 @@ def test_progress_total_is_the_bytes_of_the_files():
     assert total(root) == files(root, 99) > files(root, 2)
     shallow = dataclasses.replace(LIMITS, max_depth=1)
     assert total(root, limits=shallow) == files(root, 1) > files(root, 0)
+    item = tmp_copy(FIXTURES / "orbax-0.12.8" / "sharded")
+    (item / "empty").write_bytes(b"")
+    (item / "many").mkdir()
+    for i in range(40):
+        (item / "many" / str(i)).write_bytes(b"x")
+    assert total(item) == files(item, 9)
+    few = dataclasses.replace(LIMITS, max_directory_entries=30)  # "many" cannot be listed
+    assert total(item, limits=few) == files(item, 9) - 40
