@@ -25,6 +25,7 @@ from ockpt.validate import Report, validate
 from tests.support import FIXTURES, case_id, deadline, fixture_cases
 
 BAD = FIXTURES / "bad"
+LARGE_VALUES = BAD / "_base" / "large_values" / "checkpoint"  # values out of the B+tree nodes
 EXPECTED = json.loads((BAD / "expected.json").read_text(encoding="utf-8"))["variants"]
 SECONDS = 60
 
@@ -570,15 +571,16 @@ def test_progress_on_a_store_whose_listing_has_no_sizes(monkeypatch, tmp_path):
     monkeypatch.setattr(
         LocalStore, "capabilities", dataclasses.replace(LocalStore.capabilities, sizes_known=False)
     )
-    item = FIXTURES / "orbax-0.12.8" / "sharded" / "checkpoint"
-    assert values(item) > 0 and totals(item) == {(values(item), "arrays"), (values(item), "done")}
+    for item in (FIXTURES / "orbax-0.12.8" / "sharded" / "checkpoint", LARGE_VALUES):
+        want = {(values(item), "arrays"), (values(item), "done")}
+        assert values(item) > 0 and totals(item) == want, item
     root = FIXTURES / "orbax-0.12.8" / "manager" / "checkpoint"
     steps = [root / s / "params" for s in ("0", "1", "2")]
     assert totals(root) >= {(sum(values(p) for p in steps), "done")}
     no_root = tmp_path / "no_root"  # the per-process databases: each counted
     import shutil
 
-    shutil.copytree(item, no_root)
+    shutil.copytree(LARGE_VALUES, no_root)
     (no_root / "manifest.ocdbt").unlink()
     assert {t for t, w in totals(no_root)} == {values(no_root)} and values(no_root) > 0
     assert totals(FIXTURES / "orbax-0.12.8" / "no_ocdbt" / "checkpoint") == set()
