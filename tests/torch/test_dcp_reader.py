@@ -181,6 +181,8 @@ def test_validate_checkpoint_id():
     assert OrbaxReader.validate_checkpoint_id(FIXTURES / "orbax-0.12.8/manager/checkpoint")
     assert not OrbaxReader.validate_checkpoint_id(FIXTURES / "no-such-checkpoint")
     assert not OrbaxReader.validate_checkpoint_id(FIXTURES / "orbax-0.12.8")
+    assert not OrbaxReader.validate_checkpoint_id(None)  # type: ignore[arg-type]  # TypeError
+    assert not OrbaxReader.validate_checkpoint_id(b"/tmp")  # type: ignore[arg-type]
 
 
 def _torchrun(nproc: int, out: Path) -> list[dict]:
@@ -426,3 +428,9 @@ def test_step_and_item_choose_what_is_read():
     state = {"counts": torch.zeros(3, dtype=torch.int64), "flag": None}
     _load(state, OrbaxReader(v1, item="aux"))
     assert state["counts"].tolist() == [0, 1, 2] and state["flag"] is True
+
+
+def test_a_read_item_whose_index_has_fewer_dimensions_than_its_region_is_refused():
+    reader = OrbaxReader(SHARDED)
+    with pytest.raises(ValueError, match=r"zip\(\) argument 2 is longer than argument 1"):
+        reader.read_data(LoadPlan([_item("xy", (0, 0), (2, 2), base=(1,))]), _Planner())

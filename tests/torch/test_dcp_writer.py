@@ -9,6 +9,7 @@ hand with each rank a thread (its all-gather a barrier between threads), dcp.sav
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import os
 import subprocess
@@ -534,9 +535,14 @@ def test_a_save_without_a_path_and_plan_caching_are_refused():
     writer = OrbaxWriter()
     plan = writer.prepare_local_plan(SavePlan([_value("x"), _whole("w", torch.ones(1))]))
     assert plan.storage_data.objects == frozenset({"x"})
-    with pytest.raises(ValueError, match="OrbaxWriter has no path"):
+    with pytest.raises(
+        ValueError,
+        match="^OrbaxWriter has no path: pass one, or checkpoint_id to dcp.save$",
+    ):
         writer.prepare_global_plan([plan])
-    with pytest.raises(ockpt.UnsupportedError, match="plan caching"):
+    with pytest.raises(
+        ockpt.UnsupportedError, match="^OrbaxWriter does not support DCP's plan caching$"
+    ):
         writer.prepare_local_plan(SavePlan([], usable=False))
 
 
@@ -547,7 +553,10 @@ def test_set_up_refuses_a_coordinator_other_than_rank_0_and_no_collectives(monke
         OrbaxWriter("/tmp/x", process_group=1).set_up_storage_writer(True)
     with pytest.raises(ockpt.UnsupportedError, match="rank 0 as DCP's coordinator"):
         OrbaxWriter("/tmp/x", process_group=0).set_up_storage_writer(False)
-    with pytest.raises(ockpt.UnsupportedError, match="use_collectives=True"):
+    with pytest.raises(
+        ockpt.UnsupportedError,
+        match=r"^OrbaxWriter needs DCP's collectives \(use_collectives=True\)$",
+    ):
         OrbaxWriter("/tmp/x", process_group=1).set_up_storage_writer(False, use_collectives=False)
     writer = OrbaxWriter("/tmp/x", process_group=1)
     writer.set_up_storage_writer(False, use_collectives=True)
@@ -587,7 +596,10 @@ def test_python_values_held_only_by_other_ranks_are_refused(monkeypatch, tmp_pat
     ]
     with pytest.raises(ockpt.UnsupportedError) as e:
         writers[0].prepare_global_plan(plans)
-    assert "['v0', 'v1', 'v2', 'v3', 'v4'] are not in rank 0's state dict" in str(e.value)
+    assert str(e.value) == (
+        "non-tensor values ['v0', 'v1', 'v2', 'v3', 'v4'] are not in rank 0's state dict: "
+        "OrbaxWriter writes non-tensor values from the coordinator's"
+    )
     assert not os.listdir(tmp_path) and writers[0]._pending is None
 
 
@@ -779,3 +791,80 @@ def test_torch_job_of_a_group_gathers_int32_over_it_on_the_gpu_with_nccl(monkeyp
     else:
         with pytest.raises(AssertionError, match="Torch not compiled with CUDA enabled"):
             job.gather(np.array([1]))
+
+
+def test_python_values_need_the_planners_lookup_object():
+    """The coordinator reads its Python values through the planner's lookup_object: without
+    it the save is refused, naming the first five."""
+    names = tuple(f"v{i}" for i in range(7))
+    info = dcp_writer._GlobalInfo("/tmp/x", 1, (), names)
+    items = [_value(n) for n in names]
+    with pytest.raises(ockpt.UnsupportedError) as e:
+        dcp_writer._tree(info, items, _NoLookup({}), primary=True)
+    assert str(e.value) == (
+        "non-tensor values ['v0', 'v1', 'v2', 'v3', 'v4']: OrbaxWriter reads them through the "
+        "planner's lookup_object (DefaultSavePlanner has it)"
+    )
+    assert dcp_writer._tree(info, items, _NoLookup({}), primary=False) == {}
+
+
+def test_write_data_takes_the_items_in_any_order(monkeypatch, tmp_path):
+    """A plan whose Python values come before its tensors is written whole."""
+    full = {"w": torch.arange(4, dtype=torch.int32)}
+    (writer,), _ = _writers(monkeypatch, tmp_path / "ck", 1, layout="item")
+    local = writer.prepare_local_plan(SavePlan([_whole("w", full["w"]), _value("n")]))
+    (plan,) = writer.prepare_global_plan([local])
+    plan = dataclasses.replace(plan, items=plan.items[::-1])
+    writer.write_data(plan, _Planner(full, {"n": 3}))
+    writer.finish(None, [])
+    got = ockpt.load_pytree(tmp_path / "ck")
+    assert got["w"].tolist() == [0, 1, 2, 3] and got["n"] == 3
+
+
+def test_finish_before_write_data_is_refused(monkeypatch, tmp_path):
+    (writer,), _ = _writers(monkeypatch, tmp_path / "ck", 1)
+    writer.prepare_global_plan([writer.prepare_local_plan(SavePlan([_value("n")]))])
+    with pytest.raises(AssertionError):
+        writer.finish(None, [])
+    writer.reset()
+    assert not _leftovers(tmp_path / "ck")
+
+
+def test_tensor_items_without_a_chunk_are_refused():
+    data = TensorWriteData(None, TensorProperties(dtype=torch.float32), torch.Size([2]))  # type: ignore[arg-type]
+    item = WriteItem(MetadataIndex("w"), WriteItemType.TENSOR, tensor_data=data)
+    with pytest.raises(AssertionError):
+        dcp_writer._layouts([[item]])
+    info = dcp_writer._GlobalInfo("/tmp/x", 1, (), ())
+    with pytest.raises(AssertionError):
+        dcp_writer._tree(info, [item], _Planner({}, {}), primary=True)
+
+
+def test_one_element_shards_are_stored_shards():
+    t = torch.zeros(2)
+    (layout,) = dcp_writer._layouts([[_shard("w", t, [0], [1])], [_shard("w", t, [1], [1])]])
+    assert layout.write_shape == (1,)
+    assert layout.sharding.mesh_shape == (2,) and layout.sharding.device_ids == (0, 1)
+
+
+def test_a_barrier_that_fails_while_a_planning_error_is_reported_keeps_that_error(
+    monkeypatch, tmp_path
+):
+    """Rank 0 fails in its planning and the barrier that tells the others fails too: the
+    planning error is the one raised, and the temporary directory is removed."""
+
+    def broken(values: np.ndarray) -> np.ndarray:
+        raise RuntimeError("the barrier broke")
+
+    monkeypatch.setattr(dcp_writer, "_torch_job", lambda group: Job(0, 2, broken))
+    writer = OrbaxWriter(tmp_path / "ck")
+    writer.set_up_storage_writer(True)
+    full = {"w": torch.ones(2)}
+    plans = [
+        writer.prepare_local_plan(SavePlan([_shard("w", full["w"], [0], [1]), _value("n")])),
+        writer.prepare_local_plan(SavePlan([_shard("w", full["w"], [1], [1])])),
+    ]
+    plans = writer.prepare_global_plan(plans)
+    with pytest.raises(ockpt.UnsupportedError, match="lookup_object"):
+        writer.write_data(plans[0], _NoLookup(full))
+    assert not _leftovers(tmp_path / "ck") and writer._pending is None
