@@ -290,6 +290,26 @@ def test_two_leaves_of_one_param_name_are_refused_naming_the_document(tmp_path):
     assert_error(info, rule="PATH-001", file=str(legacy / "checkpoint"), pointer="x")
 
 
+def test_the_document_leaves_the_parse_cache_once_the_tree_is_built(tmp_path):
+    """`_METADATA` parsed to detect the layout is kept in the cache of parsed documents; the
+    item, its last reader, takes it out (a tree of 100,000 leaves: 12 MB)."""
+    import hashlib
+
+    from ockpt.documents import metadata as metadata_document
+
+    path = _copy(SHARDED, tmp_path)
+    data = (path / "_METADATA").read_bytes()
+    digest = hashlib.blake2b(data, digest_size=32).digest()
+
+    def cached() -> bool:
+        return any(key[:2] == (len(data), digest) for key in metadata_document._PARSED)
+
+    metadata_document.MetadataDocument.from_bytes(data)
+    assert cached()
+    opened = _open(path)
+    assert opened.has_metadata and not cached()
+
+
 def test_the_metadata_file_is_the_document_the_tree_comes_from(tmp_path):
     opened = _open(AGGREGATED)
     assert opened.has_metadata and opened.metadata_file == str(AGGREGATED / "_METADATA")

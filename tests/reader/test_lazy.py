@@ -486,6 +486,33 @@ def test_a_mapped_scalar_is_a_scalar(tmp_path):
         assert isinstance(a, np.ndarray) and a.shape == (3,) and not a.flags.writeable
 
 
+def test_a_mapped_0d_array_stays_an_array(tmp_path):
+    """A 0-d leaf saved as an array (not a scalar) maps as a 0-d array; a slice of it, read,
+    gives the numpy scalar."""
+    item = tmp_path / "item"
+    ockpt.save_pytree(item, {"z": np.array(2.5)}, layout="item", compression=None, use_ocdbt=False)
+    with ockpt.open(item, backend="python") as ckpt:
+        z = ckpt["z"]
+        assert z.value_type == "np.ndarray" and z.shape == ()
+        got = z.read(mmap="require")
+        assert isinstance(got, np.ndarray) and got.shape == () and got == 2.5
+        assert not got.flags.writeable
+        assert type(z.read()) is np.float64
+
+
+def test_a_lazy_array_made_without_the_checkpoints_maps_has_its_own(tmp_path):
+    item = tmp_path / "item"
+    tree = {"a": np.arange(4096, dtype=np.float32)}
+    ockpt.save_pytree(item, tree, layout="item", compression=None)
+    with ockpt.open(item, backend="python") as ckpt:
+        leaf = ckpt._item.leaves["a"]
+        array = ckpt._item.arrays(["a"])["a"]
+        lone = ockpt.LazyArray(leaf, array)
+        got = lone.read(mmap="require")
+        assert np.array_equal(got, tree["a"]) and not got.flags.writeable
+        assert _backing_map(got) is not _backing_map(ckpt["a"].read(mmap=True))
+
+
 def test_a_value_of_the_msgpack_file_cannot_be_mapped():
     with ockpt.open(AGGREGATED / "checkpoint", backend="python") as ckpt:
         leaf = ckpt["int32_2d"]
@@ -575,6 +602,9 @@ def test_a_subtree_loads_with_the_options_of_load_pytree(tmp_path):
         assert info.value.rule == "LOAD-020"
         got = params.load({"b": np.zeros(2, np.int32), "w": ...}, cast="lossy")
         assert np.array_equal(got["b"], want["b"].astype(np.int32))
+        with pytest.raises(TargetError) as info:
+            params.load({"b": np.zeros(3, np.float32), "w": ...})
+        assert info.value.rule == "LOAD-030"
         got = params.load({"b": np.zeros(3, np.float32), "w": ...}, pad_or_truncate=True)
         assert got["b"].tolist() == [*want["b"].tolist(), 0.0]
         got = params.load(max_in_flight=1)

@@ -1296,3 +1296,213 @@ def test_a_load_checks_what_it_allocates(monkeypatch, dtype, cast, nbytes):
         ockpt.load_pytree(case, target, partial=True, cast=cast, backend="python")
     assert_error(info, rule="LIMIT-006", file=str(case / "manifest.ocdbt"))
     assert info.value.message.startswith(f"param 'xy' needs {nbytes} bytes,")
+
+
+# ---------------------------------------------------------------------------------------------
+# More of what a load does: targets, limits, what it asks of the item (issue 34 item 4).
+
+
+def test_an_object_with_fields_that_is_no_tuple_is_no_namedtuple():
+    class Fielded:
+        _fields = ("x",)
+        x = np.zeros(3, np.int32)
+
+    key = "unicode \u043a\u043b\u044e\u0447"
+    with pytest.raises(TargetError) as info:
+        ockpt.load_pytree(_nested(), {key: Fielded()}, partial=True)
+    assert_error(info, rule="LOAD-004", leaf=key)
+
+
+def test_a_list_subclass_target_comes_back_a_list():
+    class Layers(list):
+        pass
+
+    got = ockpt.load_pytree(_nested(), {"layers": Layers([..., ...])}, partial=True)
+    assert type(got["layers"]) is list and got["layers"] == [..., ...]
+
+
+def test_empty_nodes_left_out_of_a_full_target_are_not_extra(tmp_path):
+    tree = {"x": np.arange(3), "e": {}, "l": [], "n": None}
+    ockpt.save_pytree(tmp_path / "c", tree, layout="item")
+    got = ockpt.load_pytree(tmp_path / "c", {"x": np.zeros(3, np.int64)})
+    assert list(got) == ["x"] and got["x"].tolist() == [0, 1, 2]
+    got = ockpt.load_pytree(tmp_path / "c", {"x": ..., "e": None, "l": None, "n": None})
+    assert got == {"x": ..., "e": None, "l": None, "n": None}
+    with pytest.raises(TargetError) as info:  # an empty container where a leaf is saved
+        ockpt.load_pytree(tmp_path / "c", {"x": {}, "e": {}, "l": [], "n": None})
+    assert_error(info, rule="LOAD-003", leaf="x")
+
+
+def test_a_missing_leaf_alone_lists_no_extra():
+    with pytest.raises(TargetError) as info:
+        ockpt.load_pytree(_nested(), {"empty_dict": {"k": ...}}, partial=True)
+    assert info.value.message == (
+        "target tree does not match the saved tree; missing from the checkpoint: ['empty_dict.k']"
+    )
+    exp = expected_items(fixture_case("0.12.8", "nested"))[""]
+    target = {k: ... for k in exp}
+    target["zz"] = ...
+    with pytest.raises(TargetError) as info:
+        ockpt.load_pytree(_nested(), target)
+    assert_error(
+        info,
+        rule="LOAD-001",
+        missing=("zz",),
+        extra=(),
+        message="target tree does not match the saved tree; missing from the checkpoint: ['zz']",
+    )
+
+
+@pytest.mark.parametrize("dtype", ["U4", "datetime64[s]", "O"])
+def test_a_target_type_no_checkpoint_holds_is_a_lossy_cast(dtype):
+    key = "unicode \u043a\u043b\u044e\u0447"  # int32 [0, 1, 2]
+    with pytest.raises(TargetError) as info:
+        ockpt.load_pytree(_nested(), {key: np.zeros(3, dtype)}, partial=True)
+    assert_error(info, rule="LOAD-020", leaf=key)
+    got = ockpt.load_pytree(_nested(), {key: np.zeros(3, dtype)}, partial=True, cast="lossy")
+    assert got[key].dtype == np.dtype(dtype)
+
+
+def test_a_checked_cast_to_the_stored_type_reads_it_as_stored(monkeypatch):
+    case = fixture_case("0.12.8", "sharded") / "checkpoint"
+    target = {"xy": np.zeros((8, 4), np.float32)}
+    _memory(monkeypatch, 128)
+    for cast in ("checked", "lossy"):
+        got = ockpt.load_pytree(case, target, partial=True, cast=cast, backend="python")
+        assert got["xy"].dtype == np.float32
+    _memory(monkeypatch, 127)
+    with pytest.raises(ockpt.errors.MemoryLimitError):
+        ockpt.load_pytree(case, target, partial=True, cast="checked", backend="python")
+
+
+def test_a_load_reads_under_the_limits_given(monkeypatch):
+    """Every read of a load is made under the limits the item was opened with, whatever
+    limits are in force around the call (`load_pytree` and a lazy checkpoint's `load`)."""
+    import ockpt.limits
+    from ockpt.engines.python.store import StoredArray as PythonArray
+
+    in_force = []
+    original = PythonArray.read_regions
+
+    def record(self, requests, **kw):  # type: ignore[no-untyped-def]
+        in_force.append(ockpt.limits.current())
+        return original(self, requests, **kw)
+
+    monkeypatch.setattr(PythonArray, "read_regions", record)
+    case = fixture_case("0.12.8", "sharded") / "checkpoint"
+    mine = ockpt.limits.Limits(max_depth=33)
+    other = ockpt.limits.Limits(max_depth=34)
+    with ockpt.limits.applied(other):
+        ockpt.load_pytree(case, {"xy": ...}, partial=True, limits=mine, backend="python")
+        ockpt.load_pytree(case, {"x": np.zeros((8, 3), np.int32)}, partial=True, limits=mine)
+    assert in_force and set(in_force) == {mine}
+    in_force.clear()
+    with ockpt.open(case, limits=mine, backend="python") as ckpt:
+        with ockpt.limits.applied(other):
+            ckpt.load({"x": np.zeros((8, 3), np.int32)}, partial=True)
+    assert in_force and set(in_force) == {mine}
+
+
+def test_what_load_pytree_is_asked_reaches_the_item(monkeypatch):
+    from ockpt.reader import load as load_module
+    from ockpt.reader.item import OpenedItem
+
+    seen = []
+
+    class Recording(OpenedItem):
+        def __init__(self, path, **kw):  # type: ignore[no-untyped-def]
+            seen.append((path, kw))
+            super().__init__(path, **{**kw, "context": None})
+
+    monkeypatch.setattr(load_module, "OpenedItem", Recording)
+    root = fixture_case("0.12.8", "manager") / "checkpoint"
+    context, limits = object(), ockpt.limits.Limits()
+    got = ockpt.load_pytree(
+        root, step=0, item="params", context=context, backend="python", limits=limits
+    )
+    assert_same(got, expected_items(fixture_case("0.12.8", "manager"))["0/params"])
+    ockpt.load_pytree(root)
+    assert seen == [
+        (
+            root,
+            {
+                "step": 0,
+                "item": "params",
+                "context": context,
+                "backend": "python",
+                "limits": limits,
+            },
+        ),
+        (root, {"step": None, "item": None, "context": None, "backend": "auto", "limits": None}),
+    ]
+
+
+def test_a_load_reads_unless_told_to_map(tmp_path):
+    path, tree = _raw(tmp_path)
+    got = ockpt.load_pytree(path)
+    assert got["a"].flags.writeable and np.array_equal(got["a"], tree["a"])
+    got = ockpt.load_pytree(path, {"a": np.zeros(4096, np.float32), "b": ...})
+    assert got["a"].flags.writeable
+
+
+def test_an_engine_that_opens_arrays_together(monkeypatch):
+    """A backend whose `BULK_OPEN` is true has every array leaf of the load opened in one
+    call (not its strings nor its inline values), then reads from those."""
+    from ockpt.engines.python.store import ArrayStore as PythonStore
+
+    batches = []
+    original = PythonStore.open_many
+
+    def record(self, names):  # type: ignore[no-untyped-def]
+        batches.append(list(names))
+        return original(self, names)
+
+    monkeypatch.setattr(PythonStore, "BULK_OPEN", True)
+    monkeypatch.setattr(PythonStore, "open_many", record)
+    case = fixture_case("0.12.8", "scalars_strings")
+    want = expected_items(case)[""]
+    target = {"int": 0, "str": "", "np_float32": np.float32(0), "bool_true": True}
+    got = ockpt.load_pytree(case / "checkpoint", target, partial=True, backend="python")
+    assert got == {"int": 42, "str": "hello", "np_float32": want["np_float32"], "bool_true": True}
+    assert batches == [["int", "np_float32", "bool_true"]]
+    batches.clear()
+    assert_same(ockpt.load_pytree(case / "checkpoint", backend="python"), want)
+    assert len(batches) == 1 and "str" not in batches[0] and "int" in batches[0]
+
+
+def test_an_inline_value_loaded_as_a_key(tmp_path):
+    """A `RandomKey` target over key data kept in the msgpack file: the key; data that is not
+    the implementation's is ARRM-002, named in the msgpack file."""
+    import msgpack
+
+    def ndarray(a: np.ndarray) -> msgpack.ExtType:
+        return msgpack.ExtType(1, msgpack.packb([list(a.shape), a.dtype.name, a.tobytes()]))
+
+    item = tmp_path / "item"
+    item.mkdir()
+    good, bad = np.array([0, 42], np.uint32), np.arange(3, dtype=np.uint32)
+    (item / "checkpoint").write_bytes(msgpack.packb({"k": ndarray(good), "b": ndarray(bad)}))
+    target = {"k": ockpt.RandomKey("threefry2x32", np.zeros(2, np.uint32))}
+    got = ockpt.load_pytree(item, target, partial=True)["k"]
+    assert isinstance(got, ockpt.RandomKey) and got.impl == "threefry2x32"
+    assert got.data.tolist() == [0, 42]
+    with pytest.raises(ockpt.FormatError) as info:
+        ockpt.load_pytree(
+            item, {"b": ockpt.RandomKey("threefry2x32", np.zeros(3, np.uint32))}, partial=True
+        )
+    assert_error(info, rule="ARRM-002", file=str(item / "checkpoint"), pointer="b")
+
+
+def test_a_stored_key_that_is_not_its_implementations_names_the_array(tmp_path):
+    """ARRM-002 on load: a key recorded as `rbg` (4 words) whose array ends in 2 words."""
+    item = tmp_path / "item"
+    shutil.copytree(fixture_case("0.12.8", "random_keys") / "checkpoint", item)
+    doc = item / "array_metadatas" / "process_0"
+    text = doc.read_text()
+    old = '"param_name": "rngs.grid", "write_shape": [1, 1, 2], "chunk_shape": [1, 1, 2], '
+    old += '"ext_metadata": {"random_key_impl": "threefry2x32"}'
+    assert old in text
+    doc.write_text(text.replace(old, old.replace("threefry2x32", "rbg")))
+    with pytest.raises(ockpt.FormatError) as info:
+        ockpt.load_pytree(item, backend="python")
+    assert_error(info, rule="ARRM-002", file=f"{item}/manifest.ocdbt", pointer="rngs.grid")
