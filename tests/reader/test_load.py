@@ -1506,3 +1506,74 @@ def test_a_stored_key_that_is_not_its_implementations_names_the_array(tmp_path):
     with pytest.raises(ockpt.FormatError) as info:
         ockpt.load_pytree(item, backend="python")
     assert_error(info, rule="ARRM-002", file=f"{item}/manifest.ocdbt", pointer="rngs.grid")
+
+
+def test_a_key_target_over_data_that_is_no_key_data():
+    """LOAD-025: a key target where the checkpoint holds float32 names the leaf, the file and
+    what the checkpoint holds."""
+    case = fixture_case("0.12.8", "sharded") / "checkpoint"
+    target = {"replicated": ockpt.RandomKey("rbg", np.zeros(4, np.uint32))}
+    with pytest.raises(TargetError) as info:
+        ockpt.load_pytree(case, target, partial=True)
+    assert_error(
+        info,
+        rule="LOAD-025",
+        leaf="replicated",
+        file=str(case / "_METADATA"),
+        message="a rbg key target needs uint32 key data; the checkpoint holds float32 [6]",
+    )
+
+
+def test_a_key_target_of_an_implementation_the_format_does_not_record(monkeypatch):
+    from ockpt import _jax
+
+    marker = object()
+    monkeypatch.setattr(
+        _jax, "key_target", lambda t: ((2,), "philox4x32", None) if t is marker else None
+    )
+    case = fixture_case("0.12.8", "sharded") / "checkpoint"
+    with pytest.raises(ockpt.errors.UnsupportedError) as info:
+        ockpt.load_pytree(case, {"xy": marker}, partial=True)
+    assert_error(info, rule="ARRM-002", file=str(case / "_METADATA"))
+    assert info.value.message.startswith("leaf 'xy': typed PRNG key implementation 'philox4x32'")
+
+
+def test_a_key_target_placed_so_that_its_data_cannot_follow(monkeypatch):
+    jax = pytest.importorskip("jax")
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from ockpt import _jax
+
+    monkeypatch.setattr(_jax, "key_data_sharding", lambda *args: None)
+    case = fixture_case("0.11.9", "random_keys") / "checkpoint"
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("a",))
+    key = jax.eval_shape(lambda: jax.random.key(0))
+    target = jax.ShapeDtypeStruct((), key.dtype, sharding=NamedSharding(mesh, P()))
+    with pytest.raises(TargetError) as info:
+        ockpt.load_pytree(case, {"rngs": {"threefry": target}}, partial=True)
+    assert_error(
+        info,
+        rule="LOAD-025",
+        leaf="rngs.threefry",
+        file=str(case / "_METADATA"),
+        message="a typed-key target placed with NamedSharding (use a NamedSharding or a single "
+        "device)",
+    )
+
+
+def test_a_64_bit_jax_target_without_x64_says_why():
+    jax = pytest.importorskip("jax")
+    case = fixture_case("0.12.8", "numpy_dtypes") / "checkpoint"
+    with jax.enable_x64(False):
+        wide = {"int64": jax.ShapeDtypeStruct((2, 2, 3), np.int64)}
+        with pytest.raises(TargetError) as info:
+            ockpt.load_pytree(case, wide, partial=True)
+    assert_error(
+        info,
+        rule="LOAD-024",
+        leaf="int64",
+        file=str(case / "_METADATA"),
+        message="jax would store int64 as int32 (64-bit types need jax_enable_x64); ask for "
+        "the narrower dtype explicitly",
+    )
