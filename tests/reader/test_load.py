@@ -1470,10 +1470,15 @@ def test_an_engine_that_opens_arrays_together(monkeypatch):
     assert len(batches) == 1 and "str" not in batches[0] and "int" in batches[0]
 
 
-def test_an_inline_value_loaded_as_a_key(tmp_path):
-    """A `RandomKey` target over key data kept in the msgpack file: the key; data that is not
-    the implementation's is ARRM-002, named in the msgpack file."""
+def test_an_inline_value_loaded_as_a_key(tmp_path, monkeypatch):
+    """A `RandomKey` target over key data kept in the msgpack file: the key (a `RandomKey`
+    even where jax is loaded); data that is not the implementation's is ARRM-002, named in
+    the msgpack file."""
     import msgpack
+
+    from ockpt import _jax
+
+    monkeypatch.setattr(_jax, "jax_loaded", lambda: True)
 
     def ndarray(a: np.ndarray) -> msgpack.ExtType:
         return msgpack.ExtType(1, msgpack.packb([list(a.shape), a.dtype.name, a.tobytes()]))
@@ -1577,3 +1582,41 @@ def test_a_64_bit_jax_target_without_x64_says_why():
         message="jax would store int64 as int32 (64-bit types need jax_enable_x64); ask for "
         "the narrower dtype explicitly",
     )
+
+
+def test_a_mismatch_is_refused_before_anything_is_read(monkeypatch):
+    """Every leaf a target asks for is checked against its stored array before the first
+    read: a bad leaf after a good one reads nothing."""
+    from ockpt.engines.python import fastread
+
+    chunks: list[str] = []
+    original = fastread._read_chunk
+    monkeypatch.setattr(
+        fastread,
+        "_read_chunk",
+        lambda group, index, dests: (
+            chunks.append(group.array.param_name) or original(group, index, dests)
+        ),
+    )
+    case = fixture_case("0.12.8", "sharded") / "checkpoint"
+    target = {"x": np.zeros((8, 3), np.int32), "yx": np.zeros((2, 8), np.int8)}
+    with pytest.raises(TargetError) as info:
+        ockpt.load_pytree(case, target, partial=True, backend="python")
+    assert_error(info, rule="LOAD-020", leaf="yx")
+    assert chunks == []
+    target = {"x": np.zeros((8, 3), np.int32), "yx": np.zeros((3, 8), np.float32)}
+    with pytest.raises(TargetError) as info:
+        ockpt.load_pytree(case, target, partial=True, backend="python", max_in_flight=1)
+    assert_error(info, rule="LOAD-030", leaf="yx")
+    assert chunks == []
+
+
+def test_a_random_key_target_is_a_random_key_where_jax_is_loaded(monkeypatch):
+    from ockpt import _jax
+
+    monkeypatch.setattr(_jax, "jax_loaded", lambda: True)
+    case = fixture_case("0.11.9", "random_keys") / "checkpoint"
+    target = {"rngs": {"rbg": ockpt.RandomKey("rbg", np.zeros(4, np.uint32))}}
+    got = ockpt.load_pytree(case, target, partial=True, backend="python")["rngs"]["rbg"]
+    assert isinstance(got, ockpt.RandomKey) and got.impl == "rbg"
+    assert_same(got, expected_items(fixture_case("0.11.9", "random_keys"))[""]["rngs"]["rbg"])
