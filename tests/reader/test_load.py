@@ -1620,3 +1620,27 @@ def test_a_random_key_target_is_a_random_key_where_jax_is_loaded(monkeypatch):
     got = ockpt.load_pytree(case, target, partial=True, backend="python")["rngs"]["rbg"]
     assert isinstance(got, ockpt.RandomKey) and got.impl == "rbg"
     assert_same(got, expected_items(fixture_case("0.11.9", "random_keys"))[""]["rngs"]["rbg"])
+
+
+def test_a_sharded_load_checks_the_shards_it_reads(monkeypatch):
+    """LIMIT-006 for a jax target: the cells of the boxes this process reads (each once),
+    not the whole array's nor the boxes' far corners."""
+    jax = pytest.importorskip("jax")
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    if len(jax.devices()) < 2:
+        pytest.skip("needs two devices")
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:2]), ("a",))
+    case = fixture_case("0.12.8", "sharded") / "checkpoint"
+    split = {"x": jax.ShapeDtypeStruct((8, 3), np.int32, sharding=NamedSharding(mesh, P("a")))}
+    whole = {"x": jax.ShapeDtypeStruct((8, 3), np.int32, sharding=NamedSharding(mesh, P()))}
+    want = expected_items(fixture_case("0.12.8", "sharded"))[""]["x"]
+    for target in (split, whole):  # two boxes of 12 cells; one box of 24 read once
+        _memory(monkeypatch, 96)
+        got = ockpt.load_pytree(case, target, partial=True, backend="python")
+        assert np.array_equal(np.asarray(got["x"]), want)
+        _memory(monkeypatch, 95)
+        with pytest.raises(ockpt.errors.MemoryLimitError) as info:
+            ockpt.load_pytree(case, target, partial=True, backend="python")
+        assert info.value.message.startswith("param 'x' needs 96 bytes,")
