@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 import shutil
+from concurrent.futures import Future
 from pathlib import Path
 
 import numpy as np
@@ -276,8 +277,11 @@ def _read(item: Path, *, strict: bool = False, dtype=None) -> np.ndarray:
 
 
 def test_a_large_shard_read_by_inner_chunk(tmp_path, monkeypatch):
-    item, x, _ = _shard_of_inner_chunks(tmp_path, monkeypatch)
+    item, x, count = _shard_of_inner_chunks(tmp_path, monkeypatch)
+    inner = _spy(monkeypatch, "_read_inner_chunk", lambda group, index, src, dests, _: dests)
+    fetched = _spy(monkeypatch, "_fetch", lambda array, key: key)
     assert np.array_equal(_read(item), x)
+    assert len(inner) == count and fetched == []  # the shard is never read whole
     store = pb.ArrayStore(item)
     _check(store, ["x"])
     _check(store, ["x"], dtype=np.float64)
@@ -583,10 +587,12 @@ def test_zstd_chunks_of_an_ocdbt_item_fetched_and_decoded_in_one_thread(tmp_path
     array = store.open("x")
     assert math.prod(array.chunk_shape) * 4 == 1 << 18 and array.chunk_shape[0] < 512
     monkeypatch.setattr(fastread, "INLINE_BYTES", 1 << 30)  # every chunk in this thread
+    raw = _spy(monkeypatch, "_raw", lambda nbytes: nbytes)
     box = ((1, 512), (1, 511))  # no chunk taken whole
     for _ in range(2):
         ((_, data),) = fastread.read_regions([ReadRequest(array, box)], max_in_flight=2)
         assert np.array_equal(data, x[1:512, 1:511])
+    assert len(raw) == 2 * 4  # each frame fetched into the raw buffer
     _check(store, ["x"])
 
 
@@ -670,10 +676,25 @@ def test_small_leaves_of_one_chunk_are_read_whole_in_one_fetch(tmp_path, monkeyp
     _poison_outputs(monkeypatch)
     tasks = _spy(monkeypatch, "_read_chunk", lambda group, *_: group.array.metadata)
     fetched = _spy(monkeypatch, "_fetch", lambda array, key: key)
+    plans = _spy(monkeypatch, "_whole_plan", lambda meta, _: meta)
     requests = [ReadRequest(a, tuple((0, n) for n in a.shape), None, k) for k, a in arrays.items()]
     got = dict((r.tag, data) for r, data in fastread.read_regions(requests, max_in_flight=2))
     for name, x in SMALL_LEAVES.items():
         assert got[name].dtype == x.dtype and np.array_equal(got[name], x), name
+    # each leaf's plan made once per read: "a" again after "b" takes the plan made for it
+    assert len(plans) == len(SMALL_LEAVES)
+    tasks.clear()
+    fetched.clear()
+    a, b = requests[:2]
+    again = [a, b, ReadRequest(a.array, a.box, None, "a again")]
+    got = list(fastread.read_regions(again, max_in_flight=2))
+    assert [r.tag for r, _ in got] == ["a", "b", "a again"]
+    assert np.array_equal(got[2][1], SMALL_LEAVES["a"])
+    assert plans[len(SMALL_LEAVES) :] == [a.array.metadata, b.array.metadata]
+    assert len(fetched) == 3
+    tasks.clear()
+    fetched.clear()
+    list(fastread.read_regions(requests, max_in_flight=2))
     fast = options.get("compression", "zstd") == "zstd" and options["zarr_version"] == 2
     read = [name for name, a in arrays.items() if a.metadata in tasks]
     assert read == (["many"] if fast else list(SMALL_LEAVES))
@@ -872,3 +893,208 @@ def test_outputs_from_64_kib_start_on_a_64_byte_boundary(tmp_path):
     for request, data in got:
         assert data.nbytes >= 1 << 16 and data.ctypes.data % 64 == 0, request.box
         assert np.array_equal(data, x[request.box[0][0] : request.box[0][1]])
+
+
+@pytest.mark.parametrize(
+    ("small", "cores", "max_in_flight", "chunks", "taken"),
+    [
+        (None, 1, 2, 1, 2),
+        ("pool", 1, 2, 1, 4),  # 2 in flight: leaf 0 yielded when leaf 2's chunk is sent
+        ("pool", 3, 1, 1, 8),  # 6 in flight
+        ("pool", 1, 5, 1, 7),  # 5 in flight
+        ("pool", 1, 2, 2, 3),  # leaf 0 yielded when leaf 1's second chunk is sent
+    ],
+)
+def test_each_leaf_is_yielded_once_read_while_requests_are_still_to_come(
+    tmp_path, monkeypatch, small, cores, max_in_flight, chunks, taken
+):
+    """The requests are consumed as reading goes: the first leaf's output is yielded before
+    the last request is taken (memory holds the leaves in flight, not all of them). Small
+    leaves are read in the calling thread, the first yielded once the second is taken; in the
+    pool at most `max_in_flight` chunks (at least two per core) are in flight, and a leaf is
+    yielded once its chunks are in, when the next chunk is to be sent."""
+    for name, value in SMALL.get(small, {}).items():
+        monkeypatch.setattr(fastread, name, value)
+    monkeypatch.setattr(fastread, "workers", lambda: cores)
+    leaves = {f"x{i:02d}": np.arange(20, dtype=np.float32) + i for i in range(12)}
+    ockpt.save_pytree(
+        tmp_path / "item", leaves, layout="item", use_ocdbt=False, chunk_byte_size=80 // chunks
+    )
+    store = pb.ArrayStore(tmp_path / "item")
+    assert store.open("x00").chunk_shape == (20 // chunks,)
+    names = []
+
+    def requests():
+        for name in leaves:
+            names.append(name)
+            yield ReadRequest(store.open(name), ((0, 20),), None, name)
+
+    got = fastread.read_regions(requests(), max_in_flight=max_in_flight)
+    request, data = next(got)
+    assert request.tag == "x00" and np.array_equal(data, leaves["x00"])
+    assert len(names) == taken, names
+    rest = list(got)
+    assert [r.tag for r, _ in rest] == list(leaves)[1:]
+    assert all(np.array_equal(d, leaves[r.tag]) for r, d in rest)
+
+
+@pytest.mark.parametrize("units", [4, 5])
+def test_a_read_of_no_more_units_than_a_plan_holds_lists_no_keys(tmp_path, monkeypatch, units):
+    """A whole read of an array of 4 chunks (one absent) with `_PLAN_UNITS` at 4 or more
+    follows the grid: the array's keys are not listed (that is for grids of more units)."""
+    monkeypatch.setattr(fastread, "_PLAN_UNITS", units)
+    x = np.arange(64 * 16, dtype=np.float32).reshape(64, 16) + 1
+    item = tmp_path / "item"
+    _save_x(item, x, chunk_byte_size=1024, zarr_version=2)
+    os.unlink(item / "x" / "1.0")
+    listed = []
+    stored_chunks = fastread._Group._stored_chunks
+
+    def spied(self):
+        listed.append(self.array.param_name)
+        return stored_chunks(self)
+
+    monkeypatch.setattr(fastread._Group, "_stored_chunks", spied)
+    got = _read(item)
+    assert not got[16:32].any() and np.array_equal(got[32:], x[32:])
+    assert listed == []
+    monkeypatch.setattr(fastread, "_PLAN_UNITS", 3)
+    assert np.array_equal(_read(item), got)
+    assert listed == ["x"]
+
+
+class _LazyFuture(Future):
+    """A task run only when its result is asked for (a pool may run a task at any time
+    before that)."""
+
+    def __init__(self, call) -> None:
+        super().__init__()
+        self.call = call
+
+    def result(self, timeout=None):
+        if not self.done() and self.set_running_or_notify_cancel():
+            try:
+                self.set_result(self.call())
+            except BaseException as e:  # noqa: BLE001 - handed to the caller by result()
+                self.set_exception(e)
+        return super().result(timeout)
+
+
+class _LazyPool:
+    def submit(self, fn, *args):
+        return _LazyFuture(lambda: fn(*args))
+
+
+def test_a_leaf_of_several_chunks_is_yielded_once_all_are_in(tmp_path, monkeypatch):
+    """Leaves of 4 chunks read in a pool that runs each chunk only when its result is awaited:
+    a leaf is yielded only after every one of its chunks was read (each output is whole when
+    it is yielded)."""
+    monkeypatch.setattr(fastread, "INLINE_BYTES", 0)
+    monkeypatch.setattr(fastread, "_executor", _LazyPool)
+    monkeypatch.setattr(fastread, "workers", lambda: 1)
+    _poison_outputs(monkeypatch)
+    leaves = {f"x{i}": np.arange(64, dtype=np.float32) + 100 * i for i in range(4)}
+    ockpt.save_pytree(tmp_path / "item", leaves, layout="item", chunk_byte_size=64)
+    store = pb.ArrayStore(tmp_path / "item")
+    assert store.open("x0").chunk_shape == (16,)
+    requests = [ReadRequest(store.open(n), ((0, 64),), None, n) for n in leaves]
+    for max_in_flight in (2, 3, 8):
+        got = [
+            (r.tag, d.copy())
+            for r, d in fastread.read_regions(requests, max_in_flight=max_in_flight)
+        ]
+        assert [t for t, _ in got] == list(leaves)
+        for tag, data in got:
+            assert np.array_equal(data, leaves[tag]), (max_in_flight, tag)
+
+
+def test_the_workers_read_under_the_callers_limits(tmp_path, monkeypatch):
+    """Chunks read in the pool are read under the limits in force where `read_regions` is
+    called: a chunk file above `max_chunk_bytes` is refused (ZARR-003) there too."""
+    import dataclasses
+
+    from ockpt.limits import LIMITS, applied
+
+    monkeypatch.setattr(fastread, "INLINE_BYTES", 0)
+    x = np.arange(64 * 16, dtype=np.float32).reshape(64, 16)
+    item = tmp_path / "item"
+    _save_x(item, x, chunk_byte_size=1024, zarr_version=2, compression=None)
+    array = pb.ArrayStore(item).open("x")
+    request = ReadRequest(array, ((0, 64), (0, 16)))
+    with applied(dataclasses.replace(LIMITS, max_chunk_bytes=1024)):
+        ((_, data),) = fastread.read_regions([request], max_in_flight=2)
+        assert np.array_equal(data, x)
+    with applied(dataclasses.replace(LIMITS, max_chunk_bytes=1023)):
+        err = raised(FormatError, list, fastread.read_regions([request], max_in_flight=2))
+    assert err.rule == "ZARR-003" and err.file.startswith(f"{item}/x/"), err
+
+
+def test_no_chunk_is_still_read_once_a_read_has_failed(tmp_path, monkeypatch):
+    """A chunk that fails (absent, where every chunk must be stored) while another is being
+    read in the pool: the error reaches the caller only once that other read has ended."""
+    import threading
+    import time
+
+    monkeypatch.setattr(fastread, "INLINE_BYTES", 0)
+    x = np.arange(64 * 16, dtype=np.float32).reshape(64, 16)
+    item = tmp_path / "item"
+    _save_x(item, x, chunk_byte_size=1024, zarr_version=2)
+    os.unlink(item / "x" / "0.0")
+    array = pb.ArrayStore(item, missing_chunks_are_errors=True).open("x")
+    started, ended = [], []
+    second = threading.Event()
+    read_chunk = fastread._read_chunk
+
+    def slow(group, index, dests):
+        started.append(index)
+        if index == (0, 0):
+            second.wait(2)  # the next chunk is being read (where the pool has a 2nd thread)
+        else:
+            second.set()
+            time.sleep(0.2)
+        try:
+            return read_chunk(group, index, dests)
+        finally:
+            ended.append(index)
+
+    monkeypatch.setattr(fastread, "_read_chunk", slow)
+    request = ReadRequest(array, ((0, 64), (0, 16)))
+    err = raised(MissingDataError, list, fastread.read_regions([request], max_in_flight=2))
+    assert_error(err, rule="LOAD-041", file=f"{item}/x/0.0")
+    assert sorted(started) == sorted(ended)
+
+
+def test_small_reads_in_the_calling_thread_and_the_rest_in_the_pool(tmp_path, monkeypatch):
+    """A leaf is read in the calling thread when its stored chunks and its outputs are all
+    under `INLINE_BYTES` (here 1 KiB), else by the reader pool's threads (``ockpt-read-N``)."""
+    import threading
+
+    monkeypatch.setattr(fastread, "INLINE_BYTES", 1024)
+    leaves = {
+        "a": np.arange(256, dtype=np.float32),  # one chunk of 1 KiB
+        "b": np.arange(256, dtype=np.float32) + 1,  # chunks of 512 bytes, 1 KiB in all
+        "c": np.arange(512, dtype=np.float32) + 2,  # chunks of 512 bytes, 2 KiB in all
+        "d": np.arange(128, dtype=np.float32) + 3,  # one chunk of 512 bytes
+    }
+    item = tmp_path / "item"
+    for name, x in leaves.items():
+        chunk = 1024 if name == "a" else 512
+        ockpt.save_pytree(item / name, {"x": x}, layout="item", chunk_byte_size=chunk)
+    threads = _spy(monkeypatch, "_read_chunk", lambda *_: threading.current_thread())
+    here = threading.current_thread()
+    for name, box, inline in (
+        ("a", ((0, 100),), False),  # the output is small, the chunk is not
+        ("b", ((0, 256),), False),  # the chunks are small, the output (of two) is not
+        ("b", ((0, 255),), True),
+        ("c", ((0, 512),), False),
+        ("c", ((0, 128),), True),
+        ("d", ((0, 100),), True),
+    ):
+        threads.clear()
+        array = pb.ArrayStore(item / name).open("x")
+        ((_, data),) = fastread.read_regions([ReadRequest(array, box)], max_in_flight=2)
+        assert np.array_equal(data, leaves[name][box[0][0] : box[0][1]])
+        assert threads, (name, box)
+        for thread in threads:
+            assert (thread is here) == inline, (name, box, thread.name)
+            assert inline or thread.name.startswith("ockpt-read"), thread.name
