@@ -716,3 +716,87 @@ def test_progress_total_is_the_bytes_of_the_files(tmp_copy):
     assert total(item) == files(item, 9)
     few = dataclasses.replace(LIMITS, max_directory_entries=30)  # "many" cannot be listed
     assert total(item, limits=few) == files(item, 9) - 40
+
+
+@pytest.fixture
+def no_memory(monkeypatch):
+    """Every chunk is too large for the memory left: each is checked as a stream."""
+    from ockpt import limits
+
+    monkeypatch.setattr(limits, "CHECKED_ALLOCATION_BYTES", 0)
+    monkeypatch.setattr(limits, "memory_available", lambda: 0)
+
+
+@pytest.mark.parametrize(
+    "path", [FIXTURES / "orbax-0.12.8" / "no_ocdbt" / "checkpoint", LARGE_VALUES], ids=_id
+)
+def test_a_streamed_chunk_is_never_read_whole(no_memory, monkeypatch, path):
+    """A chunk checked as a stream is read in pieces from its file: no chunk value stored in a
+    file (per-leaf zarr, OCDBT values out of the nodes) is read whole into memory."""
+    from ockpt.engines.python.store import DirectoryStore, OcdbtStore
+
+    read_whole = []
+    for cls in (DirectoryStore, OcdbtStore):
+
+        def get(self, key, _real=cls.get):
+            value = _real(self, key)
+            src = self.value_range(key)
+            if src is not None:
+                src.close()
+                if value is not None:
+                    read_whole.append(key)
+            return value
+
+        monkeypatch.setattr(cls, "get", get)
+    report = validate(path, deep=True)
+    assert report.ok and report.checked["chunks"] > 0, report.format_text()
+    metadata = (".zarray", "zarr.json")
+    assert [k for k in read_whole if not k.endswith(metadata)] == []
+
+
+def test_a_chunk_removed_while_streamed_is_named(no_memory, monkeypatch, tmp_copy):
+    """A chunk file removed after the listing and before its streamed check: LOAD-041 naming
+    that chunk's file, the others still checked."""
+    from ockpt.engines.python.store import DirectoryStore
+
+    root = tmp_copy(FIXTURES / "orbax-0.12.8" / "no_ocdbt")
+    real = DirectoryStore.value_range
+
+    def value_range(self, key):
+        if key == "replicated/3":
+            (root / "replicated" / "3").unlink(missing_ok=True)
+        return real(self, key)
+
+    monkeypatch.setattr(DirectoryStore, "value_range", value_range)
+    report = validate(root, deep=True)
+    seen = _seen(report, root)
+    assert [f[:4] for f in seen] == [("LOAD-041", "error", "./replicated/3", None)], seen
+    assert seen[0][4].startswith("chunk is missing and the checkpoint stores every chunk")
+
+
+def test_a_step_validated_alone_is_held_to_its_own_markers():
+    """A step of a release that writes no commit_success.txt, validated by itself: no
+    LAYOUT-002 (only where its items, or the root's other steps, hold the marker)."""
+    for release in ("0.3.5", "0.4.8"):
+        root = FIXTURES / f"orbax-{release}" / "manager" / "checkpoint"
+        report = validate(root, step=1)
+        assert report.kind == "step" and report.ok and not report.rules, report.format_text()
+        assert validate(root / "1").rules == set()
+
+
+def test_the_legacy_root_metadata_is_read_within_the_json_limit(monkeypatch):
+    """metadata/metadata is read with the JSON size bound (JSON-003), never whole."""
+    from ockpt.limits import LIMITS
+    from ockpt.store import LocalStore
+
+    limits = []
+    real = LocalStore.get
+
+    def get(self, name, **kw):
+        if self.file(name).endswith("/metadata/metadata"):
+            limits.append((kw.get("limit"), kw.get("rule")))
+        return real(self, name, **kw)
+
+    monkeypatch.setattr(LocalStore, "get", get)
+    assert validate(FIXTURES / "orbax-0.3.5" / "manager" / "checkpoint").ok
+    assert limits == [(LIMITS.max_json_bytes, "JSON-003")]

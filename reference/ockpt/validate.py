@@ -417,7 +417,7 @@ class _Validator:
         try:
             read_json_item(layout)
         except OckptError as e:
-            self.error(e, file=getattr(e, "file", None) or layout.path)
+            self.error(e, file=layout.path)  # where the error names no file of its own
 
     # -- documents --------------------------------------------------------------------------
 
