@@ -800,3 +800,32 @@ def test_the_legacy_root_metadata_is_read_within_the_json_limit(monkeypatch):
     monkeypatch.setattr(LocalStore, "get", get)
     assert validate(FIXTURES / "orbax-0.3.5" / "manager" / "checkpoint").ok
     assert limits == [(LIMITS.max_json_bytes, "JSON-003")]
+
+
+def test_a_streamed_value_over_the_chunk_limit_is_zarr_003(no_memory, tmp_path):
+    """A stored chunk value one byte over `max_chunk_bytes` (incompressible data: zstd makes it
+    larger than decoded) is refused as it is streamed (ZARR-003, naming its file, the bound and
+    its size); one at the limit is checked."""
+    from ockpt.limits import LIMITS
+
+    ockpt.save_pytree(
+        tmp_path / "c",
+        {"r": np.random.default_rng(0).integers(0, 256, 4096, dtype=np.uint8)},
+        use_ocdbt=False,
+    )
+    chunk = tmp_path / "c" / "state" / "r" / "c" / "0"
+    size = chunk.stat().st_size
+    assert size > 4096
+    over = dataclasses.replace(LIMITS, max_chunk_bytes=size - 1)
+    seen = _seen(validate(tmp_path / "c", deep=True, limits=over), tmp_path / "c")
+    assert seen == [
+        (
+            "ZARR-003",
+            "error",
+            "./state/r/c/0",
+            None,
+            f"stored value larger than the limit (expected '<= {size - 1} bytes', got {size})",
+        )
+    ]
+    at = dataclasses.replace(LIMITS, max_chunk_bytes=size)
+    assert validate(tmp_path / "c", deep=True, limits=at).findings == []
