@@ -829,3 +829,35 @@ def test_a_streamed_value_over_the_chunk_limit_is_zarr_003(no_memory, tmp_path):
     ]
     at = dataclasses.replace(LIMITS, max_chunk_bytes=size)
     assert validate(tmp_path / "c", deep=True, limits=at).findings == []
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["decoded", "streamed"])
+def test_a_shard_whose_index_marks_its_chunk_absent(streamed, tmp_path, monkeypatch):
+    """A zarr v3 shard whose index (crc32c intact) says its one inner chunk is absent, in a
+    checkpoint that stores every chunk: LOAD-041 naming the shard's file, decoded or streamed."""
+    import struct
+
+    import google_crc32c
+
+    from ockpt import limits
+
+    if streamed:
+        monkeypatch.setattr(limits, "CHECKED_ALLOCATION_BYTES", 0)
+        monkeypatch.setattr(limits, "memory_available", lambda: 0)
+    tree = {"r": np.arange(64, dtype=np.float32).reshape(8, 8)}
+    ockpt.save_pytree(tmp_path / "c", tree, use_ocdbt=False)
+    shard = tmp_path / "c" / "state" / "r" / "c" / "0" / "0"
+    index = struct.pack("<QQ", 2**64 - 1, 2**64 - 1)  # (offset, nbytes) of an absent chunk
+    data = shard.read_bytes()
+    shard.write_bytes(data[:-20] + index + struct.pack("<I", google_crc32c.value(index)))
+    seen = _seen(validate(tmp_path / "c", deep=True), tmp_path / "c")
+    assert seen == [
+        (
+            "LOAD-041",
+            "error",
+            "./state/r/c/0/0",
+            None,
+            "inner chunk [0, 0] of the shard is missing and the checkpoint stores every chunk "
+            "(store_array_data_equal_to_fill_value; ZARR-008)",
+        )
+    ]
