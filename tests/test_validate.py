@@ -861,3 +861,54 @@ def test_a_shard_whose_index_marks_its_chunk_absent(streamed, tmp_path, monkeypa
             "(store_array_data_equal_to_fill_value; ZARR-008)",
         )
     ]
+
+
+def _share_first_value(db: Path, keys: list[bytes]) -> None:
+    """Rewrite the OCDBT database `db` with more `keys`, whose values are the bytes of its
+    first out-of-line value (OCDBT-024)."""
+    from ockpt.ocdbt import Database
+    from ockpt.ocdbt.format import IndirectDataReference
+    from ockpt.ocdbt.write import DatabaseWriter
+    from ockpt.store import as_store
+
+    with Database(db) as database:
+        entries = [(k, e.value) for k, e in database.entries()]
+    shared = next(v for _, v in entries if isinstance(v, IndirectDataReference))
+    (db / "manifest.ocdbt").unlink()
+    writer = DatabaseWriter("", open_file=as_store(db).writer)
+    for key, value in sorted([*entries, *((k, shared) for k in keys)]):
+        writer.put_entry(key, value)
+    writer.commit()
+
+
+def test_keys_sharing_stored_bytes_are_reported_a_few_at_a_time(tmp_copy):
+    """OCDBT-024: every key whose value shares stored bytes with another key's is an error
+    naming the data file, the first eight of a database one by one and the rest summed up
+    (naming its manifest); the keys are still listed, one of no UTF-8 too (and belong to no
+    array, VAL-003)."""
+    root = tmp_copy(BAD / "_base" / "large_values")
+    _share_first_value(root, [b"zz/%d" % i for i in range(12)] + [b"zz/\xff"])
+    report = validate(root)
+    shared = [f for f in _seen(report, root) if f[0] == "OCDBT-024"]
+    assert len(shared) == 9, shared
+    assert all(f[1] == "error" and f[2].startswith("./ocdbt.process_0/d/") for f in shared[:8])
+    assert shared[8] == (
+        "OCDBT-024",
+        "error",
+        "./manifest.ocdbt",
+        None,
+        "and 5 more keys share stored bytes with another key",
+    )
+    unclaimed = [f[3] for f in _seen(report, root) if f[0] == "VAL-003"]
+    assert unclaimed == [*(f"zz/{i}" for i in sorted(range(12), key=str)), "zz/\udcff"]
+
+
+def test_a_per_process_database_with_shared_bytes_is_not_read(tmp_copy):
+    """Without a merged manifest, a per-process database whose keys share stored bytes is not
+    read (its arrays are missing, VAL-004) rather than decoded twice."""
+    root = tmp_copy(BAD / "_base" / "large_values")
+    (root / "manifest.ocdbt").unlink()
+    _share_first_value(root / "ocdbt.process_0", [b"zz"])
+    report = validate(root)
+    rules = [f[0] for f in _seen(report, root)]
+    assert rules[:2] == ["OCDBT-050", "OCDBT-024"] and "VAL-004" in rules, rules
