@@ -1063,17 +1063,17 @@ def test_range_reads_do_not_read_subtrees_outside_the_range(tmp_path):
 )
 def test_data_file_paths_must_be_relative_plain_components(tmp_path, raw):
     """`_resolve` refuses an empty path, an absolute one, a backslash, a NUL, and empty, `.`
-    or `..` components (OCDBT-023, naming the origin and the path). Kills mutants of each
-    test of the condition and of the error fields."""
+    or `..` components (OCDBT-023, naming the database, where the reference was found and the
+    path). Kills mutants of each test of the condition and of the error fields."""
     build_database(tmp_path / "db", {b"a": b"v" * 20})
     db = Database(tmp_path / "db")
     ref = fmt.IndirectDataReference(fmt.DataFileId(b"", raw), 0, 1)
     err = _error(lambda: db.read_range(ref, origin="value", pointer="k"))
     assert error_fields(err) == {
         "rule": "OCDBT-023",
-        "file": "value",
+        "file": str(tmp_path / "db"),
         "message": "data file path must be a relative path of plain components",
-        "pointer": "k",
+        "pointer": "referenced from value k",
         "got": raw.decode(),
     }
 
@@ -1087,9 +1087,9 @@ def test_data_file_path_not_utf8(tmp_path):
     err = _error(lambda: db.read_range(ref, origin="btreenode", pointer="@3"))
     assert error_fields(err) == {
         "rule": "OCDBT-023",
-        "file": "btreenode",
+        "file": str(tmp_path / "db"),
         "message": "data file path is not UTF-8",
-        "pointer": "@3",
+        "pointer": "referenced from btreenode @3",
         "got": b"d/\xff",
     }
     assert db._file_display(ref) == "b'd/\\xff'"
@@ -1098,18 +1098,18 @@ def test_data_file_path_not_utf8(tmp_path):
 
 
 def test_data_file_linked_out_of_the_root(tmp_path):
-    """A data file that is a symlink out of the database: PATH-004 naming origin, pointer and
-    path; a link to a file inside it reads. Kills mutants of the realpath join, of
-    `commonpath` and of the containment root."""
+    """A data file that is a symlink out of the database: PATH-004 naming the link, where the
+    reference was found and the path; a link to a file inside it reads. Kills mutants of the
+    realpath join, of `commonpath` and of the containment root."""
     build_database(tmp_path / "db", {b"a": b"v" * 20})
     (tmp_path / "db" / "d" / "values").rename(tmp_path / "values")
     os.symlink(tmp_path / "values", tmp_path / "db" / "d" / "values")
     err = _error(lambda: Database(tmp_path / "db").get(b"a"))
     assert error_fields(err) == {
         "rule": "PATH-004",
-        "file": "value",
+        "file": str(tmp_path / "db" / "d" / "values"),
         "message": "data file resolves outside the checkpoint (a symbolic link leads out)",
-        "pointer": "b'a'",
+        "pointer": "referenced from value b'a'",
         "got": "d/values",
     }
     os.unlink(tmp_path / "db" / "d" / "values")
@@ -1418,14 +1418,14 @@ def test_reference_fault_of_an_object_store_file(tmp_path):
     assert fake3.reads == []
     assert db3.reference_fault(fmt.IndirectDataReference(b.file_id, 0, 1)) is None
     assert fake3.reads == [(1, 0)]
-    # a path that may not be opened: the error names the origin "value"
+    # a path that may not be opened: the error names the database and the origin "value"
     bad = fmt.IndirectDataReference(fmt.DataFileId(b"", b"../x"), 0, 1)
     err = _error(lambda: db3.reference_fault(bad))
     assert error_fields(err) == {
         "rule": "OCDBT-023",
-        "file": "value",
+        "file": str(tmp_path / "db"),
         "message": "data file path must be a relative path of plain components",
-        "pointer": None,
+        "pointer": "referenced from value",
         "got": "../x",
     }
 

@@ -61,6 +61,12 @@ INDEX_AFTER_LOOKUPS = 256
 INDEX_MAX_KEYS = 2_000_000
 
 
+def _referenced(origin: str | None, pointer: str | None) -> str:
+    """Where a data file's reference was found: its origin ("value", "btree node" ...) and the
+    pointer within it (a key, ``@offset``), for errors that name the file it resolves to."""
+    return f"referenced from {origin}{' ' + pointer if pointer else ''}"
+
+
 def _past_end(ref: IndirectDataReference, f: DataFile, at: int | None = None) -> OcdbtError:
     """OCDBT-022 for a reference whose bytes the data file `f` does not hold: it is shorter,
     or it shrank under the read (at byte `at`)."""
@@ -162,8 +168,8 @@ class Database:
             raise OcdbtError(
                 "data file path is not UTF-8",
                 rule="OCDBT-023",
-                file=origin,
-                pointer=pointer,
+                file=self.where(),
+                pointer=_referenced(origin, pointer),
                 got=raw,
             ) from None
         parts = rel.split("/")
@@ -177,8 +183,8 @@ class Database:
             raise OcdbtError(
                 "data file path must be a relative path of plain components",
                 rule="OCDBT-023",
-                file=origin,
-                pointer=pointer,
+                file=self.where(),
+                pointer=_referenced(origin, pointer),
                 got=rel,
             )
         return rel
@@ -200,8 +206,8 @@ class Database:
             raise OcdbtError(
                 "data file resolves outside the checkpoint (a symbolic link leads out)",
                 rule="PATH-004",
-                file=origin,
-                pointer=pointer,
+                file=display,
+                pointer=_referenced(origin, pointer),
                 got=rel,
             ) from None
         except (FileNotFoundError, NotADirectoryError):
@@ -209,7 +215,7 @@ class Database:
                 "referenced data file is missing",
                 rule="OCDBT-022",
                 file=display,
-                pointer=f"referenced from {origin}{' ' + pointer if pointer else ''}",
+                pointer=_referenced(origin, pointer),
             ) from None
         with self._lock:
             if key in self._files:
