@@ -422,10 +422,17 @@ def test_a_small_shard_damaged_or_with_an_inner_chunk_absent(tmp_path, monkeypat
 def test_a_large_shard_of_small_inner_chunks(tmp_path, monkeypatch):
     """A shard above `STREAM_BYTES` whose inner chunks are not: each inner chunk's bytes are
     read into memory and decoded."""
-    item, x, _ = _shard_of_inner_chunks(tmp_path, monkeypatch)
+    item, x, count = _shard_of_inner_chunks(tmp_path, monkeypatch)
     monkeypatch.setattr(fastread, "STREAM_BYTES", 2048)  # shard 8 KiB, inner chunks 1 KiB
+    inner = _spy(monkeypatch, "_read_inner_chunk", lambda group, index, src, dests, _: dests)
+    fetched = _spy(monkeypatch, "_fetch", lambda array, key: key)
     assert np.array_equal(_read(item), x)
+    assert len(inner) == count and fetched == []
     _check(pb.ArrayStore(item), ["x"])
+    inner.clear()
+    monkeypatch.setattr(fastread, "STREAM_BYTES", 8192)  # the shard's size: read whole
+    assert np.array_equal(_read(item), x)
+    assert inner == [] and fetched == ["x/c/0/0"]
 
 
 def test_raw_chunks_read_straight_into_rows_of_a_wider_output(tmp_path, monkeypatch):
@@ -1098,3 +1105,62 @@ def test_small_reads_in_the_calling_thread_and_the_rest_in_the_pool(tmp_path, mo
         for thread in threads:
             assert (thread is here) == inline, (name, box, thread.name)
             assert inline or thread.name.startswith("ockpt-read"), thread.name
+
+
+@pytest.mark.parametrize(("units", "reads"), [(3, 4), (4, 3)])
+def test_a_chunk_two_requests_share_is_read_once_when_planned(tmp_path, monkeypatch, units, reads):
+    """Two requests of one leaf of 4 chunks that share chunk 1 (4 units in all): with
+    `_PLAN_UNITS` at 4 they are planned together and chunk 1 is read once; at 3 each request
+    follows the grid and chunk 1 is read for each."""
+    monkeypatch.setattr(fastread, "_PLAN_UNITS", units)
+    x = np.arange(64 * 16, dtype=np.float32).reshape(64, 16)
+    _save_x(tmp_path / "item", x, chunk_byte_size=1024, zarr_version=2)
+    array = pb.ArrayStore(tmp_path / "item").open("x")
+    chunks = _spy(monkeypatch, "_read_chunk", lambda group, index, dests: index)
+    boxes = [((0, 32), (0, 16)), ((16, 48), (2, 9))]
+    got = list(fastread.read_regions([ReadRequest(array, b) for b in boxes], max_in_flight=2))
+    for (_, data), ((a, b), (c, d)) in zip(got, boxes, strict=True):
+        assert np.array_equal(data, x[a:b, c:d])
+    assert len(chunks) == reads and set(chunks) == {(0, 0), (1, 0), (2, 0)}
+
+
+@pytest.mark.parametrize("direct", [1024, 1025])
+def test_raw_chunks_from_direct_bytes_are_read_straight_into_their_outputs(
+    tmp_path, monkeypatch, direct
+):
+    """Raw chunks of 1 KiB with `DIRECT_BYTES` at 1 KiB are read from their files straight
+    into the output (`_read_raw`), above it through the store; a chunk that is absent is the
+    fill value (or LOAD-041) either way; and no file stays open after a read, also where a
+    chunk could not be read straight (a cast output)."""
+    monkeypatch.setattr(fastread, "DIRECT_BYTES", direct)
+    x = np.arange(64 * 16, dtype=np.float32).reshape(64, 16) + 1
+    item = tmp_path / "item"
+    _save_x(item, x, chunk_byte_size=1024, zarr_version=2, compression=None)
+    straight = _spy(monkeypatch, "_read_raw", lambda src, nbytes, plan: nbytes)
+    fds = len(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else None
+    assert np.array_equal(_read(item), x)
+    assert straight == ([1024] * 4 if direct == 1024 else [])
+    assert np.array_equal(_read(item, dtype=np.float64), x)
+    os.unlink(item / "x" / "1.0")
+    got = _read(item)
+    assert not got[16:32].any() and np.array_equal(got[32:], x[32:])
+    err = raised(MissingDataError, _read, item, strict=True)
+    assert_error(err, rule="LOAD-041", file=f"{item}/x/1.0")
+    assert err.message.startswith("chunk [1, 0] is missing"), err
+    if fds is not None:
+        assert len(os.listdir("/proc/self/fd")) == fds
+
+
+@pytest.mark.parametrize("compression", ["zstd", None])
+def test_chunks_above_stream_bytes_are_streamed(tmp_path, monkeypatch, compression):
+    """Chunks of 1 KiB are streamed from their files with `STREAM_BYTES` under 1 KiB, and
+    read whole at 1 KiB."""
+    x = np.arange(64 * 16, dtype=np.float32).reshape(64, 16)
+    item = tmp_path / "item"
+    _save_x(item, x, chunk_byte_size=1024, zarr_version=2, compression=compression)
+    streamed = _spy(monkeypatch, "_stream", lambda src, kind, chunk, *_: chunk)
+    for stream, count in ((1024, 0), (1023, 4)):
+        streamed.clear()
+        monkeypatch.setattr(fastread, "STREAM_BYTES", stream)
+        assert np.array_equal(_read(item), x)
+        assert streamed == [(16, 16)] * count, stream
