@@ -912,3 +912,77 @@ def test_a_per_process_database_with_shared_bytes_is_not_read(tmp_copy):
     report = validate(root)
     rules = [f[0] for f in _seen(report, root)]
     assert rules[:2] == ["OCDBT-050", "OCDBT-024"] and "VAL-004" in rules, rules
+
+
+def test_a_fault_that_names_no_file_is_reported_at_the_database(monkeypatch):
+    """An error raised while a database is listed, or by its deep verification, that names no
+    file of its own is reported at that database's manifest."""
+    import importlib
+
+    from ockpt.ocdbt import Database
+
+    validate_module = importlib.import_module("ockpt.validate")
+    item = FIXTURES / "orbax-0.12.8" / "sharded" / "checkpoint"
+
+    def no_listing(self, *a, **kw):
+        raise ockpt.FormatError("the listing failed", rule="OCDBT-005")
+
+    with monkeypatch.context() as m:
+        m.setattr(Database, "entries", no_listing)
+        seen = _seen(validate(item), item)
+    assert seen[:2] == [
+        ("OCDBT-005", "error", f"./{name}", None, "the listing failed")
+        for name in ("ocdbt.process_0/manifest.ocdbt", "manifest.ocdbt")
+    ], seen
+    monkeypatch.setattr(
+        validate_module,
+        "_verified",
+        lambda db: ([ockpt.FormatError("a node is damaged", rule="OCDBT-005")], 1),
+    )
+    found = {f[:3] for f in _seen(validate(item, deep=True), item) if f[0] == "OCDBT-005"}
+    assert ("OCDBT-005", "error", "./manifest.ocdbt") in found, found
+
+
+def test_a_per_process_database_that_cannot_be_listed_is_not_read(tmp_copy):
+    """Without a merged manifest, a per-process database whose manifest is damaged is reported
+    (OCDBT-005) and not read: its arrays are missing (VAL-004), not listed a second time."""
+    root = tmp_copy(BAD / "_base" / "large_values")
+    (root / "manifest.ocdbt").unlink()
+    manifest = root / "ocdbt.process_0" / "manifest.ocdbt"
+    data = bytearray(manifest.read_bytes())
+    data[-1] ^= 0xFF  # its CRC-32C no longer matches
+    manifest.write_bytes(bytes(data))
+    seen = _seen(validate(root), root)
+    assert [f[0] for f in seen[:2]] == ["OCDBT-050", "OCDBT-005"], seen
+    assert seen[1][2] == "./ocdbt.process_0/manifest.ocdbt"
+    assert {f[0] for f in seen[2:]} == {"VAL-004"}, seen
+
+
+def test_eight_keys_sharing_bytes_are_each_reported_and_no_more(tmp_copy):
+    """Exactly eight keys sharing stored bytes: eight findings, no summary."""
+    root = tmp_copy(BAD / "_base" / "large_values")
+    _share_first_value(root, [b"zz/%d" % i for i in range(8)])
+    shared = [f for f in _seen(validate(root), root) if f[0] == "OCDBT-024"]
+    assert len(shared) == 8 and all(f[3] == "@0" for f in shared), shared
+
+
+def test_per_process_databases_without_a_merged_manifest_are_all_read(tmp_copy):
+    """A multi-process item whose merged manifest is gone: every per-process database is
+    checked and read (their keys together hold every array: only OCDBT-050)."""
+    root = tmp_copy(FIXTURES / "orbax-0.12.8" / "multiprocess")
+    assert len(list(root.glob("ocdbt.process_*"))) > 1
+    (root / "manifest.ocdbt").unlink()
+    report = validate(root)
+    assert report.rules == {"OCDBT-050"} and report.checked["arrays"] > 0, report.format_text()
+
+
+def test_the_database_is_listed_once(monkeypatch):
+    """The keys the database check lists are the keys the array checks use: the item's
+    storage is not listed again."""
+    from ockpt.engines.python.store import OcdbtStore
+
+    calls = []
+    real = OcdbtStore.list
+    monkeypatch.setattr(OcdbtStore, "list", lambda self, *a: calls.append(a) or real(self, *a))
+    assert validate(FIXTURES / "orbax-0.12.8" / "sharded" / "checkpoint").ok
+    assert calls == []
