@@ -986,3 +986,27 @@ def test_the_database_is_listed_once(monkeypatch):
     monkeypatch.setattr(OcdbtStore, "list", lambda self, *a: calls.append(a) or real(self, *a))
     assert validate(FIXTURES / "orbax-0.12.8" / "sharded" / "checkpoint").ok
     assert calls == []
+
+
+def test_chunk_faults_of_an_array_are_reported_eight_at_most(tmp_copy):
+    """A per-leaf array of 16 chunks, ten of them damaged and one a hard link to another
+    (PATH-008, refused before it is read): the first eight faults in key order are reported,
+    each naming its chunk file, and no more."""
+    import os
+    import shutil
+
+    root = tmp_copy(FIXTURES / "orbax-0.12.8" / "no_ocdbt")
+    array = root / "replicated"
+    meta = json.loads((array / ".zarray").read_text())
+    meta["shape"] = [16]
+    (array / ".zarray").write_text(json.dumps(meta))
+    for i in range(8, 16):
+        shutil.copy(array / "0", array / str(i))
+    for i in range(10):
+        (array / str(i)).write_bytes(b"\x28")  # not a zstd frame
+    (array / "13").unlink()
+    os.link(array / "12", array / "13")
+    seen = [f[:3] for f in _seen(validate(root, deep=True), root)]
+    chunks = [*"01", "13", *"23456"]  # in key order: 0, 1, 10, 11, 12, 13, 14, 15, 2, ...
+    rules = {c: "PATH-008" if c == "13" else "ZARR-003" for c in chunks}
+    assert seen == [(rules[c], "error", f"./replicated/{c}") for c in chunks]
