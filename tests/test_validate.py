@@ -657,12 +657,19 @@ def test_damage_to_a_legacy_manager_root(tmp_copy):
     assert _seen(small, root)[0][:3] == ("JSON-003", "error", "./metadata/metadata")
 
 
+@pytest.mark.parametrize("streamed", [False, True], ids=["decoded", "streamed"])
 @pytest.mark.parametrize("case", ["sharded", "no_ocdbt", "zarr3"])
-def test_deep_progress_counts_each_chunk_as_stored(case):
-    """A deep check counts each chunk's stored bytes as it is checked: by the last chunk, the
-    bytes of every chunk value (OCDBT) or chunk file (per-leaf zarr), metadata excluded."""
+def test_deep_progress_counts_each_chunk_as_stored(case, streamed, monkeypatch):
+    """A deep check counts each chunk's stored bytes as it is checked, decoded or streamed: by
+    the last chunk, the bytes of every chunk value (OCDBT) or chunk file (per-leaf zarr),
+    metadata excluded."""
+    from ockpt import limits
     from ockpt.ocdbt import Database
     from ockpt.store import LocalStore
+
+    if streamed:
+        monkeypatch.setattr(limits, "CHECKED_ALLOCATION_BYTES", 0)
+        monkeypatch.setattr(limits, "memory_available", lambda: 0)
 
     path = FIXTURES / "orbax-0.12.8" / case / "checkpoint"
     metadata = (".zarray", "zarr.json", ".zattrs", ".zgroup")
