@@ -1017,3 +1017,23 @@ def test_chunk_faults_of_an_array_are_reported_eight_at_most(tmp_copy):
     chunks = [*"01", "13", *"23456"]  # in key order: 0, 1, 10, 11, 12, 13, 14, 15, 2, ...
     rules = {c: "PATH-008" if c == "13" else "ZARR-003" for c in chunks}
     assert seen == [(rules[c], "error", f"./replicated/{c}") for c in chunks]
+
+
+def test_a_per_process_database_failing_deep_verification_is_not_read(tmp_copy, monkeypatch):
+    """Without a merged manifest, a per-process database that lists cleanly but whose deep
+    verification finds a fault (stubbed here: `ocdbt.verify` has its own tests) is waited for
+    and not read: its arrays are missing (VAL-004) rather than decoded."""
+    import importlib
+
+    validate_module = importlib.import_module("ockpt.validate")
+    root = tmp_copy(BAD / "_base" / "large_values")
+    (root / "manifest.ocdbt").unlink()
+    assert validate(root, deep=True).rules == {"OCDBT-050"}
+    fault = ockpt.FormatError("an old node is damaged", rule="OCDBT-005", file="node")
+    monkeypatch.setattr(validate_module, "_verified", lambda db: ([fault], 1))
+    seen = _seen(validate(root, deep=True), root)
+    assert [f[:3] for f in seen[:2]] == [
+        ("OCDBT-050", "error", "./manifest.ocdbt"),
+        ("OCDBT-005", "error", "node"),
+    ], seen
+    assert {f[0] for f in seen[2:]} == {"VAL-004"} and len(seen) == 5, seen
