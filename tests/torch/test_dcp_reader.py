@@ -407,6 +407,8 @@ def test_close_reset_and_reopening():
     assert reader._source is not source
     reader.reset()
     assert reader.path == SHARDED and reader.load_id != first and reader._source is None
+    assert re.fullmatch("[0-9a-f]{32}", reader.load_id)  # a new load's id
+    assert reader.read_metadata().storage_meta.load_id == reader.load_id
     nested = FIXTURES / "orbax-0.12.8/nested/checkpoint"
     reader.reset(nested)
     assert reader.checkpoint_id == nested
