@@ -658,7 +658,15 @@ def test_damage_to_a_legacy_manager_root(tmp_copy):
 
 
 @pytest.mark.parametrize("streamed", [False, True], ids=["decoded", "streamed"])
-@pytest.mark.parametrize("case", ["sharded", "no_ocdbt", "zarr3"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "orbax-0.12.8/sharded",
+        "orbax-0.12.8/no_ocdbt",
+        "orbax-0.12.8/zarr3",
+        "bad/zarr_chunk_truncated_zstd",  # a chunk the quick check declines: decoded in full
+    ],
+)
 def test_deep_progress_counts_each_chunk_as_stored(case, streamed, monkeypatch):
     """A deep check counts each chunk's stored bytes as it is checked, decoded or streamed: by
     the last chunk, the bytes of every chunk value (OCDBT) or chunk file (per-leaf zarr),
@@ -671,7 +679,7 @@ def test_deep_progress_counts_each_chunk_as_stored(case, streamed, monkeypatch):
         monkeypatch.setattr(limits, "CHECKED_ALLOCATION_BYTES", 0)
         monkeypatch.setattr(limits, "memory_available", lambda: 0)
 
-    path = FIXTURES / "orbax-0.12.8" / case / "checkpoint"
+    path = FIXTURES / case / "checkpoint"
     metadata = (".zarray", "zarr.json", ".zattrs", ".zgroup")
     if (path / "manifest.ocdbt").is_file():
         want = 0
@@ -761,11 +769,16 @@ def test_a_streamed_chunk_is_never_read_whole(no_memory, monkeypatch, path):
     assert [k for k in read_whole if not k.endswith(metadata)] == []
 
 
-def test_a_chunk_removed_while_streamed_is_named(no_memory, monkeypatch, tmp_copy):
-    """A chunk file removed after the listing and before its streamed check: LOAD-041 naming
-    that chunk's file, the others still checked."""
+@pytest.mark.parametrize("streamed", [False, True], ids=["decoded", "streamed"])
+def test_a_chunk_removed_while_checked_is_named(streamed, monkeypatch, tmp_copy):
+    """A chunk file removed after the listing and before its check: LOAD-041 naming that
+    chunk's file, the others still checked and counted as read, the gone one as nothing."""
+    from ockpt import limits
     from ockpt.engines.python.store import DirectoryStore
 
+    if streamed:
+        monkeypatch.setattr(limits, "CHECKED_ALLOCATION_BYTES", 0)
+        monkeypatch.setattr(limits, "memory_available", lambda: 0)
     root = tmp_copy(FIXTURES / "orbax-0.12.8" / "no_ocdbt")
     real = DirectoryStore.value_range
 
@@ -775,10 +788,19 @@ def test_a_chunk_removed_while_streamed_is_named(no_memory, monkeypatch, tmp_cop
         return real(self, key)
 
     monkeypatch.setattr(DirectoryStore, "value_range", value_range)
-    report = validate(root, deep=True)
+    progress = []
+    report = validate(root, deep=True, progress=lambda d, t, w: progress.append((d, w)))
+    chunks = [
+        p
+        for p in root.rglob("*")
+        if p.is_file() and p.parent.name != "array_metadatas" and p.parent != root
+    ]
+    read = sum(p.stat().st_size for p in chunks if not p.name.startswith("."))
+    assert max(d for d, w in progress if w == "chunks") == read
     seen = _seen(report, root)
     assert [f[:4] for f in seen] == [("LOAD-041", "error", "./replicated/3", None)], seen
-    assert seen[0][4].startswith("chunk is missing and the checkpoint stores every chunk")
+    what = "chunk" if streamed else "chunk [3]"
+    assert seen[0][4].startswith(f"{what} is missing and the checkpoint stores every chunk")
 
 
 def test_a_step_validated_alone_is_held_to_its_own_markers():
@@ -1021,14 +1043,26 @@ def test_chunk_faults_of_an_array_are_reported_eight_at_most(tmp_copy):
 
 def test_a_per_process_database_failing_deep_verification_is_not_read(tmp_copy, monkeypatch):
     """Without a merged manifest, a per-process database that lists cleanly but whose deep
-    verification finds a fault (stubbed here: `ocdbt.verify` has its own tests) is waited for
-    and not read: its arrays are missing (VAL-004) rather than decoded."""
+    verification finds a fault (a damaged node of an older generation; then any fault, as
+    `ocdbt.verify` reports it) is waited for and not read: its arrays are missing (VAL-004)
+    rather than decoded."""
     import importlib
 
     validate_module = importlib.import_module("ockpt.validate")
     root = tmp_copy(BAD / "_base" / "large_values")
     (root / "manifest.ocdbt").unlink()
     assert validate(root, deep=True).rules == {"OCDBT-050"}
+    node = root / "ocdbt.process_0" / "d" / "9de895519d4d30997053adcb49f0928a"
+    original = node.read_bytes()  # the B+tree root of generation 1 of 4: listing never reads it
+    node.write_bytes(original[:-1] + bytes([original[-1] ^ 1]))
+    assert validate(root).rules == {"OCDBT-050"}
+    seen = _seen(validate(root, deep=True), root)
+    assert [f[:3] for f in seen[:2]] == [
+        ("OCDBT-050", "error", "./manifest.ocdbt"),
+        ("OCDBT-005", "error", "./ocdbt.process_0/d/9de895519d4d30997053adcb49f0928a"),
+    ], seen
+    assert {f[0] for f in seen[2:]} == {"VAL-004"} and len(seen) == 5, seen
+    node.write_bytes(original)
     fault = ockpt.FormatError("an old node is damaged", rule="OCDBT-005", file="node")
     monkeypatch.setattr(validate_module, "_verified", lambda db: ([fault], 1))
     seen = _seen(validate(root, deep=True), root)
@@ -1037,3 +1071,37 @@ def test_a_per_process_database_failing_deep_verification_is_not_read(tmp_copy, 
         ("OCDBT-005", "error", "node"),
     ], seen
     assert {f[0] for f in seen[2:]} == {"VAL-004"} and len(seen) == 5, seen
+
+
+def test_a_chunk_that_can_be_neither_held_nor_streamed_is_named_with_its_size(
+    no_memory, monkeypatch
+):
+    """VAL-010, a warning per chunk: "not decoded", with the bytes the chunk needs and the
+    memory available, naming the chunk's file."""
+    from ockpt.zarr import stream
+
+    monkeypatch.setattr(stream, "streamable", lambda pipeline: False)
+    path = FIXTURES / "orbax-0.12.8" / "no_ocdbt" / "checkpoint"
+    seen = [f for f in _seen(validate(path, deep=True), path) if f[2] == "./replicated/0"]
+    assert seen == [
+        (
+            "VAL-010",
+            "warning",
+            "./replicated/0",
+            None,
+            "not decoded: the chunk needs 4 bytes, more than the 0 bytes of memory available",
+        )
+    ]
+
+
+def test_a_missing_data_file_of_a_per_process_database_is_not_read(tmp_copy):
+    """Without a merged manifest, a per-process database whose value lies in a data file that
+    is gone (OCDBT-022) is not read: its arrays are missing (VAL-004)."""
+    root = tmp_copy(BAD / "_base" / "large_values")
+    (root / "manifest.ocdbt").unlink()
+    # the value of b/0 (and the root node of generation 3, not the latest)
+    (root / "ocdbt.process_0" / "d" / "ca1c8415dfd0c76416b16028333b7037").unlink()
+    seen = _seen(validate(root), root)
+    assert [f[:2] for f in seen[:2]] == [("OCDBT-050", "error"), ("OCDBT-022", "error")], seen
+    assert seen[1][2] == "./ocdbt.process_0/d/ca1c8415dfd0c76416b16028333b7037"
+    assert {f[0] for f in seen[2:]} == {"VAL-004"}, seen
