@@ -1105,3 +1105,31 @@ def test_a_missing_data_file_of_a_per_process_database_is_not_read(tmp_copy):
     assert [f[:2] for f in seen[:2]] == [("OCDBT-050", "error"), ("OCDBT-022", "error")], seen
     assert seen[1][2] == "./ocdbt.process_0/d/ca1c8415dfd0c76416b16028333b7037"
     assert {f[0] for f in seen[2:]} == {"VAL-004"}, seen
+
+
+def test_a_key_named_like_a_legacy_strings_file_belongs_to_no_array(tmp_copy):
+    """An OCDBT database holds no strings: a key ``<string leaf>/_strings.json`` in it belongs
+    to no array (VAL-003); a key named as a string leaf is an older release's strings file and
+    is left alone."""
+    from ockpt.ocdbt import Database
+    from ockpt.ocdbt.write import DatabaseWriter
+    from ockpt.store import as_store
+
+    root = tmp_copy(FIXTURES / "orbax-0.12.8" / "scalars_strings")
+    with Database(root) as database:
+        entries = [(k, e.value) for k, e in database.entries()]
+    (root / "manifest.ocdbt").unlink()
+    writer = DatabaseWriter("", open_file=as_store(root).writer)
+    for key, value in sorted([*entries, (b"str/_strings.json", b"{}"), (b"str_empty", b"")]):
+        writer.put_entry(key, value)
+    writer.commit()
+    seen = _seen(validate(root), root)
+    assert seen == [
+        (
+            "VAL-003",
+            "error",
+            "./manifest.ocdbt",
+            "str/_strings.json",
+            "key 'str/_strings.json' belongs to no array of the item",
+        )
+    ]

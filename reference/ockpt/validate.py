@@ -756,12 +756,9 @@ class _ItemCheck:
             return  # the storage could not be listed: already reported
         listing = key_listing(self.keys)
         params = listing["params"]
-        unclaimed = [
-            k
-            for k in listing.get("unclaimed", [])
-            if not (k.endswith("/" + STRINGS_FILE) and k[: -len(STRINGS_FILE) - 1] in string_leaves)
-            and k not in string_leaves  # older releases: a file named <param name>
-        ]
+        # older releases: a file named <param name> (their `<param>/_strings.json` is no key:
+        # the per-leaf store skips it, `per_leaf_skip`)
+        unclaimed = [k for k in listing.get("unclaimed", []) if k not in string_leaves]
         where = self.store_display()
         per_leaf = self.fmt.storage is Storage.PER_LEAF_ZARR and not self.fmt.has_root_manifest
         by_key = {_key_prefix(n, per_leaf=per_leaf).rstrip("/"): n for n in array_leaves}
