@@ -868,3 +868,16 @@ def test_a_barrier_that_fails_while_a_planning_error_is_reported_keeps_that_erro
     with pytest.raises(ockpt.UnsupportedError, match="lookup_object"):
         writer.write_data(plans[0], _NoLookup(full))
     assert not _leftovers(tmp_path / "ck") and writer._pending is None
+
+
+def test_an_empty_tensor_is_refused_by_the_writer_and_laid_out_whole(tmp_path):
+    """A tensor with no elements has no box: its layout is the whole array, no grid; the save
+    refuses it (WRITE-003, the format stores no zero-size array) and leaves nothing."""
+    t = torch.empty(0, 3)
+    (layout,) = dcp_writer._layouts([[_whole("e", t)], [_shard("e", t, [0, 0], [0, 3])]])
+    assert layout.write_shape == (0, 3) and layout.sharding is None
+    with pytest.raises(BaseException) as e:  # noqa: PT011 - DCP wraps the error
+        _no_dist_save({"e": t}, OrbaxWriter(tmp_path / "ck"))
+    failure = e.value.failures[0][0]
+    assert isinstance(failure, ockpt.FormatError) and failure.rule == "WRITE-003", failure
+    assert not os.listdir(tmp_path)
