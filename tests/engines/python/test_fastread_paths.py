@@ -172,6 +172,10 @@ def test_a_sparse_grid_followed_by_its_stored_chunks(tmp_path, monkeypatch):
     array = store.open(name)
     assert fastread.follows_stored_chunks(array.metadata, ((0, 40), (0, 100)))
     assert not fastread.follows_stored_chunks(array.metadata, ((0, 20), (0, 100)))
+    chunks = _spy(monkeypatch, "_read_chunk", lambda group, index, dests: index)
+    ((_, data),) = fastread.read_regions([ReadRequest(array, ((0, 40), (0, 100)))], max_in_flight=2)
+    assert sorted(chunks) == [(0, 0), (0, 2), (0, 3)]  # the 3 stored of the 8
+    assert np.array_equal(data, _want(array, ((0, 40), (0, 100))))
     _check(store, [name])
     _check(store, [name], dtype=np.float64)
     strict = pb.ArrayStore(item, missing_chunks_are_errors=True).open(name)
