@@ -1133,3 +1133,48 @@ def test_a_key_named_like_a_legacy_strings_file_belongs_to_no_array(tmp_copy):
             "key 'str/_strings.json' belongs to no array of the item",
         )
     ]
+
+
+def test_a_random_key_recorded_as_another_implementation(tmp_copy):
+    """ARRM-002: a typed PRNG key recorded in array_metadatas as an implementation whose key
+    data has another shape, named by its leaf in its array_metadatas file."""
+    root = tmp_copy(FIXTURES / "orbax-0.12.8" / "random_keys")
+    file = root / "array_metadatas" / "process_0"
+    entry = '"rngs.nested.dropout.key", "write_shape": [2], "chunk_shape": [2], "ext_metadata": '
+    text = file.read_text(encoding="utf-8")
+    assert entry + '{"random_key_impl": "threefry2x32"}' in text
+    file.write_text(
+        text.replace(
+            entry + '{"random_key_impl": "threefry2x32"}', entry + '{"random_key_impl": "rbg"}'
+        )
+    )
+    assert _seen(validate(root), root) == [
+        (
+            "ARRM-002",
+            "error",
+            "./array_metadatas/process_0",
+            "rngs.nested.dropout.key",
+            "leaf 'rngs.nested.dropout.key': recorded as a typed PRNG key (rbg), but the stored "
+            "array is uint32 [2], not uint32 [..., 4]",
+        )
+    ]
+
+
+def test_array_metadatas_of_two_processes_that_disagree(tmp_copy):
+    """ARRM-003: a second process's array_metadatas describing a leaf otherwise than the first
+    (the entry readers take) is named, with the file readers take."""
+    root = tmp_copy(FIXTURES / "orbax-0.12.8" / "multiprocess")
+    file = root / "array_metadatas" / "process_1"
+    text = file.read_text(encoding="utf-8")
+    before = '"param_name": "none_y", "write_shape": [3, 2]'
+    assert before in text
+    file.write_text(text.replace(before, '"param_name": "none_y", "write_shape": [1, 2]'))
+    assert _seen(validate(root), root) == [
+        (
+            "ARRM-003",
+            "error",
+            "./array_metadatas/process_1",
+            "none_y",
+            "array_metadatas describes 'none_y' otherwise than process_0, the entry readers take",
+        )
+    ]
