@@ -1178,3 +1178,14 @@ def test_array_metadatas_of_two_processes_that_disagree(tmp_copy):
             "array_metadatas describes 'none_y' otherwise than process_0, the entry readers take",
         )
     ]
+
+
+def test_a_leaf_marked_skip_deserialize_is_still_an_array_without_a_msgpack_file(tmp_copy):
+    """skip_deserialize makes a leaf inline only where the item's msgpack file could not be
+    read; in an item without one, such a leaf is still an array leaf with its array."""
+    root = tmp_copy(FIXTURES / "orbax-0.12.8" / "no_ocdbt")
+    doc = json.loads((root / "_METADATA").read_text(encoding="utf-8"))
+    doc["tree_metadata"]["('a',)"]["value_metadata"]["skip_deserialize"] = True
+    (root / "_METADATA").write_text(json.dumps(doc), encoding="utf-8")
+    report = validate(root)
+    assert report.findings == [] and report.checked["arrays"] == 7, report.format_text()
