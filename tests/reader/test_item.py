@@ -310,6 +310,50 @@ def test_the_document_leaves_the_parse_cache_once_the_tree_is_built(tmp_path):
     assert opened.has_metadata and not cached()
 
 
+def test_the_item_asked_for_is_opened():
+    """`item` reaches the layout's resolution: a v1 checkpoint's other pytree item."""
+    path = V0128 / "v1_checkpointables" / "checkpoint"
+    items = expected_items(V0128 / "v1_checkpointables")
+    default, aux = _open(path), _open(path, item="aux")
+    assert default.location.display == str(path / "state")
+    assert aux.location.display == str(path / "aux")
+    assert_same(ockpt.load_pytree(path, item="aux", backend="python"), items["aux"])
+    assert set(aux.leaves) != set(default.leaves)
+
+
+def test_a_bad_metadata_document_is_named(tmp_path):
+    path = _copy(NO_OCDBT, tmp_path)
+    doc = json.loads((path / "_METADATA").read_text())
+    doc["tree_metadata"]["('a',)"]["key_metadata"][0]["key_type"] = 9
+    (path / "_METADATA").write_text(json.dumps(doc))
+    with pytest.raises(FormatError) as info:
+        _open(path)
+    assert_error(info, rule="META-004", file=str(path / "_METADATA"))
+
+
+def test_the_msgpack_file_is_refused_before_it_is_read_whole(monkeypatch):
+    """The msgpack file is asked of the store with the item's `max_msgpack_bytes` and its
+    rule, so that one too large is refused before it is read."""
+    asked = []
+    real = item_module.resolve
+
+    def resolve(loc, **kw):  # type: ignore[no-untyped-def]
+        resolved = real(loc, **kw)
+        get = resolved.location.get
+
+        def record(key, *args, **kwargs):  # type: ignore[no-untyped-def]
+            asked.append((key, kwargs))
+            return get(key, *args, **kwargs)
+
+        monkeypatch.setattr(resolved.location, "get", record)
+        return resolved
+
+    monkeypatch.setattr(item_module, "resolve", resolve)
+    limits = ockpt.limits.Limits(max_msgpack_bytes=123456)
+    _open(AGGREGATED, limits=limits)
+    assert ("checkpoint", {"limit": 123456, "rule": "MSGPACK-001"}) in asked
+
+
 def test_the_metadata_file_is_the_document_the_tree_comes_from(tmp_path):
     opened = _open(AGGREGATED)
     assert opened.has_metadata and opened.metadata_file == str(AGGREGATED / "_METADATA")

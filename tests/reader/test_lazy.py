@@ -519,8 +519,12 @@ def test_a_value_of_the_msgpack_file_cannot_be_mapped():
         assert_same(leaf.read(mmap=True), expected_items(AGGREGATED)[""]["int32_2d"])
         with pytest.raises(TargetError) as info:
             leaf.read(mmap="require")
-    assert_error(info, rule="LOAD-034", leaf="int32_2d")
-    assert "it is kept in the checkpoint's msgpack file" in info.value.message
+    assert_error(
+        info,
+        rule="LOAD-034",
+        leaf="int32_2d",
+        message="cannot map the leaf into memory: it is kept in the checkpoint's msgpack file",
+    )
 
 
 # ---------------------------------------------------------------------------------------------
