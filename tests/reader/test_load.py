@@ -1159,7 +1159,7 @@ def test_inline_values_into_targets():
     assert got["uint8"].flags.writeable
     with pytest.raises(TargetError) as info:
         ockpt.load_pytree(agg / "checkpoint", {"int32_2d": np.zeros((2, 3), np.int8)}, partial=True)
-    assert_error(info, rule="LOAD-020", leaf="int32_2d")
+    assert_error(info, rule="LOAD-020", leaf="int32_2d", file=str(agg / "checkpoint" / "_METADATA"))
     with pytest.raises(TargetError) as info:
         ockpt.load_pytree(
             agg / "checkpoint",
@@ -1644,3 +1644,19 @@ def test_a_sharded_load_checks_the_shards_it_reads(monkeypatch):
         with pytest.raises(ockpt.errors.MemoryLimitError) as info:
             ockpt.load_pytree(case, target, partial=True, backend="python")
         assert info.value.message.startswith("param 'x' needs 96 bytes,")
+
+
+def test_a_key_target_of_another_implementation_is_refused():
+    """LOAD-025: the checkpoint records threefry2x32 keys; a `RandomKey` target of rbg keys is
+    refused naming both, the leaf and the file (no jax needed)."""
+    case = fixture_case("0.11.9", "random_keys") / "checkpoint"
+    target = {"rngs": {"threefry": ockpt.RandomKey("rbg", np.zeros(4, np.uint32))}}
+    with pytest.raises(TargetError) as info:
+        ockpt.load_pytree(case, target, partial=True, backend="python")
+    assert_error(
+        info,
+        rule="LOAD-025",
+        leaf="rngs.threefry",
+        file=str(case / "_METADATA"),
+        message="the checkpoint holds threefry2x32 keys; the target asks for rbg keys",
+    )
