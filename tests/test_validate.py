@@ -1035,7 +1035,11 @@ def test_chunk_faults_of_an_array_are_reported_eight_at_most(tmp_copy):
         (array / str(i)).write_bytes(b"\x28")  # not a zstd frame
     (array / "13").unlink()
     os.link(array / "12", array / "13")
-    seen = [f[:3] for f in _seen(validate(root, deep=True), root)]
+    progress = []
+    report = validate(root, deep=True, progress=lambda d, t, w: progress.append((d, w)))
+    read = sum((array / str(i)).stat().st_size for i in range(16) if i != 13)  # 13: refused
+    assert max(d for d, w in progress if w == "chunks") == read
+    seen = [f[:3] for f in _seen(report, root)]
     chunks = [*"01", "13", *"23456"]  # in key order: 0, 1, 10, 11, 12, 13, 14, 15, 2, ...
     rules = {c: "PATH-008" if c == "13" else "ZARR-003" for c in chunks}
     assert seen == [(rules[c], "error", f"./replicated/{c}") for c in chunks]
@@ -1189,3 +1193,77 @@ def test_a_leaf_marked_skip_deserialize_is_still_an_array_without_a_msgpack_file
     (root / "_METADATA").write_text(json.dumps(doc), encoding="utf-8")
     report = validate(root)
     assert report.findings == [] and report.checked["arrays"] == 7, report.format_text()
+
+
+def test_param_names_that_collide_or_nest(tmp_copy):
+    """PATH-001: two key paths of one param name (the second's tree key escaped as a JSON
+    pointer, after an empty node), and a param name nesting inside another, each reported in
+    _METADATA; their leaves have no array (VAL-004)."""
+    root = tmp_copy(FIXTURES / "orbax-0.12.8" / "no_ocdbt")
+    doc = json.loads((root / "_METADATA").read_text(encoding="utf-8"))
+
+    def entry(*keys: str, value_type: str = "np.ndarray") -> dict:
+        return {
+            "key_metadata": [{"key": k, "key_type": 2} for k in keys],
+            "value_metadata": {"value_type": value_type, "skip_deserialize": False},
+        }
+
+    doc["tree_metadata"] = {
+        "('e',)": entry("e", value_type="None"),
+        "('x/~y.z',)": entry("x/~y.z"),
+        "('x/~y', 'z')": entry("x/~y", "z"),
+        "('a/q',)": entry("a/q"),
+        **doc["tree_metadata"],
+    }
+    (root / "_METADATA").write_text(json.dumps(doc), encoding="utf-8")
+    assert _seen(validate(root), root) == [
+        (
+            "PATH-001",
+            "error",
+            "./_METADATA",
+            "/tree_metadata/('x~1~0y', 'z')",
+            "key paths ('x/~y.z',) and ('x/~y', 'z') share the param name 'x/~y.z'",
+        ),
+        ("PATH-001", "error", "./_METADATA", "a/q", "param name 'a/q' nests inside param name 'a'"),
+        (
+            "VAL-004",
+            "error",
+            "./_METADATA",
+            "a/q",
+            "leaf 'a/q' (np.ndarray) has no array in the storage (neither .zarray nor zarr.json "
+            "under its param name)",
+        ),
+        (
+            "VAL-004",
+            "error",
+            "./_METADATA",
+            "x/~y.z",
+            "leaf 'x/~y.z' (np.ndarray) has no array in the storage (neither .zarray nor "
+            "zarr.json under its param name)",
+        ),
+    ]
+
+
+def test_missing_chunks_of_a_strict_array_are_listed_eight_then_counted(tmp_copy):
+    """ZARR-008 where every chunk is stored: the first eight missing chunk keys in grid order,
+    then how many more; the report and its path are the item's."""
+    root = tmp_copy(FIXTURES / "orbax-0.12.8" / "no_ocdbt")
+    array = root / "replicated"
+    meta = json.loads((array / ".zarray").read_text())
+    meta["shape"] = [16]
+    (array / ".zarray").write_text(json.dumps(meta))
+    for i in (0, 1):
+        (array / str(i)).unlink()
+    report = validate(root)
+    assert report.path == str(root)
+    keys = ", ".join(f"'replicated/{i}'" for i in (0, 1, *range(8, 14)))
+    assert _seen(report, root) == [
+        (
+            "ZARR-008",
+            "error",
+            ".",
+            "replicated/0",
+            "array 'replicated': 10 chunk(s) missing, and the checkpoint stores every chunk "
+            f"(store_array_data_equal_to_fill_value): {keys} and 2 more",
+        )
+    ]
