@@ -1274,3 +1274,38 @@ def test_missing_chunks_of_a_strict_array_are_listed_eight_then_counted(tmp_copy
             f"(store_array_data_equal_to_fill_value): {keys} and 2 more",
         )
     ]
+
+
+def test_items_of_a_v1_checkpoint_that_no_reader_takes(tmp_copy):
+    """A directory no handler vouches for is a warning (VAL-008, with why it is no item); one
+    whose handler ockpt does not read is left alone; one whose handler ockpt reads, but which
+    does not hold what that handler writes, is that handler's error, naming the item."""
+    root = tmp_copy(FIXTURES / "orbax-0.12.8" / "v1_checkpointables")
+    meta = json.loads((root / "_CHECKPOINT_METADATA").read_text(encoding="utf-8"))
+    meta["item_handlers"]["custom"] = "my.package.CustomHandler"
+    meta["item_handlers"]["broken"] = meta["item_handlers"]["extra"]  # JsonHandler
+    (root / "_CHECKPOINT_METADATA").write_text(json.dumps(meta), encoding="utf-8")
+    for name in ("custom", "broken", "junk"):
+        (root / name).mkdir()
+        for file in ("a", "b"):  # two files: no JSON item
+            (root / name / file).write_text("{}", encoding="utf-8")
+    report = validate(root)
+    assert report.checked["items"] == 2, report.format_text()
+    assert _seen(report, root) == [
+        (
+            "HANDLER-001",
+            "error",
+            "./broken",
+            None,
+            "item 'broken': written by JsonHandler, but holds no single file",
+        ),
+        (
+            "VAL-008",
+            "warning",
+            "./junk",
+            None,
+            "a directory of a step or v1 checkpoint that is no known item: no _METADATA, "
+            "checkpoint file, manifest.ocdbt, per-leaf zarr arrays, _CHECKPOINT_METADATA, "
+            "orbax.checkpoint marker or step directories",
+        ),
+    ]
