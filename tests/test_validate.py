@@ -1309,3 +1309,50 @@ def test_items_of_a_v1_checkpoint_that_no_reader_takes(tmp_copy):
             "orbax.checkpoint marker or step directories",
         ),
     ]
+
+
+def _add_keys(db: Path, keys: list[bytes]) -> None:
+    """Rewrite the OCDBT database `db` with more `keys`, each holding a small inline value."""
+    from ockpt.ocdbt import Database
+    from ockpt.ocdbt.write import DatabaseWriter
+    from ockpt.store import as_store
+
+    with Database(db) as database:
+        entries = [(k, e.value) for k, e in database.entries()]
+    (db / "manifest.ocdbt").unlink()
+    writer = DatabaseWriter("", open_file=as_store(db).writer)
+    for key, value in sorted([*entries, *((k, b"x") for k in keys)]):
+        writer.put_entry(key, value)
+    writer.commit()
+
+
+@pytest.mark.parametrize("extra", [32, 33])
+def test_keys_of_no_array_are_reported_32_at_most(tmp_copy, extra):
+    """VAL-003: the first 32 keys that belong to no array one by one, then how many more."""
+    root = tmp_copy(FIXTURES / "orbax-0.12.8" / "sharded")
+    _add_keys(root, [b"zz/%02d" % i for i in range(extra)])
+    seen = _seen(validate(root), root)
+    assert [f[3] for f in seen[:32]] == [f"zz/{i:02d}" for i in range(32)]
+    assert all(f[:3] == ("VAL-003", "error", "./manifest.ocdbt") for f in seen)
+    more = [("VAL-003", "error", "./manifest.ocdbt", None, "1 more keys belong to no array leaf")]
+    assert seen[32:] == (more if extra == 33 else [])
+
+
+def test_every_array_is_checked_after_one_whose_metadata_is_broken(tmp_copy):
+    """A zarr metadata document that cannot be read is reported and the arrays after it are
+    still checked."""
+    root = tmp_copy(FIXTURES / "orbax-0.12.8" / "no_ocdbt")
+    for name in ("a", "replicated"):
+        (root / name / ".zarray").write_bytes(b"{")
+    seen = _seen(validate(root), root)
+    assert [f[:3] for f in seen] == [
+        ("JSON-001", "error", "./a/.zarray"),
+        ("JSON-001", "error", "./replicated/.zarray"),
+    ], seen
+
+
+def test_a_param_name_ending_in_x(tmp_path):
+    """A param name's keys are found under the name itself, whatever its last character."""
+    ockpt.save_pytree(tmp_path / "c", {"aX": np.arange(3), "bX/": {"c": np.arange(2)}})
+    report = validate(tmp_path / "c")
+    assert report.findings == [] and report.checked["arrays"] == 2, report.format_text()
