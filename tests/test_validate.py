@@ -892,22 +892,32 @@ def test_a_shard_whose_index_marks_its_chunk_absent(streamed, tmp_path, monkeypa
     ]
 
 
-def _share_first_value(db: Path, keys: list[bytes]) -> None:
-    """Rewrite the OCDBT database `db` with more `keys`, whose values are the bytes of its
-    first out-of-line value (OCDBT-024)."""
+def _rewrite_database(db: Path, more: list) -> None:
+    """Write the OCDBT database `db` again as one generation holding its keys and the (key,
+    value) pairs `more` (a value: inline bytes or an `IndirectDataReference`)."""
     from ockpt.ocdbt import Database
-    from ockpt.ocdbt.format import IndirectDataReference
     from ockpt.ocdbt.write import DatabaseWriter
     from ockpt.store import as_store
 
     with Database(db) as database:
         entries = [(k, e.value) for k, e in database.entries()]
-    shared = next(v for _, v in entries if isinstance(v, IndirectDataReference))
     (db / "manifest.ocdbt").unlink()
     writer = DatabaseWriter("", open_file=as_store(db).writer)
-    for key, value in sorted([*entries, *((k, shared) for k in keys)]):
+    for key, value in sorted([*entries, *more]):
         writer.put_entry(key, value)
     writer.commit()
+
+
+def _share_first_value(db: Path, keys: list[bytes]) -> None:
+    """Rewrite the OCDBT database `db` with more `keys`, whose values are the bytes of its
+    first out-of-line value (OCDBT-024)."""
+    from ockpt.ocdbt import Database
+    from ockpt.ocdbt.format import IndirectDataReference
+
+    with Database(db) as database:
+        values = [e.value for _, e in database.entries()]
+    shared = next(v for v in values if isinstance(v, IndirectDataReference))
+    _rewrite_database(db, [(k, shared) for k in keys])
 
 
 def test_keys_sharing_stored_bytes_are_reported_a_few_at_a_time(tmp_copy):
@@ -1122,18 +1132,8 @@ def test_a_key_named_like_a_legacy_strings_file_belongs_to_no_array(tmp_copy):
     """An OCDBT database holds no strings: a key ``<string leaf>/_strings.json`` in it belongs
     to no array (VAL-003); a key named as a string leaf is an older release's strings file and
     is left alone."""
-    from ockpt.ocdbt import Database
-    from ockpt.ocdbt.write import DatabaseWriter
-    from ockpt.store import as_store
-
     root = tmp_copy(FIXTURES / "orbax-0.12.8" / "scalars_strings")
-    with Database(root) as database:
-        entries = [(k, e.value) for k, e in database.entries()]
-    (root / "manifest.ocdbt").unlink()
-    writer = DatabaseWriter("", open_file=as_store(root).writer)
-    for key, value in sorted([*entries, (b"str/_strings.json", b"{}"), (b"str_empty", b"")]):
-        writer.put_entry(key, value)
-    writer.commit()
+    _rewrite_database(root, [(b"str/_strings.json", b"{}"), (b"str_empty", b"")])
     seen = _seen(validate(root), root)
     assert seen == [
         (
@@ -1311,26 +1311,11 @@ def test_items_of_a_v1_checkpoint_that_no_reader_takes(tmp_copy):
     ]
 
 
-def _add_keys(db: Path, keys: list[bytes]) -> None:
-    """Rewrite the OCDBT database `db` with more `keys`, each holding a small inline value."""
-    from ockpt.ocdbt import Database
-    from ockpt.ocdbt.write import DatabaseWriter
-    from ockpt.store import as_store
-
-    with Database(db) as database:
-        entries = [(k, e.value) for k, e in database.entries()]
-    (db / "manifest.ocdbt").unlink()
-    writer = DatabaseWriter("", open_file=as_store(db).writer)
-    for key, value in sorted([*entries, *((k, b"x") for k in keys)]):
-        writer.put_entry(key, value)
-    writer.commit()
-
-
 @pytest.mark.parametrize("extra", [32, 33])
 def test_keys_of_no_array_are_reported_32_at_most(tmp_copy, extra):
     """VAL-003: the first 32 keys that belong to no array one by one, then how many more."""
     root = tmp_copy(FIXTURES / "orbax-0.12.8" / "sharded")
-    _add_keys(root, [b"zz/%02d" % i for i in range(extra)])
+    _rewrite_database(root, [(b"zz/%02d" % i, b"x") for i in range(extra)])
     seen = _seen(validate(root), root)
     assert [f[3] for f in seen[:32]] == [f"zz/{i:02d}" for i in range(32)]
     assert all(f[:3] == ("VAL-003", "error", "./manifest.ocdbt") for f in seen)
