@@ -1341,3 +1341,55 @@ def test_a_param_name_ending_in_x(tmp_path):
     ockpt.save_pytree(tmp_path / "c", {"aX": np.arange(3), "bX/": {"c": np.arange(2)}})
     report = validate(tmp_path / "c")
     assert report.findings == [] and report.checked["arrays"] == 2, report.format_text()
+
+
+def test_a_pytree_item_whose_tree_no_reader_can_tell(tmp_copy):
+    """LOAD-050: an item with a database but neither _METADATA nor the msgpack file."""
+    root = tmp_copy(FIXTURES / "orbax-0.12.8" / "sharded")
+    (root / "_METADATA").unlink()
+    seen = _seen(validate(root), root)
+    assert seen[0] == (
+        "LOAD-050",
+        "error",
+        ".",
+        None,
+        "a pytree item without _METADATA or the msgpack checkpoint file: no reader can tell "
+        "its tree",
+    ), seen
+
+
+def test_a_document_removed_while_validated(monkeypatch):
+    """A document listed but gone when read: VAL-009 naming it, and nothing parsed from it."""
+    from ockpt.store import LocalStore
+
+    real = LocalStore.get
+
+    def get(self, name, **kw):
+        return None if name == "_sharding" else real(self, name, **kw)
+
+    monkeypatch.setattr(LocalStore, "get", get)
+    path = FIXTURES / "orbax-0.12.8" / "sharded" / "checkpoint"
+    assert _seen(validate(path), path) == [
+        ("VAL-009", "error", "./_sharding", None, "removed while validated")
+    ]
+
+
+@pytest.mark.parametrize(
+    ("case", "name", "field", "rule"),
+    [
+        ("orbax-0.12.8/sharded", "array_metadatas/process_0", "max_json_bytes", "JSON-003"),
+        ("orbax-0.3.5/scalars_strings", "checkpoint", "max_msgpack_bytes", "MSGPACK-001"),
+    ],
+)
+def test_a_document_over_its_limit(case, name, field, rule):
+    """Each document is read within its own limit: JSON documents `max_json_bytes` (JSON-003),
+    the msgpack file `max_msgpack_bytes` (MSGPACK-001): a limit one byte under its size refuses
+    it, its size does not."""
+    from ockpt.limits import LIMITS
+
+    path = FIXTURES / case / "checkpoint"
+    size = (path / name).stat().st_size
+    for limit, refused in ((size, False), (size - 1, True)):
+        limits = dataclasses.replace(LIMITS, **{field: limit})
+        found = [f[:3] for f in _seen(validate(path, limits=limits), path)]
+        assert ((rule, "error", f"./{name}") in found) is refused, found
