@@ -22,7 +22,7 @@ import pytest
 import ockpt
 from ockpt.rules import RULES
 from ockpt.validate import Report, validate
-from tests.support import FIXTURES, case_id, deadline, fixture_cases
+from tests.support import FIXTURES, case_id, deadline, fixture_cases, record_key_impl
 
 BAD = FIXTURES / "bad"
 LARGE_VALUES = BAD / "_base" / "large_values" / "checkpoint"  # values out of the B+tree nodes
@@ -1150,15 +1150,7 @@ def test_a_random_key_recorded_as_another_implementation(tmp_copy):
     """ARRM-002: a typed PRNG key recorded in array_metadatas as an implementation whose key
     data has another shape, named by its leaf in its array_metadatas file."""
     root = tmp_copy(FIXTURES / "orbax-0.12.8" / "random_keys")
-    file = root / "array_metadatas" / "process_0"
-    entry = '"rngs.nested.dropout.key", "write_shape": [2], "chunk_shape": [2], "ext_metadata": '
-    text = file.read_text(encoding="utf-8")
-    assert entry + '{"random_key_impl": "threefry2x32"}' in text
-    file.write_text(
-        text.replace(
-            entry + '{"random_key_impl": "threefry2x32"}', entry + '{"random_key_impl": "rbg"}'
-        )
-    )
+    record_key_impl(root, "rngs.nested.dropout.key", "rbg")
     assert _seen(validate(root), root) == [
         (
             "ARRM-002",

@@ -21,7 +21,7 @@ from ockpt.errors import FormatError, LeafNameError, MemoryLimitError, MissingDa
 from ockpt.random_keys import RandomKey
 from ockpt.reader import lazy
 from ockpt.reader.item import OpenedItem
-from tests.support import FIXTURES
+from tests.support import FIXTURES, record_key_impl
 from tests.support.errors import assert_error
 from tests.support.expected import assert_same, expected_items
 
@@ -432,12 +432,7 @@ def test_a_key_whose_data_is_not_its_implementations_names_the_array(tmp_path):
     """ARRM-002: a key recorded as `rbg` (4 words) whose stored array ends in 2 words."""
     item = tmp_path / "item"
     shutil.copytree(FIXTURES / "orbax-0.12.8" / "random_keys" / "checkpoint", item)
-    doc = item / "array_metadatas" / "process_0"
-    text = doc.read_text()
-    old = '"param_name": "rngs.grid", "write_shape": [1, 1, 2], "chunk_shape": [1, 1, 2], '
-    old += '"ext_metadata": {"random_key_impl": "threefry2x32"}'
-    assert old in text
-    doc.write_text(text.replace(old, old.replace("threefry2x32", "rbg")))
+    record_key_impl(item, "rngs.grid", "rbg")
     with ockpt.open(item, backend="python") as ckpt:
         grid = ckpt["rngs/grid"]
         assert grid.random_key_impl == "rbg" and grid[0].shape == (2, 2)

@@ -23,7 +23,7 @@ import ockpt
 from ockpt import engines
 from ockpt.engines import tensorstore as ts_engine
 from ockpt.errors import MissingDataError, NotACheckpointError, TargetError
-from tests.support import HAVE_TENSORSTORE, ROOT
+from tests.support import HAVE_TENSORSTORE, ROOT, record_key_impl
 from tests.support.errors import assert_error
 from tests.support.expected import (
     CASES,
@@ -1502,12 +1502,7 @@ def test_a_stored_key_that_is_not_its_implementations_names_the_array(tmp_path):
     """ARRM-002 on load: a key recorded as `rbg` (4 words) whose array ends in 2 words."""
     item = tmp_path / "item"
     shutil.copytree(fixture_case("0.12.8", "random_keys") / "checkpoint", item)
-    doc = item / "array_metadatas" / "process_0"
-    text = doc.read_text()
-    old = '"param_name": "rngs.grid", "write_shape": [1, 1, 2], "chunk_shape": [1, 1, 2], '
-    old += '"ext_metadata": {"random_key_impl": "threefry2x32"}'
-    assert old in text
-    doc.write_text(text.replace(old, old.replace("threefry2x32", "rbg")))
+    record_key_impl(item, "rngs.grid", "rbg")
     with pytest.raises(ockpt.FormatError) as info:
         ockpt.load_pytree(item, backend="python")
     assert_error(info, rule="ARRM-002", file=f"{item}/manifest.ocdbt", pointer="rngs.grid")

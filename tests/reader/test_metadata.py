@@ -17,7 +17,7 @@ from ockpt.errors import FormatError
 from ockpt.reader import metadata
 from ockpt.reader.item import OpenedItem
 from ockpt.reader.metadata import LeafMetadata
-from tests.support import FIXTURES
+from tests.support import FIXTURES, record_key_impl
 from tests.support.errors import assert_error
 from tests.support.expected import ITEMS, expected_items, load_kwargs
 
@@ -131,12 +131,7 @@ def test_a_key_whose_data_is_not_its_implementations_names_the_array(tmp_path):
     2 words names the array's file and the leaf."""
     item = tmp_path / "item"
     shutil.copytree(FIXTURES / "orbax-0.12.8" / "random_keys" / "checkpoint", item)
-    doc = item / "array_metadatas" / "process_0"
-    text = doc.read_text()
-    old = '"param_name": "rngs.grid", "write_shape": [1, 1, 2], "chunk_shape": [1, 1, 2], '
-    old += '"ext_metadata": {"random_key_impl": "threefry2x32"}'
-    assert old in text
-    doc.write_text(text.replace(old, old.replace("threefry2x32", "rbg")))
+    record_key_impl(item, "rngs.grid", "rbg")
     with pytest.raises(FormatError) as e:
         ockpt.pytree_metadata(item, backend="python")
     assert_error(e, rule="ARRM-002", file=f"{item}/manifest.ocdbt", pointer="rngs.grid")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
 import signal
 import sys
 from pathlib import Path
@@ -146,3 +147,19 @@ def assert_case_backends_agree(case: Path) -> None:
 #: The scripts tests run as child processes (a crash, a concurrent writer, a hostile entry point,
 #: torchrun ranks).
 CHILDREN = Path(__file__).resolve().parent / "children"
+
+
+def record_key_impl(item: Path, param: str, impl: str) -> None:
+    """Rewrite process 0's array_metadatas of the item `item` so that its typed PRNG key
+    `param` is recorded as the implementation `impl` (with another key data shape than the
+    array stored: ARRM-002)."""
+    file = item / "array_metadatas" / "process_0"
+    doc = json.loads(file.read_text(encoding="utf-8"))
+    (entry,) = [
+        e["array_metadata"]
+        for e in doc["array_metadatas"]
+        if e["array_metadata"]["param_name"] == param
+    ]
+    assert entry["ext_metadata"]["random_key_impl"] not in (None, impl)
+    entry["ext_metadata"]["random_key_impl"] = impl
+    file.write_text(json.dumps(doc), encoding="utf-8")
