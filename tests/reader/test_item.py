@@ -434,13 +434,11 @@ def test_a_string_leaf_named_like_a_path_is_no_array(tmp_path):
     assert _open(path).leaves[".."].source == "string"
 
 
-def test_placeholders_of_strings_without_metadata(tmp_path, monkeypatch):
-    """A msgpack file alone: its placeholders are strings where the strings document names
-    them (read once), arrays else; a file without placeholders reads no strings document."""
-    case = FIXTURES / "orbax-0.5.15" / "msgpack_placeholders"
-    path = _copy(case / "checkpoint", tmp_path)
-    (path / "_METADATA").unlink()
-    calls = []
+@pytest.fixture
+def strings_reads(monkeypatch) -> list[list[str]]:
+    """The candidates of each `ItemFiles.strings_document` call (each read of a strings
+    document), in order."""
+    calls: list[list[str]] = []
     original = ItemFiles.strings_document
 
     def record(self, candidates):  # type: ignore[no-untyped-def]
@@ -448,6 +446,16 @@ def test_placeholders_of_strings_without_metadata(tmp_path, monkeypatch):
         return original(self, candidates)
 
     monkeypatch.setattr(ItemFiles, "strings_document", record)
+    return calls
+
+
+def test_placeholders_of_strings_without_metadata(tmp_path, strings_reads):
+    """A msgpack file alone: its placeholders are strings where the strings document names
+    them (read once), arrays else; a file without placeholders reads no strings document."""
+    calls = strings_reads
+    case = FIXTURES / "orbax-0.5.15" / "msgpack_placeholders"
+    path = _copy(case / "checkpoint", tmp_path)
+    (path / "_METADATA").unlink()
     opened = _open(path)
     assert opened.leaves["name"].source == "string" and opened.leaves["lr"].source == "array"
     assert len(calls) == 1 and "name" in calls[0]
@@ -459,15 +467,8 @@ def test_placeholders_of_strings_without_metadata(tmp_path, monkeypatch):
     assert _open(agg).leaves["str"].source == "inline" and calls == []
 
 
-def test_strings_are_read_once_and_missing_ones_named(tmp_path, monkeypatch):
-    calls = []
-    original = ItemFiles.strings_document
-
-    def record(self, candidates):  # type: ignore[no-untyped-def]
-        calls.append(list(candidates))
-        return original(self, candidates)
-
-    monkeypatch.setattr(ItemFiles, "strings_document", record)
+def test_strings_are_read_once_and_missing_ones_named(tmp_path, strings_reads):
+    calls = strings_reads
     opened = _open(V0128 / "scalars_strings" / "checkpoint")
     assert calls == []
     assert opened.strings(opened.leaves["str"]) == "hello"
