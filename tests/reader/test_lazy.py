@@ -6,7 +6,6 @@ slice, typed keys, mapped reads, subtree navigation, and what `open` hands to th
 from __future__ import annotations
 
 import json
-import mmap
 import shutil
 
 import msgpack
@@ -21,7 +20,7 @@ from ockpt.errors import FormatError, LeafNameError, MemoryLimitError, MissingDa
 from ockpt.random_keys import RandomKey
 from ockpt.reader import lazy
 from ockpt.reader.item import OpenedItem
-from tests.support import FIXTURES, record_key_impl
+from tests.support import FIXTURES, backing_map, record_key_impl
 from tests.support.errors import assert_error
 from tests.support.expected import assert_same, expected_items
 
@@ -445,15 +444,6 @@ def test_a_key_whose_data_is_not_its_implementations_names_the_array(tmp_path):
 # Mapped reads.
 
 
-def _backing_map(array: np.ndarray) -> mmap.mmap | None:
-    base = array
-    while base is not None:
-        if isinstance(base, mmap.mmap):
-            return base
-        base = base.obj if isinstance(base, memoryview) else getattr(base, "base", None)
-    return None
-
-
 def test_mapped_reads_share_the_checkpoints_maps(tmp_path):
     tree = {"a": np.arange(4096, dtype=np.float32), "b": np.arange(3000, dtype=np.int64)}
     item = tmp_path / "item"
@@ -463,9 +453,9 @@ def test_mapped_reads_share_the_checkpoints_maps(tmp_path):
         b = ckpt["b"].read(mmap=True)
         assert np.array_equal(a, tree["a"]) and np.array_equal(b, tree["b"])
         assert not a.flags.writeable and not b.flags.writeable
-        assert _backing_map(a) is not None and _backing_map(a) is _backing_map(b)
+        assert backing_map(a) is not None and backing_map(a) is backing_map(b)
         read = ckpt["a"].read()
-        assert read.flags.writeable and _backing_map(read) is None
+        assert read.flags.writeable and backing_map(read) is None
 
 
 def test_a_mapped_scalar_is_a_scalar(tmp_path):
@@ -505,7 +495,7 @@ def test_a_lazy_array_made_without_the_checkpoints_maps_has_its_own(tmp_path):
         lone = ockpt.LazyArray(leaf, array)
         got = lone.read(mmap="require")
         assert np.array_equal(got, tree["a"]) and not got.flags.writeable
-        assert _backing_map(got) is not _backing_map(ckpt["a"].read(mmap=True))
+        assert backing_map(got) is not backing_map(ckpt["a"].read(mmap=True))
 
 
 def test_a_value_of_the_msgpack_file_cannot_be_mapped():

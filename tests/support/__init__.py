@@ -8,9 +8,11 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
+import mmap
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "fixtures"
@@ -163,3 +165,13 @@ def record_key_impl(item: Path, param: str, impl: str) -> None:
     assert entry["ext_metadata"]["random_key_impl"] not in (None, impl)
     entry["ext_metadata"]["random_key_impl"] = impl
     file.write_text(json.dumps(doc), encoding="utf-8")
+
+
+def backing_map(array: Any) -> mmap.mmap | None:
+    """The memory map a numpy array's memory belongs to, if any (its chain of bases)."""
+    base = array
+    while base is not None:
+        if isinstance(base, mmap.mmap):
+            return base
+        base = base.obj if isinstance(base, memoryview) else getattr(base, "base", None)
+    return None

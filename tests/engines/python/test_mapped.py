@@ -10,7 +10,6 @@ that mapping keeps the hostile-input rules (OCDBT-022, OCDBT-024)."""
 from __future__ import annotations
 
 import json
-import mmap
 import os
 import shutil
 import struct
@@ -30,6 +29,7 @@ from ockpt.store import as_store
 from ockpt.store.mapping import FileMaps, MapRefused
 from ockpt.zarr.codecs import Crc32cCodec
 from ockpt.zarr.v3 import ArrayV3Metadata
+from tests.support import backing_map
 from tests.support.errors import assert_error, raised
 
 
@@ -53,16 +53,6 @@ def _references(item: Path) -> list[tuple[bytes, IndirectDataReference]]:
 
 def _file_of(item: Path, ref: IndirectDataReference) -> Path:
     return item / (ref.file_id.base_path + ref.file_id.relative_path).decode()
-
-
-def _backing_map(array: np.ndarray) -> mmap.mmap | None:
-    """The memory map an array's memory belongs to, if any (its chain of bases)."""
-    base = array
-    while base is not None:
-        if isinstance(base, mmap.mmap):
-            return base
-        base = base.obj if isinstance(base, memoryview) else getattr(base, "base", None)
-    return None
 
 
 def _save(path: Path, tree: dict, **kw) -> Path:
@@ -136,7 +126,7 @@ def test_load_034_raw_leaves_are_read_only_views_of_the_file(tmp_path, options):
         assert got[name].dtype == want.dtype and np.array_equal(got[name], want), name
         assert not got[name].flags.writeable, name
         if name != "small":
-            assert _backing_map(got[name]) is not None, name
+            assert backing_map(got[name]) is not None, name
             assert got[name].ctypes.data % VALUE_ALIGNMENT == 0, name
     with pytest.raises(ValueError, match="read-only"):
         got["f32"][0] = 1
@@ -164,7 +154,7 @@ def test_load_034_the_values_of_a_data_file_share_one_mapping(tmp_path):
     item = _save(tmp_path / "ckpt", tree, zarr_version=2)
     files = {_file_of(item, ref) for _, ref in _references(item)}
     got = ockpt.load_pytree(item, mmap="require")
-    maps = {id(_backing_map(v)) for v in got.values()}
+    maps = {id(backing_map(v)) for v in got.values()}
     assert len(maps) == len(files) == 1
     assert all(np.array_equal(got[k], v) for k, v in tree.items())
 
@@ -188,9 +178,9 @@ def test_load_034_what_cannot_be_mapped_is_read_or_refused(tmp_path):
         chunk_byte_size=4096,  # "chunked" (64 KiB) in chunks of (16, 64), the others in one
     )
     got = ockpt.load_pytree(item, mmap=True)
-    assert _backing_map(got["raw"]) is not None
-    assert _backing_map(got["zstd"]) is None and got["zstd"].flags.writeable
-    assert _backing_map(got["chunked"]) is None and got["chunked"].flags.writeable
+    assert backing_map(got["raw"]) is not None
+    assert backing_map(got["zstd"]) is None and got["zstd"].flags.writeable
+    assert backing_map(got["chunked"]) is None and got["chunked"].flags.writeable
     for name, want in tree.items():
         assert np.array_equal(got[name], want), name
 
@@ -308,7 +298,7 @@ def test_load_034_open_reads_one_leaf_mapped(tmp_path):
         for name, want in tree.items():
             got = ckpt[name].read(mmap="require")
             assert np.array_equal(got, want) and not got.flags.writeable
-        shared = {id(_backing_map(ckpt[n].read(mmap=True))) for n in ("f32", "i8", "f64")}
+        shared = {id(backing_map(ckpt[n].read(mmap=True))) for n in ("f32", "i8", "f64")}
         assert len(shared) == 1  # the checkpoint's leaves share the file's one mapping
     zstd = tmp_path / "zstd"
     ockpt.save_pytree(zstd, tree, layout="item")
@@ -347,7 +337,7 @@ def test_load_034_orbax_raw_checkpoints_map_where_their_offsets_allow(tmp_path):
     for name, want in tree.items():
         assert np.array_equal(got[name], want), name
         itemsize = want.dtype.itemsize
-        assert (_backing_map(got[name]) is not None) == (offsets[name] % itemsize == 0), name
+        assert (backing_map(got[name]) is not None) == (offsets[name] % itemsize == 0), name
     misaligned = [n for n in tree if offsets[n] % tree[n].dtype.itemsize]
     if misaligned:
         with pytest.raises(TargetError, match="not a multiple of"):
@@ -397,7 +387,7 @@ def test_load_034_a_value_at_an_offset_its_elements_cannot_start_at_is_read(tmp_
     new = IndirectDataReference(DataFileId(ref.file_id.base_path, b"d/" + b"f" * 32), 1, 4096)
     _rewrite_root(item, lambda key, value: new if key == b"x/0" else value)
     got = ockpt.load_pytree(item, mmap=True)
-    assert np.array_equal(got["x"], tree["x"]) and _backing_map(got["x"]) is None
+    assert np.array_equal(got["x"], tree["x"]) and backing_map(got["x"]) is None
     with pytest.raises(TargetError, match="starts at offset 1, not a multiple of 4"):
         ockpt.load_pytree(item, mmap="require")
 
